@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Creates .venv with oneshotfl and its dev tools, once; re-installs when pyproject.toml changes.
+# torch/torchvision are pinned to the builds this project is tested with (TORCH_SPEC overrides).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+TORCH_SPEC=${TORCH_SPEC:-"torch==2.14.1 torchvision==0.29.1"}
+stamp=.venv/.oneshotfl-installed
+if [ ! -x .venv/bin/python ]; then
+  echo "bootstrap: creating .venv with $($PYTHON --version)"
+  "$PYTHON" -m venv .venv
+fi
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "bootstrap: installing $TORCH_SPEC and oneshotfl[dev] (a few minutes the first time)"
+  # shellcheck disable=SC2086
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check $TORCH_SPEC
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+  touch "$stamp"
+fi

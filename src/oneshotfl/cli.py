@@ -1,0 +1,341 @@
+"""The ``oneshotfl`` command: run, sweep, report, partition, list."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.table import Table
+
+from oneshotfl.data.datasets import (
+    DATASETS,
+    DatasetFormatError,
+    DatasetNotFoundError,
+    load_dataset,
+)
+from oneshotfl.data.partition import PARTITIONERS, PartitionError
+from oneshotfl.methods import METHODS
+from oneshotfl.models import MODELS
+from oneshotfl.plots import partition_heatmap
+from oneshotfl.registry import Registry, RegistryError
+from oneshotfl.runner.config import ConfigError, load_config, make_config
+from oneshotfl.runner.federation import build_federation
+from oneshotfl.runner.report import splice_markdown, write_report
+from oneshotfl.runner.results import atomic_write_text, write_result
+from oneshotfl.runner.simulation import QuorumError, run_experiment
+from oneshotfl.runner.sweep import load_sweep
+from oneshotfl.training.progress import RichTracker
+
+app = typer.Typer(
+    help="One-shot federated learning: run methods, sweeps and reports.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+log = logging.getLogger("oneshotfl")
+
+USER_ERRORS = (
+    ConfigError,
+    RegistryError,
+    DatasetNotFoundError,
+    DatasetFormatError,
+    PartitionError,
+    QuorumError,
+    FileNotFoundError,
+)
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(message)s",
+        handlers=[RichHandler(console=err_console, show_path=False, show_time=False)],
+        force=True,
+    )
+
+
+def _fail(exc: BaseException) -> None:
+    err_console.print(f"[bold red]error:[/] {exc}")
+    raise typer.Exit(2)
+
+
+def _given(**options: Any) -> dict[str, Any]:
+    return {k: v for k, v in options.items() if v is not None}
+
+
+@app.command()
+def run(
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file")] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="key=value config overrides")
+    ] = None,
+    method: Annotated[str | None, typer.Option(help="comma-separated method specs")] = None,
+    dataset: Annotated[str | None, typer.Option(help="dataset name")] = None,
+    data_root: Annotated[str | None, typer.Option(help="dataset directory")] = None,
+    download: Annotated[
+        bool | None, typer.Option("--download", help="download via torchvision")
+    ] = None,
+    partition: Annotated[str | None, typer.Option(help="partitioner name")] = None,
+    alpha: Annotated[float | None, typer.Option(help="Dirichlet concentration")] = None,
+    classes_per_client: Annotated[int | None, typer.Option(help="#C for pathological")] = None,
+    clients: Annotated[int | None, typer.Option(help="number of clients")] = None,
+    model: Annotated[str | None, typer.Option(help="client architectures")] = None,
+    server_model: Annotated[str | None, typer.Option(help="server architecture")] = None,
+    local_epochs: Annotated[int | None, typer.Option(help="client epochs")] = None,
+    public_size: Annotated[int | None, typer.Option(help="public pool size (0 = none)")] = None,
+    max_train: Annotated[int | None, typer.Option(help="subsample the training split")] = None,
+    seed: Annotated[int | None, typer.Option(help="model/training seed")] = None,
+    partition_seed: Annotated[int | None, typer.Option(help="data-split seed")] = None,
+    device: Annotated[str | None, typer.Option(help="auto|cpu|cuda")] = None,
+    no_cache: Annotated[
+        bool, typer.Option("--no-cache", help="do not use the artefact cache")
+    ] = False,
+    out: Annotated[Path | None, typer.Option(help="results directory")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Run methods on one federation and write result.json, CSVs and a partition heatmap."""
+    _setup_logging(verbose)
+    cli = _given(
+        methods=method,
+        dataset=dataset,
+        data_root=data_root,
+        download=download,
+        partition=partition,
+        alpha=alpha,
+        classes_per_client=classes_per_client,
+        clients=clients,
+        model=model,
+        server_model=server_model,
+        local_epochs=local_epochs,
+        public_size=public_size,
+        max_train=max_train,
+        seed=seed,
+        partition_seed=partition_seed,
+        device=device,
+    )
+    if no_cache:
+        cli["cache_dir"] = None
+    try:
+        base = load_config(config, overrides or [])
+        cfg = make_config({**_non_default(base), **cli})
+        out_dir = out or Path("runs") / datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+        if (out_dir / "result.json").exists():
+            raise ConfigError(f"{out_dir}/result.json exists; choose another --out")
+        with RichTracker(err_console) as tracker:
+            doc = run_experiment(cfg, tracker)
+    except USER_ERRORS as exc:
+        _fail(exc)
+    path = write_result(out_dir, doc)
+    _write_heatmap(doc, out_dir / "partition.png")
+    console.print(results_table(doc))
+    console.print(
+        f"results: {path}  (cache: {doc['cache']['hits']} hits, "
+        f"{doc['cache']['misses']} misses; {doc['wall_time_s']:.1f} s)"
+    )
+
+
+def _non_default(cfg: Any) -> dict[str, Any]:
+    from oneshotfl.runner.config import ExperimentConfig
+
+    default = ExperimentConfig().to_dict()
+    return {k: v for k, v in cfg.to_dict().items() if v != default[k]}
+
+
+def _write_heatmap(doc: dict[str, Any], path: Path) -> None:
+    import numpy as np
+
+    counts = np.array([c["label_histogram"] for c in doc["clients"]])
+    c = doc["config"]
+    partition_heatmap(counts, path, f"{c['dataset']} · {c['partition']} · {c['clients']} clients")
+
+
+def results_table(doc: dict[str, Any]) -> Table:
+    """The per-method summary as a rich table."""
+    c = doc["config"]
+    title = (
+        f"{c['dataset']} · {c['partition']} (α={c['alpha']}, #C={c['classes_per_client']})"
+        f" · {c['clients']} clients · seed {c['seed']}"
+    )
+    table = Table(title=title)
+    for name in (
+        "method",
+        "accuracy",
+        "best/worst",
+        "personal",
+        "upload/client",
+        "client s",
+        "server s",
+    ):
+        table.add_column(name, justify="left" if name == "method" else "right")
+    for r in doc["methods"]:
+        extremes = (
+            f"{100 * r['accuracy_best']:.2f}/{100 * r['accuracy_worst']:.2f}"
+            if "accuracy_best" in r
+            else ""
+        )
+        table.add_row(
+            r["key"],
+            f"{100 * r['accuracy']:.2f}%",
+            extremes,
+            f"{100 * r['personal_accuracy']:.2f}%",
+            _bytes(r["upload_bytes_mean"]),
+            f"{r['client_wall_s_mean']:.2f}",
+            f"{r['server_wall_s']:.2f}",
+        )
+    return table
+
+
+def _bytes(n: float) -> str:
+    from oneshotfl.runner.report import human_bytes
+
+    return human_bytes(n)
+
+
+@app.command()
+def partition(
+    dataset: Annotated[str, typer.Option(help="dataset name")] = "fashion_mnist",
+    data_root: Annotated[str | None, typer.Option(help="dataset directory")] = None,
+    partition: Annotated[str, typer.Option("--partition", "-p", help="partitioner")] = "dirichlet",
+    alpha: Annotated[float, typer.Option(help="Dirichlet concentration")] = 0.5,
+    classes_per_client: Annotated[int, typer.Option(help="#C for pathological")] = 2,
+    clients: Annotated[int, typer.Option(help="number of clients")] = 10,
+    public_size: Annotated[int, typer.Option(help="public pool size")] = 0,
+    max_train: Annotated[int | None, typer.Option(help="subsample the training split")] = None,
+    seed: Annotated[int, typer.Option(help="partition seed")] = 0,
+    png: Annotated[Path | None, typer.Option(help="save a heatmap PNG here")] = None,
+) -> None:
+    """Print the client × class count matrix of a partition (and save a heatmap)."""
+    _setup_logging(False)
+    try:
+        cfg = make_config(
+            dict(
+                dataset=dataset,
+                data_root=data_root,
+                partition=partition,
+                alpha=alpha,
+                classes_per_client=classes_per_client,
+                clients=clients,
+                public_size=public_size,
+                max_train=max_train,
+                seed=seed,
+            )
+        )
+        fed = build_federation(load_dataset(cfg.dataset, cfg.data_root), cfg)
+    except USER_ERRORS as exc:
+        _fail(exc)
+    counts = fed.label_histograms()
+    table = Table(title=f"{dataset} · {partition} · {clients} clients · seed {seed}")
+    table.add_column("client", justify="right")
+    for k in range(counts.shape[1]):
+        table.add_column(str(k), justify="right")
+    table.add_column("total", justify="right")
+    for cid, row in enumerate(counts):
+        table.add_row(str(cid), *(str(v) for v in row), str(row.sum()))
+    console.print(table)
+    if png is not None:
+        partition_heatmap(counts, png, f"{dataset} · {partition} · {clients} clients")
+        console.print(f"heatmap: {png}")
+
+
+REGISTRIES: dict[str, Registry[Any]] = {
+    "methods": METHODS,
+    "models": MODELS,
+    "datasets": DATASETS,
+    "partitioners": PARTITIONERS,
+}
+
+
+@app.command("list")
+def list_(
+    what: Annotated[str, typer.Argument(help="methods|models|datasets|partitioners")],
+) -> None:
+    """Print a registry: one name per line, then its description."""
+    registry = REGISTRIES.get(what)
+    if registry is None:
+        _fail(ValueError(f"expected one of {', '.join(REGISTRIES)}, got {what!r}"))
+        return
+    width = max(len(n) for n in registry.names())
+    for entry in registry.entries():
+        typer.echo(f"{entry.name:<{width}}  {entry.description}")
+
+
+@app.command()
+def sweep(
+    file: Annotated[Path, typer.Argument(help="sweep YAML")],
+    out: Annotated[Path | None, typer.Option(help="results root (default runs/NAME)")] = None,
+    force: Annotated[bool, typer.Option("--force", help="rerun finished runs")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Run every point of a sweep grid; finished runs are skipped (resume)."""
+    _setup_logging(verbose)
+    try:
+        spec = load_sweep(file)
+    except USER_ERRORS as exc:
+        _fail(exc)
+    root = out or Path("runs") / spec.name
+    start = time.perf_counter()
+    done = 0
+    for i, point in enumerate(spec.runs, 1):
+        run_dir = root / point.run_id
+        if (run_dir / "result.json").exists() and not force:
+            log.info("[%d/%d] %s: done already, skipped", i, len(spec.runs), point.run_id)
+            continue
+        log.info("[%d/%d] %s", i, len(spec.runs), point.run_id)
+        try:
+            with RichTracker(err_console) as tracker:
+                doc = run_experiment(point.config, tracker)
+        except USER_ERRORS as exc:
+            _fail(exc)
+        write_result(run_dir, doc)
+        done += 1
+        console.print(results_table(doc))
+    elapsed = time.perf_counter() - start
+    meta = {
+        "name": spec.name,
+        "runs": len(spec.runs),
+        "ran_now": done,
+        "wall_time_s_this_invocation": elapsed,
+        "argv": sys.argv[1:],
+    }
+    atomic_write_text(root / "sweep.json", json.dumps(meta, indent=2) + "\n")
+    console.print(f"sweep {spec.name}: {done} run(s) in {elapsed / 60:.1f} min → {root}")
+
+
+@app.command()
+def report(
+    results: Annotated[Path, typer.Argument(help="directory holding result.json files")],
+    out: Annotated[
+        Path | None, typer.Option(help="report directory (default RESULTS/report)")
+    ] = None,
+    markdown: Annotated[
+        Path | None, typer.Option(help="splice the table into this markdown")
+    ] = None,
+    section: Annotated[str, typer.Option(help="marker name in the markdown file")] = "",
+) -> None:
+    """Mean ± std over seeds as a markdown table, CSV summary and PNG plots."""
+    _setup_logging(False)
+    out_dir = out or results / "report"
+    try:
+        _, text = write_report(
+            results, out_dir, str(results.name), link_from=markdown.parent if markdown else None
+        )
+        if markdown is not None:
+            splice_markdown(markdown, section or results.name, text)
+    except (*USER_ERRORS, ValueError) as exc:
+        _fail(exc)
+    console.print(text)
+    console.print(f"report: {out_dir}")
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()

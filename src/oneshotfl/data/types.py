@@ -1,0 +1,64 @@
+"""Plain containers for in-memory data.
+
+Images are held as normalised ``float32`` tensors ``[N, C, H, W]`` and labels as ``int64``
+tensors ``[N]``; every dataset in the registry is small enough for this on one machine, and
+slicing tensors by index is far faster than a ``DataLoader`` for small models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class LabelledData:
+    """Inputs with their labels."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+
+    def __post_init__(self) -> None:
+        if self.x.shape[0] != self.y.shape[0]:
+            raise ValueError(
+                f"inputs and labels differ in length: expected equal, got {self.x.shape[0]} "
+                f"inputs and {self.y.shape[0]} labels"
+            )
+
+    def __len__(self) -> int:
+        return int(self.x.shape[0])
+
+    def subset(self, index: torch.Tensor | list[int]) -> LabelledData:
+        """The rows at ``index`` (a copy)."""
+        idx = torch.as_tensor(index, dtype=torch.long)
+        return LabelledData(self.x[idx], self.y[idx])
+
+
+@dataclass(frozen=True)
+class UnlabelledData:
+    """Inputs only. The server's view of the public pool: by type it has no labels to leak."""
+
+    x: torch.Tensor
+
+    def __len__(self) -> int:
+        return int(self.x.shape[0])
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A dataset from the registry: its train and test splits and what models need to know."""
+
+    name: str
+    train: LabelledData
+    test: LabelledData
+    num_classes: int
+    class_names: tuple[str, ...]
+
+    @property
+    def in_channels(self) -> int:
+        return int(self.train.x.shape[1])
+
+    @property
+    def image_size(self) -> int:
+        return int(self.train.x.shape[-1])

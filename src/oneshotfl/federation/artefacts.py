@@ -1,0 +1,106 @@
+"""A content-addressed cache of trained client (and server) artefacts.
+
+An artefact is a :class:`~oneshotfl.federation.payload.Payload` stored as safetensors under a
+key that hashes everything that determines it (data fingerprint, architecture, training
+config, seeds, recipe). A sweep therefore trains each client once, whichever methods use the
+model. Hits and misses are logged and counted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from oneshotfl.federation.payload import Payload, WireError, decode, encode
+
+log = logging.getLogger(__name__)
+
+#: Bump when a change makes old artefacts wrong (e.g. a training-loop change).
+CACHE_FORMAT = 1
+
+
+def cache_key(parts: Mapping[str, object]) -> str:
+    """A hex key for a JSON-able description of an artefact."""
+    text = json.dumps({"format": CACHE_FORMAT, **parts}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def tensor_fingerprint(*tensors: torch.Tensor) -> str:
+    """A hash of the tensors' dtypes, shapes and bytes."""
+    digest = hashlib.sha256()
+    for t in tensors:
+        c = t.detach().cpu().contiguous()
+        digest.update(f"{c.dtype}{tuple(c.shape)}".encode())
+        digest.update(c.view(torch.uint8).numpy().tobytes() if c.numel() else b"")
+    return digest.hexdigest()
+
+
+@dataclass
+class ArtefactStore:
+    """Disk cache (``root``) plus an in-memory memo; ``root=None`` keeps only the memo.
+
+    Attributes:
+        root: cache directory, or ``None`` for no disk cache.
+        hits: artefacts found (disk or memory).
+        misses: artefacts computed.
+    """
+
+    root: Path | None = None
+    hits: int = 0
+    misses: int = 0
+    _memo: dict[str, Payload] = field(default_factory=dict, repr=False)
+
+    def get_or_make(
+        self, kind: str, parts: Mapping[str, object], make: Callable[[], Payload], label: str
+    ) -> tuple[Payload, bool]:
+        """The artefact keyed by ``parts``, computed by ``make()`` on a miss.
+
+        Returns:
+            ``(payload, hit)``.
+        """
+        key = cache_key({"kind": kind, **parts})
+        if key in self._memo:
+            self.hits += 1
+            return self._memo[key], True
+        cached = self._read(kind, key, label)
+        if cached is not None:
+            self.hits += 1
+            log.info("cache hit: %s (%s %s)", label, kind, key[:12])
+            self._memo[key] = cached
+            return cached, True
+        self.misses += 1
+        payload = make()
+        self._write(kind, key, payload)
+        self._memo[key] = payload
+        return payload, False
+
+    def _path(self, kind: str, key: str) -> Path | None:
+        return None if self.root is None else self.root / kind / key[:2] / f"{key}.safetensors"
+
+    def _read(self, kind: str, key: str, label: str) -> Payload | None:
+        path = self._path(kind, key)
+        if path is None or not path.exists():
+            return None
+        try:
+            return decode(path.read_bytes())
+        except (OSError, WireError) as exc:
+            log.warning("ignoring unreadable cache file %s for %s: %s", path, label, exc)
+            return None
+
+    def _write(self, kind: str, key: str, payload: Payload) -> None:
+        path = self._path(kind, key)
+        if path is None:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(encode(payload))
+        os.replace(tmp, path)

@@ -1,0 +1,267 @@
+"""Payload specifications and their validation on receipt.
+
+A method declares what one client sends as a :class:`PayloadSpec`. Shapes may use symbolic
+dimensions: ``"C"`` (number of classes), ``"CH"``, ``"H"``, ``"W"`` (input channels and size),
+``"N_pub"`` (public pool size), or any other name, which must then take one value across the
+payload (e.g. ``"N"`` shared by latents and labels). Models travel as an architecture name from
+the model registry plus a state dict; they are checked against a freshly built reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from oneshotfl.federation.payload import Payload
+from oneshotfl.models import MODELS, create_model
+
+Dim = int | str
+
+
+class PayloadError(ValueError):
+    """A payload that does not match its method's :class:`PayloadSpec`.
+
+    Attributes:
+        client: the sending client's id (``None`` when unknown).
+        field: the offending field name.
+    """
+
+    def __init__(self, field: str, expected: str, got: str, client: int | None = None) -> None:
+        self.client = client
+        self.field = field
+        who = f"client {client}: " if client is not None else ""
+        super().__init__(f"{who}payload field {field!r}: expected {expected}, got {got}")
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """One named array.
+
+    Attributes:
+        name: the array's key in the payload.
+        shape: dimensions, each an int or a symbol (see module docs).
+        dtypes: allowed dtype names.
+        value_range: inclusive (low, high) every element must lie in, or ``None``.
+        simplex: rows along the last axis must sum to 1 (probability vectors).
+    """
+
+    name: str
+    shape: tuple[Dim, ...]
+    dtypes: tuple[str, ...] = ("float32",)
+    value_range: tuple[float, float] | None = None
+    simplex: bool = False
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model: scalar ``<prefix>.arch`` plus arrays ``<prefix>.<state-dict key>``.
+
+    Attributes:
+        prefix: field prefix (``"model"``).
+        extra_outputs: outputs beyond the class count (1 for an abstention class).
+        archs: allowed architectures; empty means any registered model.
+    """
+
+    prefix: str = "model"
+    extra_outputs: int = 0
+    archs: tuple[str, ...] = ()
+
+    @property
+    def arch_key(self) -> str:
+        return f"{self.prefix}.arch"
+
+    def owns(self, key: str) -> bool:
+        return key.startswith(self.prefix + ".")
+
+
+@dataclass(frozen=True)
+class ScalarSpec:
+    """One named scalar of a given Python type (``int`` also accepts a bool-free integer)."""
+
+    name: str
+    kind: type = float
+    minimum: float | None = None
+
+
+@dataclass(frozen=True)
+class PayloadSpec:
+    """Everything one client's payload must contain, and nothing else."""
+
+    arrays: tuple[ArraySpec, ...] = ()
+    models: tuple[ModelSpec, ...] = ()
+    scalars: tuple[ScalarSpec, ...] = ()
+
+
+@dataclass(frozen=True)
+class WireDims:
+    """The federation's public facts that symbolic dimensions resolve to."""
+
+    num_classes: int
+    in_channels: int
+    image_size: int
+    public_size: int = 0
+    extra: Mapping[str, int] = field(default_factory=dict)
+
+    def symbols(self) -> dict[str, int]:
+        base = {
+            "C": self.num_classes,
+            "CH": self.in_channels,
+            "H": self.image_size,
+            "W": self.image_size,
+            "N_pub": self.public_size,
+        }
+        return {**base, **self.extra}
+
+
+def validate_payload(
+    payload: Payload, spec: PayloadSpec, dims: WireDims, client: int | None = None
+) -> None:
+    """Check ``payload`` against ``spec``; raise :class:`PayloadError` on the first problem.
+
+    Checks names (missing and unexpected), dtypes, shapes, finite values, value ranges,
+    probability rows, scalar types, and each model's architecture, keys, shapes, dtypes and
+    class count.
+    """
+    model_keys = {k for k in payload.arrays for m in spec.models if m.owns(k)}
+    _check_names(payload, spec, model_keys, client)
+    bound: dict[str, int] = dims.symbols()
+    for array_spec in spec.arrays:
+        _check_array(payload.arrays[array_spec.name], array_spec, bound, client)
+    for scalar_spec in spec.scalars:
+        _check_scalar(payload.scalars[scalar_spec.name], scalar_spec, client)
+    for model_spec in spec.models:
+        _check_model(payload, model_spec, dims, client)
+
+
+def _check_names(
+    payload: Payload, spec: PayloadSpec, model_keys: set[str], client: int | None
+) -> None:
+    want_arrays = {a.name for a in spec.arrays}
+    want_scalars = {s.name for s in spec.scalars} | {m.arch_key for m in spec.models}
+    for name in sorted(want_arrays - set(payload.arrays)):
+        raise PayloadError(name, "an array", "nothing (missing)", client)
+    for name in sorted(want_scalars - set(payload.scalars)):
+        raise PayloadError(name, "a scalar", "nothing (missing)", client)
+    for name in sorted(set(payload.arrays) - want_arrays - model_keys):
+        raise PayloadError(name, "no such array in the spec", "an unexpected array", client)
+    for name in sorted(set(payload.scalars) - want_scalars):
+        raise PayloadError(name, "no such scalar in the spec", "an unexpected scalar", client)
+
+
+def _check_array(
+    value: np.ndarray, spec: ArraySpec, bound: dict[str, int], client: int | None
+) -> None:
+    if value.dtype.name not in spec.dtypes:
+        raise PayloadError(spec.name, f"dtype in {list(spec.dtypes)}", value.dtype.name, client)
+    if value.ndim != len(spec.shape):
+        raise PayloadError(
+            spec.name, f"{len(spec.shape)} dims {spec.shape}", f"shape {value.shape}", client
+        )
+    for axis, (dim, got) in enumerate(zip(spec.shape, value.shape, strict=True)):
+        want = dim if isinstance(dim, int) else bound.setdefault(dim, got)
+        if want != got:
+            label = "the class count " if dim == "C" else ""
+            raise PayloadError(
+                spec.name, f"{label}{want} on axis {axis} ({dim})", f"shape {value.shape}", client
+            )
+    _check_values(value, spec, client)
+
+
+def _check_values(value: np.ndarray, spec: ArraySpec, client: int | None) -> None:
+    if value.size == 0:
+        return
+    if value.dtype.kind == "f" and not np.isfinite(value).all():
+        bad = int((~np.isfinite(value)).sum())
+        raise PayloadError(spec.name, "finite values", f"{bad} NaN/inf entries", client)
+    if spec.value_range is not None:
+        low, high = spec.value_range
+        vmin, vmax = value.min(), value.max()
+        if vmin < low or vmax > high:
+            raise PayloadError(
+                spec.name, f"values in [{low}, {high}]", f"range [{vmin}, {vmax}]", client
+            )
+    if spec.simplex:
+        sums = value.astype(np.float64).sum(axis=-1)
+        worst = float(np.abs(sums - 1.0).max())
+        if worst > 1e-2:
+            raise PayloadError(spec.name, "rows summing to 1", f"a row off by {worst:.3g}", client)
+
+
+def _check_scalar(value: object, spec: ScalarSpec, client: int | None) -> None:
+    ok = isinstance(value, spec.kind) and not (spec.kind is int and isinstance(value, bool))
+    if spec.kind is float and isinstance(value, int) and not isinstance(value, bool):
+        ok = True
+    if not ok:
+        raise PayloadError(spec.name, spec.kind.__name__, type(value).__name__, client)
+    if spec.minimum is not None and isinstance(value, int | float) and value < spec.minimum:
+        raise PayloadError(spec.name, f"a value >= {spec.minimum}", repr(value), client)
+
+
+def _check_model(payload: Payload, spec: ModelSpec, dims: WireDims, client: int | None) -> None:
+    arch = payload.scalars[spec.arch_key]
+    allowed = spec.archs or tuple(MODELS.names())
+    if not isinstance(arch, str) or arch not in allowed:
+        raise PayloadError(spec.arch_key, f"an architecture in {list(allowed)}", repr(arch), client)
+    reference = reference_state(arch, dims, spec.extra_outputs)
+    got = {k[len(spec.prefix) + 1 :]: v for k, v in payload.arrays.items() if spec.owns(k)}
+    for key in sorted(set(reference) - set(got)):
+        raise PayloadError(f"{spec.prefix}.{key}", f"a tensor of {arch}", "nothing", client)
+    for key in sorted(set(got) - set(reference)):
+        raise PayloadError(f"{spec.prefix}.{key}", f"no such tensor in {arch}", "one", client)
+    for key, ref in reference.items():
+        value, name = got[key], f"{spec.prefix}.{key}"
+        if tuple(value.shape) != tuple(ref.shape):
+            what = "the class count in " if key.startswith("head.") else ""
+            raise PayloadError(name, f"{what}shape {tuple(ref.shape)}", str(value.shape), client)
+        want_dtype = str(ref.dtype).removeprefix("torch.")
+        if value.dtype.name != want_dtype:
+            raise PayloadError(name, f"dtype {want_dtype}", value.dtype.name, client)
+        if value.dtype.kind == "f" and not np.isfinite(value).all():
+            raise PayloadError(name, "finite values", "NaN/inf entries", client)
+
+
+_REFERENCE_CACHE: dict[tuple[str, int, int, int], dict[str, torch.Tensor]] = {}
+
+
+def reference_state(arch: str, dims: WireDims, extra_outputs: int = 0) -> dict[str, torch.Tensor]:
+    """The state dict (shapes and dtypes) of ``arch`` built for this federation; memoised."""
+    key = (arch, dims.in_channels, dims.num_classes + extra_outputs, dims.image_size)
+    if key not in _REFERENCE_CACHE:
+        with torch.device("meta"):  # shapes and dtypes only: no memory, no RNG draws
+            model = create_model(arch, dims.in_channels, key[2], dims.image_size)
+        _REFERENCE_CACHE[key] = {k: v.detach() for k, v in model.state_dict().items()}
+    return _REFERENCE_CACHE[key]
+
+
+def model_fields(model: nn.Module, prefix: str = "model") -> Payload:
+    """A model as payload fields: ``<prefix>.arch`` and its float32/int state dict."""
+    arch = getattr(model, "arch", None)
+    if not isinstance(arch, str):
+        raise TypeError("only models built by oneshotfl.models.create_model can be sent")
+    arrays = {
+        f"{prefix}.{k}": v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()
+    }
+    return Payload(arrays, {f"{prefix}.arch": arch})
+
+
+def model_from_fields(
+    payload: Payload, dims: WireDims, prefix: str = "model", extra_outputs: int = 0
+) -> nn.Module:
+    """Rebuild the model a payload carries (after :func:`validate_payload`)."""
+    arch = str(payload.scalars[f"{prefix}.arch"])
+    with torch.random.fork_rng(devices=[]):  # the weights are overwritten: leave no RNG trace
+        model = create_model(
+            arch, dims.in_channels, dims.num_classes + extra_outputs, dims.image_size
+        )
+    start = len(prefix) + 1
+    state = {
+        k[start:]: torch.from_numpy(np.array(v))
+        for k, v in payload.arrays.items()
+        if k.startswith(prefix + ".")
+    }
+    model.load_state_dict(state, strict=True)
+    return model

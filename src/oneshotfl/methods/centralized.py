@@ -1,0 +1,118 @@
+"""Centralised training: the upper bound every federated method is measured against.
+
+Written honestly as a "method" whose clients upload their raw data (the payload is the data,
+and its bytes are counted as such); the server trains one model on the union with the same
+training settings the clients use. The union is put in a canonical order (by a hash of each
+example) before training, so the result depends on the set of examples, not on how a
+partitioner dealt them out — and the trained model is cached under that set's hash, so a
+sweep over partitions of the same pool trains it once per seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from oneshotfl.data.types import LabelledData
+from oneshotfl.federation.contract import ClientContext, Method, ServerContext
+from oneshotfl.federation.outcome import GlobalModel, Outcome
+from oneshotfl.federation.payload import Payload
+from oneshotfl.federation.spec import (
+    ArraySpec,
+    PayloadSpec,
+    WireDims,
+    model_fields,
+    model_from_fields,
+)
+from oneshotfl.methods.base import register_method
+from oneshotfl.methods.recipes import initial_model
+from oneshotfl.seeding import torch_generator
+from oneshotfl.training.loop import train_classifier
+
+
+@dataclass(frozen=True)
+class CentralizedConfig:
+    """Centralised-training hyper-parameters.
+
+    Attributes:
+        arch: the model; ``None`` means the clients' architecture when they all share one,
+            else the configured server model.
+    """
+
+    arch: str | None = None
+
+
+def canonical_order(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, str]:
+    """A permutation sorting examples by a hash of their bytes, and a hash of the whole set."""
+    rows = x.reshape(len(x), -1)
+    digests = [
+        hashlib.blake2b(rows[i].tobytes() + y[i].tobytes(), digest_size=16).digest()
+        for i in range(len(x))
+    ]
+    order = np.array(sorted(range(len(x)), key=digests.__getitem__), dtype=np.int64)
+    whole = hashlib.sha256(b"".join(digests[i] for i in order)).hexdigest()
+    return order, whole
+
+
+@register_method("centralized", "upper bound: one model trained on the union of client data")
+class Centralized(Method[CentralizedConfig]):
+    """Pooled-data training (not federated; the reference upper bound)."""
+
+    Config = CentralizedConfig
+
+    def payload_spec(self, dims: WireDims) -> PayloadSpec:
+        return PayloadSpec(
+            arrays=(
+                ArraySpec("x", ("N", "CH", "H", "W")),
+                ArraySpec("y", ("N",), ("int64",), value_range=(0, dims.num_classes - 1)),
+            )
+        )
+
+    def client_update(self, ctx: ClientContext) -> Payload:
+        return Payload({"x": ctx.data.x.numpy(), "y": ctx.data.y.numpy()})
+
+    def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
+        arch = self._arch(ctx)
+        x = np.concatenate([payloads[c].arrays["x"] for c in sorted(payloads)])
+        y = np.concatenate([payloads[c].arrays["y"] for c in sorted(payloads)])
+        order, set_hash = canonical_order(x, y)
+        data = LabelledData(torch.from_numpy(x[order]), torch.from_numpy(y[order]))
+
+        def make() -> Payload:
+            model = initial_model(arch, ctx.task, ctx.seed)
+            train_classifier(
+                model,
+                data,
+                ctx.client_train_config,
+                torch_generator(ctx.seed, "centralized", "train"),
+                ctx.device,
+                tracker=ctx.tracker,
+                description=f"centralized ({arch}, {len(data)} examples)",
+            )
+            return model_fields(model.cpu())
+
+        parts = {
+            "data": set_hash,
+            "arch": arch,
+            "train": ctx.client_train_config.as_dict(),
+            "seed": ctx.seed,
+            "task": [ctx.task.num_classes, ctx.task.in_channels, ctx.task.image_size],
+        }
+        payload, _ = ctx.store.get_or_make("centralized", parts, make, "centralized model")
+        return GlobalModel(model_from_fields(payload, ctx.dims))
+
+    def _arch(self, ctx: ServerContext) -> str:
+        if self.config.arch is not None:
+            return self.config.arch
+        if len(set(ctx.client_archs)) == 1:
+            return ctx.client_archs[0]
+        if ctx.server_arch is not None:
+            return ctx.server_arch
+        raise ValueError(
+            "centralized: clients use several architectures "
+            f"{sorted(set(ctx.client_archs))}; expected arch=NAME or a server_model"
+        )

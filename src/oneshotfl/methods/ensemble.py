@@ -1,0 +1,59 @@
+"""The ensemble of client models: average of client softmaxes.
+
+The strong one-shot reference of FedDF (Lin et al. 2020), DENSE (Zhang et al. 2022) and
+IntactOFL: the server keeps every client model and predicts Σ_k w_k softmax(f_k(x)). With
+``weighting=uniform`` w_k = 1; with ``weighting=size`` w_k = n_k, the client's example count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from oneshotfl.federation.contract import ClientContext, Method, ServerContext
+from oneshotfl.federation.outcome import Ensemble as EnsembleOutcome
+from oneshotfl.federation.outcome import Outcome
+from oneshotfl.federation.payload import Payload
+from oneshotfl.federation.spec import PayloadSpec, WireDims, model_from_fields
+from oneshotfl.methods.base import register_method
+from oneshotfl.methods.fedavg import MODEL_WITH_SIZE, model_with_size
+
+
+@dataclass(frozen=True)
+class EnsembleConfig:
+    """Ensemble hyper-parameters.
+
+    Attributes:
+        weighting: ``uniform`` (every member 1) or ``size`` (members weighted by n_k).
+    """
+
+    weighting: Literal["uniform", "size"] = "uniform"
+
+    def __post_init__(self) -> None:
+        if self.weighting not in ("uniform", "size"):
+            raise ValueError(f"weighting must be 'uniform' or 'size', got {self.weighting!r}")
+
+
+@register_method("ensemble", "average of client softmaxes (weighting=uniform|size)")
+class Ensemble(Method[EnsembleConfig]):
+    """Probability-averaging ensemble of the client models."""
+
+    Config = EnsembleConfig
+
+    def payload_spec(self, dims: WireDims) -> PayloadSpec:
+        return MODEL_WITH_SIZE
+
+    def client_update(self, ctx: ClientContext) -> Payload:
+        return model_with_size(ctx)
+
+    def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
+        ids = sorted(payloads)
+        members = [model_from_fields(payloads[c], ctx.dims) for c in ids]
+        if self.config.weighting == "size":
+            weights = torch.tensor([float(payloads[c].scalars["n_examples"]) for c in ids])
+        else:
+            weights = torch.ones(len(ids))
+        return EnsembleOutcome(members, weights)

@@ -1,0 +1,95 @@
+"""One-shot FedAvg: one round of McMahan et al. (2017), "Communication-Efficient Learning of
+Deep Networks from Decentralized Data" (AISTATS).
+
+Every client starts from the shared initial model, trains ``local_epochs`` on its data and
+sends its weights with its example count; the server returns the data-size-weighted average
+of the parameters (and buffers: BatchNorm statistics are averaged the same way, integer
+counters are rounded). Requires identical architectures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+
+from oneshotfl.federation.contract import (
+    ClientContext,
+    Method,
+    NoConfig,
+    Requires,
+    ServerContext,
+)
+from oneshotfl.federation.outcome import GlobalModel, Outcome
+from oneshotfl.federation.payload import Payload
+from oneshotfl.federation.spec import (
+    ModelSpec,
+    PayloadSpec,
+    ScalarSpec,
+    WireDims,
+    model_fields,
+    model_from_fields,
+)
+from oneshotfl.methods.base import register_method
+from oneshotfl.methods.recipes import trained_local_model
+
+MODEL_WITH_SIZE = PayloadSpec(models=(ModelSpec(),), scalars=(ScalarSpec("n_examples", int, 1),))
+
+
+def weighted_average(
+    states: Sequence[Mapping[str, np.ndarray]], weights: Sequence[float]
+) -> dict[str, np.ndarray]:
+    """Σ_k w_k θ_k / Σ_k w_k per tensor; integer tensors are rounded back to their dtype.
+
+    Raises:
+        ValueError: for no states, mismatched keys, or non-positive total weight.
+    """
+    if not states:
+        raise ValueError("weighted_average: expected at least one state, got none")
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape != (len(states),) or (w < 0).any() or w.sum() <= 0:
+        raise ValueError(f"weighted_average: expected {len(states)} non-negative weights, got {w}")
+    w = w / w.sum()
+    keys = list(states[0])
+    if any(set(s) != set(keys) for s in states[1:]):
+        raise ValueError("weighted_average: expected states with the same keys, got different")
+    out: dict[str, np.ndarray] = {}
+    for key in keys:
+        stacked = np.stack([np.asarray(s[key], dtype=np.float64) for s in states])
+        mean = np.tensordot(w, stacked, axes=1)
+        dtype = states[0][key].dtype
+        out[key] = (np.rint(mean) if dtype.kind in "iub" else mean).astype(dtype)
+    return out
+
+
+def model_with_size(ctx: ClientContext) -> Payload:
+    """The client's trained model and its example count (FedAvg's and the ensemble's message)."""
+    model = trained_local_model(ctx)
+    return model_fields(model.cpu()).merged(Payload({}, {"n_examples": len(ctx.data)}))
+
+
+@register_method("fedavg", "one round of FedAvg: data-size-weighted parameter average")
+class FedAvg(Method[NoConfig]):
+    """One-shot FedAvg (McMahan et al. 2017)."""
+
+    requires = Requires(same_architecture=True)
+
+    def payload_spec(self, dims: WireDims) -> PayloadSpec:
+        return MODEL_WITH_SIZE
+
+    def client_update(self, ctx: ClientContext) -> Payload:
+        return model_with_size(ctx)
+
+    def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
+        ids = sorted(payloads)
+        prefix = "model."
+        states = [
+            {k[len(prefix) :]: v for k, v in payloads[c].arrays.items() if k.startswith(prefix)}
+            for c in ids
+        ]
+        sizes = [float(payloads[c].scalars["n_examples"]) for c in ids]
+        averaged = weighted_average(states, sizes)
+        model = model_from_fields(payloads[ids[0]], ctx.dims)
+        model.load_state_dict({k: torch.from_numpy(v) for k, v in averaged.items()})
+        return GlobalModel(model)

@@ -1,0 +1,40 @@
+"""Local training only: the no-collaboration reference.
+
+Each client trains on its own data and keeps its model. Nothing is communicated: the payload
+only carries the model to the evaluator and is counted as zero upload bytes. The evaluator
+reports the mean, best and worst client on the global test set (the best one is an oracle
+pick on test, reported as in FedOL's Table I, never used to choose a model).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from oneshotfl.federation.contract import ClientContext, Method, NoConfig, ServerContext
+from oneshotfl.federation.outcome import Outcome, Personalised
+from oneshotfl.federation.payload import Payload
+from oneshotfl.federation.spec import (
+    ModelSpec,
+    PayloadSpec,
+    WireDims,
+    model_fields,
+    model_from_fields,
+)
+from oneshotfl.methods.base import register_method
+from oneshotfl.methods.recipes import trained_local_model
+
+
+@register_method("local", "each client's own model on the global test set (mean/best/worst)")
+class Local(Method[NoConfig]):
+    """Local training without collaboration."""
+
+    communicates = False
+
+    def payload_spec(self, dims: WireDims) -> PayloadSpec:
+        return PayloadSpec(models=(ModelSpec(),))
+
+    def client_update(self, ctx: ClientContext) -> Payload:
+        return model_fields(trained_local_model(ctx).cpu())
+
+    def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
+        return Personalised({cid: model_from_fields(p, ctx.dims) for cid, p in payloads.items()})

@@ -1,0 +1,85 @@
+"""Client recipes shared by many methods: build the shared initial model, train it locally.
+
+A recipe's result is cached in the :class:`~oneshotfl.federation.artefacts.ArtefactStore`
+under a key of everything that determines it, so every method in a sweep that needs "the
+client's locally trained model" gets the same one, trained once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import torch
+from torch import nn
+
+from oneshotfl.federation.contract import ClientContext, TaskInfo
+from oneshotfl.federation.payload import Payload
+from oneshotfl.federation.spec import model_fields, model_from_fields
+from oneshotfl.models import create_model
+from oneshotfl.seeding import seeded_torch, torch_generator
+from oneshotfl.training.loop import train_classifier
+
+Regulariser = Callable[[nn.Module], torch.Tensor]
+
+
+def initial_model(arch: str, task: TaskInfo, seed: int, extra_outputs: int = 0) -> nn.Module:
+    """The shared initialisation of ``arch``: the same for every client with that architecture.
+
+    One-shot FedAvg and FedProx assume the server broadcast one initial model; deriving it
+    from the model seed and the architecture name gives every party the same weights.
+    """
+    with seeded_torch(seed, "init", arch, extra_outputs):
+        return create_model(
+            arch, task.in_channels, task.num_classes + extra_outputs, task.image_size
+        )
+
+
+def trained_local_model(
+    ctx: ClientContext,
+    recipe: str = "erm",
+    make_regulariser: Callable[[nn.Module], Regulariser] | None = None,
+    recipe_params: Mapping[str, object] | None = None,
+) -> nn.Module:
+    """The client's model trained on its own data (cached).
+
+    Args:
+        ctx: the client's context.
+        recipe: name of the training recipe (part of the cache key).
+        make_regulariser: given the initial model, returns a penalty added to the loss
+            (e.g. FedProx's proximal term).
+        recipe_params: the recipe's hyper-parameters (part of the cache key).
+    """
+    parts = {
+        "recipe": recipe,
+        "recipe_params": dict(recipe_params or {}),
+        "data": ctx.data_fingerprint,
+        "arch": ctx.arch,
+        "task": [ctx.task.num_classes, ctx.task.in_channels, ctx.task.image_size],
+        "train": ctx.train_config.as_dict(),
+        "seed": ctx.seed,
+        "client": ctx.client_id,
+    }
+
+    def make() -> Payload:
+        model = initial_model(ctx.arch, ctx.task, ctx.seed)
+        regulariser = None if make_regulariser is None else make_regulariser(model)
+        stats = train_classifier(
+            model,
+            ctx.data,
+            ctx.train_config,
+            torch_generator(ctx.seed, "client", ctx.client_id, "train", recipe),
+            ctx.device,
+            regulariser=regulariser,
+            tracker=ctx.tracker,
+            description=f"client {ctx.client_id} {recipe} ({ctx.arch})",
+        )
+        info = {"train_seconds": stats.seconds, "steps": stats.steps}
+        return model_fields(model.cpu()).merged(Payload({}, info))
+
+    payload, hit = ctx.store.get_or_make(
+        "local_model", parts, make, label=f"client {ctx.client_id} {recipe} model"
+    )
+    ctx.notes["train_seconds"] = float(payload.scalars.get("train_seconds", 0.0))
+    ctx.notes["cache_hit"] = hit
+    model = model_from_fields(payload, ctx.task.dims())
+    return model.to(ctx.device).eval()

@@ -1,0 +1,171 @@
+"""The model registry and the classifier contract every architecture follows.
+
+The contract is timm's (Wightman, *PyTorch Image Models*, 2019): a model exposes
+``num_features``, ``forward_features`` (pooled, flattened pre-logits features),
+``forward_head`` (the linear classifier, skippable with ``pre_logits=True``) and
+``forward = forward_head ∘ forward_features``. Head-based one-shot methods rely on the head being
+a single :class:`torch.nn.Linear` named ``head``.
+"""
+
+from __future__ import annotations
+
+import numbers
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from oneshotfl.registry import Registry
+
+
+def _as_size(what: str, value: object, minimum: int, owner: str) -> int:
+    """``value`` as an ``int`` of at least ``minimum``, or a ``ValueError`` saying why not."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(
+            f"{owner} expects {what} to be an integer, got {value!r} ({type(value).__name__})"
+        )
+    size = int(value)
+    if size < minimum:
+        raise ValueError(f"{owner} expects {what} >= {minimum}, got {size}")
+    return size
+
+
+class ClassifierModel(nn.Module, ABC):
+    """Abstract image classifier: a feature extractor followed by one linear head.
+
+    Subclasses build their trunk, then set :attr:`num_features` and ``head =
+    nn.Linear(num_features, num_classes)`` and implement :meth:`forward_features`.
+
+    Args:
+        in_channels: channels of the input images (1 for greyscale, 3 for RGB).
+        num_classes: outputs of the head; at least 1.
+        image_size: height (= width) of the square input images in pixels; at least
+            :attr:`min_image_size`.
+
+    Attributes:
+        arch: the registry name the model was built under (set by :func:`create_model`; empty
+            for a model constructed directly).
+        in_channels: as given.
+        num_classes: as given.
+        image_size: as given.
+        num_features: width of the pre-logits features ``forward_features`` returns.
+        head: the linear classifier mapping features to logits.
+
+    Raises:
+        ValueError: if a size is not an integer or is below its minimum.
+    """
+
+    min_image_size: ClassVar[int] = 1
+    """The smallest input side length the architecture supports (its total down-sampling)."""
+
+    arch: str
+    num_features: int
+    head: nn.Linear
+
+    def __init__(self, in_channels: int, num_classes: int, image_size: int) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        self.in_channels = _as_size("in_channels", in_channels, 1, owner)
+        self.num_classes = _as_size("num_classes", num_classes, 1, owner)
+        self.image_size = _as_size("image_size", image_size, self.min_image_size, owner)
+        self.arch = ""
+
+    @abstractmethod
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """Pre-logits features of a batch.
+
+        Args:
+            x: images ``[N, in_channels, image_size, image_size]``.
+
+        Returns:
+            Pooled, flattened features ``[N, num_features]``.
+        """
+
+    def forward_head(self, features: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        """Apply the linear head.
+
+        Args:
+            features: output of :meth:`forward_features`, ``[N, num_features]``.
+            pre_logits: return ``features`` unchanged instead of the logits.
+
+        Returns:
+            Logits ``[N, num_classes]``, or the features when ``pre_logits``.
+        """
+        if pre_logits:
+            return features
+        out: torch.Tensor = self.head(features)
+        return out
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits ``[N, num_classes]`` of images ``[N, in_channels, image_size, image_size]``."""
+        return self.forward_head(self.forward_features(x))
+
+    def extra_repr(self) -> str:
+        return (
+            f"arch={self.arch!r}, in_channels={self.in_channels}, "
+            f"num_classes={self.num_classes}, image_size={self.image_size}"
+        )
+
+
+ModelFactory = Callable[[int, int, int], ClassifierModel]
+"""What the registry holds: ``factory(in_channels, num_classes, image_size) -> model``."""
+
+MODELS: Registry[ModelFactory] = Registry("model")
+
+
+def create_model(name: str, in_channels: int, num_classes: int, image_size: int) -> ClassifierModel:
+    """Build the architecture registered as ``name``.
+
+    Weights are drawn from torch's global RNG (seed it, or use a forked RNG, around the call for
+    reproducible initialisations). Works under ``with torch.device("meta"):``.
+
+    Args:
+        name: a registered model name (see :func:`list_models`).
+        in_channels: channels of the input images.
+        num_classes: number of classes (outputs of the head).
+        image_size: side length of the square input images.
+
+    Returns:
+        The model, with ``arch`` set to ``name``.
+
+    Raises:
+        oneshotfl.registry.RegistryError: for an unknown name (the message lists known names).
+        ValueError: for sizes the architecture cannot take.
+    """
+    factory = MODELS.get(name)
+    try:
+        model = factory(in_channels, num_classes, image_size)
+    except ValueError as err:
+        raise ValueError(f"cannot build model {name!r}: {err}") from err
+    if not isinstance(model, ClassifierModel):
+        raise TypeError(
+            f"model factory {name!r} must return a ClassifierModel, got {type(model).__name__}"
+        )
+    model.arch = name
+    return model
+
+
+def list_models() -> list[str]:
+    """All registered model names, sorted."""
+    return MODELS.names()
+
+
+def conv_out(size: int, kernel: int, stride: int = 1, padding: int = 0) -> int:
+    """Side length after a convolution or pooling layer (no dilation, floor mode)."""
+    return (size + 2 * padding - kernel) // stride + 1
+
+
+def capped_pool(size: int, cap: int) -> tuple[nn.Module, int]:
+    """Average-pool a ``size``x``size`` map down to at most ``cap``x``cap``.
+
+    Keeps fully connected layers after a conv trunk the paper's size on small inputs while
+    bounding them on large ones (e.g. 96x96 STL-10 images).
+
+    Returns:
+        The layer (``nn.Identity`` when ``size <= cap``) and the side length it outputs.
+    """
+    if size <= cap:
+        return nn.Identity(), size
+    return nn.AdaptiveAvgPool2d(cap), cap

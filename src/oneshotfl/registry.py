@@ -1,0 +1,83 @@
+"""One registry type for methods, models, partitioners and datasets.
+
+Shaped after timm's ``register_model`` / ``create_model`` / ``list_models``: a decorator adds an
+entry under a unique name, a lookup by an unknown name raises an error that lists what exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class RegistryError(KeyError):
+    """An unknown name was looked up, or a name was registered twice."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; we want the plain sentence.
+        return str(self.args[0]) if self.args else ""
+
+
+@dataclass(frozen=True)
+class Entry(Generic[T]):
+    """One registered object with its one-line description."""
+
+    name: str
+    obj: T
+    description: str
+
+
+class Registry(Generic[T]):
+    """A name → object mapping filled by a decorator.
+
+    Args:
+        kind: what the registry holds ("method", "model", ...), used in error messages.
+    """
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._entries: dict[str, Entry[T]] = {}
+
+    def register(self, name: str, description: str = "") -> Callable[[T], T]:
+        """Decorator adding ``obj`` under ``name``; a duplicate name is an error."""
+
+        def add(obj: T) -> T:
+            if name in self._entries:
+                raise RegistryError(f"{self.kind} {name!r} is already registered")
+            doc = description or _first_doc_line(obj)
+            self._entries[name] = Entry(name, obj, doc)
+            return obj
+
+        return add
+
+    def get(self, name: str) -> T:
+        """Return the object registered under ``name``."""
+        try:
+            return self._entries[name].obj
+        except KeyError:
+            known = ", ".join(sorted(self._entries)) or "(none)"
+            raise RegistryError(f"unknown {self.kind} {name!r}; expected one of: {known}") from None
+
+    def names(self) -> list[str]:
+        """All registered names, sorted."""
+        return sorted(self._entries)
+
+    def entries(self) -> list[Entry[T]]:
+        """All entries, sorted by name."""
+        return [self._entries[n] for n in self.names()]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def _first_doc_line(obj: object) -> str:
+    doc = getattr(obj, "__doc__", None) or ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""

@@ -1,0 +1,1 @@
+"""Runners: the local simulation (this package) executes any registered method."""

@@ -1,0 +1,252 @@
+"""The experiment configuration: one frozen dataclass, from the CLI or a YAML file.
+
+YAML keys are the field names (``local_epochs`` or ``local-epochs``); ``key=value``
+overrides apply on top. ``methods`` is a list of method specs (``name`` or
+``name:key=value:...``, or in YAML a mapping ``{name: ensemble, weighting: size}``).
+``model`` picks client architectures: one name, a list cycled over clients
+(``cnn,resnet8``), or a per-client mapping (``0=resnet8,1=mlp,*=cnn``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from oneshotfl.devices import DEVICE_CHOICES
+from oneshotfl.federation.contract import coerce_config
+from oneshotfl.training.loop import TrainConfig
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be run, with a sentence saying why."""
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """Everything that determines one federated run.
+
+    Attributes:
+        methods: method specs to run on the same federation (they share client artefacts).
+        dataset: dataset registry name.
+        data_root: where the dataset lies (else ``$ONESHOTFL_DATA`` and system paths).
+        download: let torchvision download the dataset (needs a network).
+        max_train: keep a seeded random subset of this many training examples (tiny runs).
+        public_size: examples carved from train as the unlabelled public pool (0 = none).
+        val_fraction: fraction of each client's data held out as its validation split.
+        partition: partitioner registry name.
+        alpha: Dirichlet concentration (``dirichlet``, ``dirichlet_client``).
+        classes_per_client: #C of the ``pathological`` partitioner.
+        min_samples: least examples per client (Dirichlet partitioners).
+        clients: number of clients.
+        model: client architectures (see module docs).
+        server_model: server architecture for methods that train a server model.
+        local_epochs, batch_size, lr, optimizer, momentum, weight_decay: client training.
+        server_epochs, server_batch_size, server_lr, server_optimizer: server training.
+        seed: model/training seed root.
+        partition_seed: data-split seed root (defaults to ``seed``).
+        min_clients: fewest valid payloads a method needs to aggregate.
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+        cache_dir: artefact cache directory (``None`` or "" disables the disk cache).
+    """
+
+    methods: tuple[str, ...] = ("local", "fedavg", "ensemble", "centralized")
+    dataset: str = "fashion_mnist"
+    data_root: str | None = None
+    download: bool = False
+    max_train: int | None = None
+    public_size: int = 0
+    val_fraction: float = 0.0
+    partition: str = "dirichlet"
+    alpha: float = 0.5
+    classes_per_client: int = 2
+    min_samples: int = 10
+    clients: int = 10
+    model: str = "cnn"
+    server_model: str | None = None
+    local_epochs: int = 5
+    batch_size: int = 64
+    lr: float = 0.01
+    optimizer: str = "sgd"
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    server_epochs: int = 10
+    server_batch_size: int = 128
+    server_lr: float = 0.001
+    server_optimizer: str = "adam"
+    seed: int = 0
+    partition_seed: int | None = None
+    min_clients: int = 1
+    device: str = "auto"
+    cache_dir: str | None = ".cache/oneshotfl"
+
+    def __post_init__(self) -> None:
+        if not self.methods:
+            raise ConfigError("methods: expected at least one method, got none")
+        if self.clients < 1:
+            raise ConfigError(f"clients: expected >= 1, got {self.clients}")
+        if self.public_size < 0:
+            raise ConfigError(f"public_size: expected >= 0, got {self.public_size}")
+        if not 0 <= self.val_fraction < 1:
+            raise ConfigError(f"val_fraction: expected in [0, 1), got {self.val_fraction}")
+        if self.max_train is not None and self.max_train < 1:
+            raise ConfigError(f"max_train: expected >= 1 or None, got {self.max_train}")
+        if not 1 <= self.min_clients <= self.clients:
+            raise ConfigError(
+                f"min_clients: expected between 1 and clients={self.clients}, "
+                f"got {self.min_clients}"
+            )
+        if self.device not in DEVICE_CHOICES and not self.device.startswith("cuda:"):
+            raise ConfigError(f"device: expected auto, cpu, cuda or cuda:N, got {self.device!r}")
+        try:
+            self.client_train_config()
+            self.server_train_config()
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+    @property
+    def data_seed(self) -> int:
+        """The partition seed root: ``partition_seed``, else ``seed``."""
+        return self.seed if self.partition_seed is None else self.partition_seed
+
+    def client_train_config(self) -> TrainConfig:
+        return TrainConfig(
+            self.local_epochs,
+            self.batch_size,
+            self.lr,
+            self.optimizer,  # type: ignore[arg-type]
+            self.momentum,
+            self.weight_decay,
+        )
+
+    def server_train_config(self) -> TrainConfig:
+        return TrainConfig(
+            self.server_epochs,
+            self.server_batch_size,
+            self.server_lr,
+            self.server_optimizer,  # type: ignore[arg-type]
+            self.momentum,
+            self.weight_decay,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["methods"] = list(self.methods)
+        return data
+
+
+FIELD_NAMES = tuple(f.name for f in dataclasses.fields(ExperimentConfig))
+
+
+def normalise_methods(value: Any) -> tuple[str, ...]:
+    """Methods from a comma string, a list of specs, or YAML mappings, as spec strings."""
+    if isinstance(value, str):
+        items: Sequence[Any] = [v for v in value.split(",") if v.strip()]
+    elif isinstance(value, Sequence):
+        items = value
+    else:
+        raise ConfigError(f"methods: expected a list or comma-separated string, got {value!r}")
+    specs = []
+    for item in items:
+        if isinstance(item, Mapping):
+            params = {k: v for k, v in item.items() if k != "name"}
+            if "name" not in item:
+                raise ConfigError(f"methods: a mapping needs a 'name' key, got {dict(item)}")
+            specs.append(":".join([str(item["name"]), *(f"{k}={v}" for k, v in params.items())]))
+        else:
+            specs.append(str(item).strip())
+    return tuple(specs)
+
+
+def normalise_model(value: Any) -> str:
+    """Client architectures from a string, a list, or a mapping, as the string form."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        return ",".join(f"{k}={v}" for k, v in value.items())
+    if isinstance(value, Sequence):
+        return ",".join(str(v) for v in value)
+    raise ConfigError(f"model: expected a name, list or mapping, got {value!r}")
+
+
+def client_architectures(model: str, clients: int) -> tuple[str, ...]:
+    """Expand the ``model`` field into one architecture per client.
+
+    Raises:
+        ConfigError: when a mapping leaves a client without an architecture.
+    """
+    items = [m.strip() for m in model.split(",") if m.strip()]
+    if not items:
+        raise ConfigError("model: expected at least one architecture name, got none")
+    if not any("=" in m for m in items):
+        return tuple(items[i % len(items)] for i in range(clients))
+    mapping: dict[str, str] = {}
+    for item in items:
+        key, sep, arch = item.partition("=")
+        if not sep:
+            raise ConfigError(f"model: expected client=arch in a mapping, got {item!r}")
+        mapping[key.strip()] = arch.strip()
+    archs: list[str] = []
+    for cid in range(clients):
+        found = mapping.get(str(cid), mapping.get("*"))
+        if found is None:
+            raise ConfigError(f"model: client {cid} has no architecture; add '*=NAME'")
+        archs.append(found)
+    return tuple(archs)
+
+
+def make_config(values: Mapping[str, Any]) -> ExperimentConfig:
+    """Build a config from a mapping of field names (dashes allowed) to values or strings."""
+    clean: dict[str, Any] = {}
+    for raw_key, value in values.items():
+        key = str(raw_key).replace("-", "_")
+        if key not in FIELD_NAMES:
+            raise ConfigError(
+                f"unknown config key {raw_key!r}; expected one of {list(FIELD_NAMES)}"
+            )
+        if key == "methods":
+            value = normalise_methods(value)
+        elif key == "model":
+            value = normalise_model(value)
+        clean[key] = value
+    try:
+        config: ExperimentConfig = coerce_config(ExperimentConfig, clean)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(str(exc)) from None
+    return config
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    """``key=value`` strings (values parsed as YAML scalars/lists) into a mapping."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r}: expected key=value")
+        out[key.strip()] = yaml.safe_load(value) if value.strip() else None
+    return out
+
+
+def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> ExperimentConfig:
+    """Read a YAML config (a mapping of field names) and apply ``key=value`` overrides."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+        if loaded is not None and not isinstance(loaded, Mapping):
+            raise ConfigError(
+                f"config file {path}: expected a mapping of settings, got {type(loaded).__name__}"
+            )
+        values.update(loaded or {})
+    values.update(parse_overrides(overrides))
+    return make_config(values)

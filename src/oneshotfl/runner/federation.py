@@ -1,0 +1,124 @@
+"""Turning a dataset and a config into a federation: public pool, client shards, test set.
+
+Order of carving, each step from its own named stream of the partition seed:
+
+1. optionally a random subset of ``max_train`` training examples (tiny runs);
+2. the public pool: ``public_size`` random training examples, kept as inputs only
+   (:class:`~oneshotfl.data.types.UnlabelledData`) — their labels are dropped here;
+3. the partition of what remains over the clients;
+4. per client, a random ``val_fraction`` held out as its validation split.
+
+The test split is the dataset's own and is used for evaluation only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from oneshotfl.data.partition import make_partitioner
+from oneshotfl.data.types import Dataset, LabelledData, UnlabelledData
+from oneshotfl.federation.contract import TaskInfo
+from oneshotfl.runner.config import ConfigError, ExperimentConfig
+from oneshotfl.seeding import numpy_rng
+
+
+@dataclass(frozen=True)
+class ClientShard:
+    """One client's private data.
+
+    Attributes:
+        client_id: the client's id.
+        train: training examples.
+        val: validation examples (``None`` when no split is held out).
+        indices: the examples' indices in the dataset's training split.
+    """
+
+    client_id: int
+    train: LabelledData
+    val: LabelledData | None
+    indices: np.ndarray
+
+
+@dataclass(frozen=True)
+class Federation:
+    """Everything a run needs from the data side."""
+
+    task: TaskInfo
+    clients: tuple[ClientShard, ...]
+    public: UnlabelledData | None
+    test: LabelledData
+
+    def label_histograms(self) -> np.ndarray:
+        """``[clients, classes]`` training-example counts."""
+        return np.stack(
+            [np.bincount(c.train.y.numpy(), minlength=self.task.num_classes) for c in self.clients]
+        )
+
+
+def build_federation(dataset: Dataset, cfg: ExperimentConfig) -> Federation:
+    """Carve the public pool, partition the rest, hold out validation splits."""
+    seed = cfg.data_seed
+    pool = np.arange(len(dataset.train))
+    if cfg.max_train is not None and cfg.max_train < len(pool):
+        pool = np.sort(numpy_rng(seed, "max_train").choice(pool, cfg.max_train, replace=False))
+    public_idx, pool = _carve_public(pool, cfg.public_size, seed)
+    labels = dataset.train.y.numpy()[pool]
+    try:
+        partitioner = make_partitioner(
+            cfg.partition,
+            alpha=cfg.alpha,
+            classes_per_client=cfg.classes_per_client,
+            min_samples=cfg.min_samples,
+        )
+    except ValueError as exc:
+        raise ConfigError(f"partition {cfg.partition!r}: {exc}") from None
+    parts = partitioner.split(labels, cfg.clients, numpy_rng(seed, "partition"))
+    shards = tuple(
+        _make_shard(dataset.train, cid, pool[part], cfg.val_fraction, seed)
+        for cid, part in enumerate(parts)
+    )
+    public = None
+    if public_idx is not None:
+        public = UnlabelledData(dataset.train.x[torch.as_tensor(public_idx)])
+    task = TaskInfo(
+        dataset.name,
+        dataset.num_classes,
+        dataset.in_channels,
+        dataset.image_size,
+        tuple(dataset.class_names),
+    )
+    return Federation(task, shards, public, dataset.test)
+
+
+def _carve_public(
+    pool: np.ndarray, public_size: int, seed: int
+) -> tuple[np.ndarray | None, np.ndarray]:
+    if public_size == 0:
+        return None, pool
+    if public_size >= len(pool):
+        raise ConfigError(
+            f"public_size: expected fewer than the {len(pool)} training examples available, "
+            f"got {public_size}"
+        )
+    perm = numpy_rng(seed, "public").permutation(pool)
+    return np.sort(perm[:public_size]), np.sort(perm[public_size:])
+
+
+def _make_shard(
+    train: LabelledData, cid: int, indices: np.ndarray, val_fraction: float, seed: int
+) -> ClientShard:
+    indices = np.sort(indices)
+    n_val = round(val_fraction * len(indices))
+    if n_val == 0:
+        return ClientShard(cid, train.subset(torch.as_tensor(indices)), None, indices)
+    perm = numpy_rng(seed, "val", cid).permutation(indices)
+    val_idx, train_idx = np.sort(perm[:n_val]), np.sort(perm[n_val:])
+    return ClientShard(
+        cid,
+        train.subset(torch.as_tensor(train_idx)),
+        train.subset(torch.as_tensor(val_idx)),
+        train_idx,
+    )

@@ -1,0 +1,202 @@
+"""Benchmark reports: mean ± std over seeds as markdown, CSV and PNG plots."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from oneshotfl.plots import line_plot
+from oneshotfl.runner.results import atomic_write_text, iter_results, write_csv
+
+
+def setting_label(config: Mapping[str, Any]) -> str:
+    """A short name for a run's partition setting (``dirichlet α=0.1``, ``pathological #C=2``)."""
+    name = str(config.get("partition"))
+    if name in ("dirichlet", "dirichlet_client"):
+        return f"{name} α={config.get('alpha')}"
+    if name == "pathological":
+        return f"{name} #C={config.get('classes_per_client')}"
+    return name
+
+
+@dataclass
+class Cell:
+    """The runs of one method in one setting (one value per seed)."""
+
+    accuracy: list[float] = field(default_factory=list)
+    upload_bytes: list[float] = field(default_factory=list)
+
+    def mean_std(self) -> tuple[float, float]:
+        values = np.asarray(self.accuracy, dtype=float)
+        return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else 0.0
+
+
+@dataclass
+class Report:
+    """Results grouped by setting and method."""
+
+    cells: dict[tuple[str, str], Cell] = field(default_factory=dict)
+    settings: list[str] = field(default_factory=list)
+    methods: list[str] = field(default_factory=list)
+    alphas: dict[str, float] = field(default_factory=dict)
+    runs: int = 0
+    wall_time_s: float = 0.0
+
+
+def collect(docs: Iterable[Mapping[str, Any]]) -> Report:
+    """Group result documents by (setting, method key)."""
+    report = Report()
+    for doc in docs:
+        setting = setting_label(doc["config"])
+        report.runs += 1
+        report.wall_time_s += float(doc.get("wall_time_s", 0.0))
+        if setting not in report.settings:
+            report.settings.append(setting)
+        if doc["config"].get("partition") == "dirichlet":
+            report.alphas[setting] = float(doc["config"]["alpha"])
+        for result in doc["methods"]:
+            key = result["key"]
+            if key not in report.methods:
+                report.methods.append(key)
+            cell = report.cells.setdefault((setting, key), Cell())
+            cell.accuracy.append(float(result["accuracy"]))
+            cell.upload_bytes.append(float(result["upload_bytes_mean"]))
+    return report
+
+
+def human_bytes(n: float) -> str:
+    """``1536`` → ``1.5 KiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return f"{n:.2f} GiB"
+
+
+def markdown_table(report: Report) -> str:
+    """Accuracy (%) mean ± std over seeds: methods as rows, settings as columns."""
+    head = "| method | " + " | ".join(report.settings) + " | upload / client |"
+    rule = "|---|" + "---:|" * (len(report.settings) + 1)
+    lines = [head, rule]
+    for method in report.methods:
+        cells, uploads = [], []
+        for setting in report.settings:
+            cell = report.cells.get((setting, method))
+            if cell is None:
+                cells.append("–")
+                continue
+            mean, std = cell.mean_std()
+            cells.append(f"{100 * mean:.2f} ± {100 * std:.2f} (n={len(cell.accuracy)})")
+            uploads.extend(cell.upload_bytes)
+        upload = human_bytes(float(np.mean(uploads))) if uploads else "–"
+        lines.append(f"| {method} | " + " | ".join(cells) + f" | {upload} |")
+    return "\n".join(lines)
+
+
+def summary_rows(report: Report) -> list[dict[str, Any]]:
+    rows = []
+    for (setting, method), cell in report.cells.items():
+        mean, std = cell.mean_std()
+        rows.append(
+            {
+                "setting": setting,
+                "method": method,
+                "accuracy_mean": mean,
+                "accuracy_std": std,
+                "seeds": len(cell.accuracy),
+                "upload_bytes_mean": float(np.mean(cell.upload_bytes)),
+            }
+        )
+    return rows
+
+
+def write_report(
+    results_dir: Path, out_dir: Path, title: str = "", link_from: Path | None = None
+) -> tuple[Report, str]:
+    """Write ``table.md``, ``summary.csv`` and PNG plots for every result under ``results_dir``.
+
+    Args:
+        results_dir: searched recursively for ``result.json``.
+        out_dir: where the report files go.
+        title: plot title.
+        link_from: directory the returned markdown's image links are relative to
+            (default ``out_dir``).
+
+    Returns:
+        The report and its markdown (table, plot links, run count and wall time).
+    """
+    report = collect(doc for _, doc in iter_results(results_dir))
+    if report.runs == 0:
+        raise FileNotFoundError(f"no result.json files under {results_dir}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_csv(out_dir / "summary.csv", summary_rows(report), list(summary_rows(report)[0]))
+    plots = _plots(report, out_dir, title)
+
+    def render(base: Path) -> str:
+        links = "\n".join(
+            f"![{name}]({os.path.relpath(path, base)})" for name, path in plots.items()
+        )
+        minutes = report.wall_time_s / 60
+        return (
+            f"{markdown_table(report)}\n\n{links}\n\n"
+            f"{report.runs} runs; summed run wall time {minutes:.1f} min.\n"
+        )
+
+    atomic_write_text(out_dir / "table.md", render(out_dir))
+    text = render(link_from or out_dir)
+    return report, text
+
+
+def _plots(report: Report, out_dir: Path, title: str) -> dict[str, Path]:
+    plots: dict[str, Path] = {}
+    if len(report.alphas) >= 2:
+        series: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+        for (setting, method), cell in report.cells.items():
+            if setting in report.alphas:
+                series[method].append((report.alphas[setting], *cell.mean_std()))
+        plots["accuracy vs alpha"] = line_plot(
+            series,
+            out_dir / "accuracy_vs_alpha.png",
+            "Dirichlet α",
+            "test accuracy",
+            title,
+            logx=True,
+        )
+    points: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+    for method in report.methods:
+        cells = [c for (s, m), c in report.cells.items() if m == method]
+        upload = float(np.mean([b for c in cells for b in c.upload_bytes]))
+        means = [c.mean_std()[0] for c in cells]
+        if upload > 0:
+            points[method].append((upload, float(np.mean(means)), float(np.std(means))))
+    if points:
+        plots["accuracy vs upload bytes"] = line_plot(
+            points,
+            out_dir / "accuracy_vs_bytes.png",
+            "upload bytes per client",
+            "test accuracy (mean over settings)",
+            title,
+            logx=True,
+        )
+    return plots
+
+
+def splice_markdown(document: Path, section: str, body: str) -> None:
+    """Replace the text between ``<!-- report:SECTION -->`` markers in ``document``.
+
+    Raises:
+        ValueError: when the markers are missing (nothing is written then).
+    """
+    text = document.read_text()
+    start, end = f"<!-- report:{section} -->", f"<!-- /report:{section} -->"
+    pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.DOTALL)
+    if not pattern.search(text):
+        raise ValueError(f"{document}: expected markers {start} … {end}, found none")
+    atomic_write_text(document, pattern.sub(lambda _: f"{start}\n{body}\n{end}", text))

@@ -1,0 +1,265 @@
+"""The local simulation runner: one process plays every client and the server.
+
+It owns everything a method does not: checking ``requires`` before any training, the seed
+streams, the loop over clients, the wire (every payload is serialised, counted, decoded and
+validated exactly as over a network), calling ``aggregate``, evaluation, the artefact cache
+and the result document. Methods run in the order given and share trained client artefacts.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import oneshotfl
+from oneshotfl.data.datasets import load_dataset
+from oneshotfl.devices import resolve_device
+from oneshotfl.federation.artefacts import ArtefactStore
+from oneshotfl.federation.contract import ClientContext, Method, ServerContext, Topology
+from oneshotfl.federation.payload import Payload, WireError
+from oneshotfl.federation.spec import PayloadError
+from oneshotfl.federation.wire import transmit
+from oneshotfl.methods import METHODS, MethodSpec, build_method, parse_method_spec
+from oneshotfl.methods.recipes import trained_local_model
+from oneshotfl.models import MODELS
+from oneshotfl.runner.config import ConfigError, ExperimentConfig, client_architectures
+from oneshotfl.runner.evaluate import evaluate_outcome
+from oneshotfl.runner.federation import Federation, build_federation
+from oneshotfl.training.loop import accuracy, predict_logits
+from oneshotfl.training.progress import NullTracker, Tracker
+
+log = logging.getLogger(__name__)
+
+
+class RequirementError(ConfigError):
+    """A method needs something this federation does not provide."""
+
+
+class QuorumError(RuntimeError):
+    """Too few valid payloads arrived to aggregate."""
+
+
+@dataclass
+class Setup:
+    """What the runner fixes once for all methods of a run."""
+
+    cfg: ExperimentConfig
+    federation: Federation
+    archs: tuple[str, ...]
+    device: torch.device
+    store: ArtefactStore
+    tracker: Tracker
+    trained: set[int] = field(default_factory=set)
+
+
+def resolve_methods(specs: Sequence[str]) -> list[tuple[str, Method[Any]]]:
+    """Parse and build every method spec, failing before any data is loaded."""
+    built: list[tuple[str, Method[Any]]] = []
+    for text in specs:
+        spec: MethodSpec = parse_method_spec(text)
+        if spec.name not in METHODS:
+            raise ConfigError(
+                f"unknown method {spec.name!r}; expected one of: {', '.join(METHODS.names())}"
+            )
+        try:
+            built.append((spec.key, build_method(spec)))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    keys = [k for k, _ in built]
+    if len(set(keys)) != len(keys):
+        raise ConfigError(f"methods: the same method spec is listed twice in {keys}")
+    return built
+
+
+def check_requirements(methods: Sequence[tuple[str, Method[Any]]], setup: Setup) -> None:
+    """Raise :class:`RequirementError` listing every unmet requirement of every method."""
+    cfg, problems = setup.cfg, []
+    for key, method in methods:
+        req = method.requires
+        if req.public_data and setup.federation.public is None:
+            problems.append(f"{key} needs a public unlabelled pool: set public_size > 0")
+        if req.same_architecture and len(set(setup.archs)) > 1:
+            problems.append(
+                f"{key} needs identical client architectures, got {sorted(set(setup.archs))}"
+            )
+        if req.server_model and cfg.server_model is None:
+            problems.append(f"{key} needs a server architecture: set server_model")
+        if req.shared_encoder:
+            problems.append(f"{key} needs a shared frozen encoder, which this runner lacks")
+        if req.topology is not Topology.STAR:
+            problems.append(f"{key} needs a {req.topology} topology; this runner is star-only")
+        if cfg.clients < req.min_clients:
+            problems.append(f"{key} needs at least {req.min_clients} clients, got {cfg.clients}")
+    if problems:
+        raise RequirementError("cannot run: " + "; ".join(problems))
+
+
+def client_context(setup: Setup, cid: int) -> ClientContext:
+    shard = setup.federation.clients[cid]
+    return ClientContext(
+        client_id=cid,
+        data=shard.train,
+        val=shard.val,
+        task=setup.federation.task,
+        arch=setup.archs[cid],
+        train_config=setup.cfg.client_train_config(),
+        public=setup.federation.public,
+        device=setup.device,
+        seed=setup.cfg.seed,
+        store=setup.store,
+        tracker=setup.tracker,
+    )
+
+
+def server_context(setup: Setup) -> ServerContext:
+    return ServerContext(
+        task=setup.federation.task,
+        public=setup.federation.public,
+        server_arch=setup.cfg.server_model,
+        client_archs=setup.archs,
+        train_config=setup.cfg.server_train_config(),
+        client_train_config=setup.cfg.client_train_config(),
+        num_clients=setup.cfg.clients,
+        device=setup.device,
+        seed=setup.cfg.seed,
+        store=setup.store,
+        tracker=setup.tracker,
+    )
+
+
+def run_method(key: str, method: Method[Any], setup: Setup) -> dict[str, Any]:
+    """Run one method over the federation: clients, wire, aggregate, evaluate."""
+    fed = setup.federation
+    dims = fed.task.dims(0 if fed.public is None else len(fed.public))
+    spec = method.payload_spec(dims)
+    received: dict[int, Payload] = {}
+    rejected: dict[int, str] = {}
+    sizes, client_wall, train_recorded = [], [], []
+    for shard in fed.clients:
+        ctx = client_context(setup, shard.client_id)
+        start = time.perf_counter()
+        payload = method.client_update(ctx)
+        client_wall.append(time.perf_counter() - start)
+        train_recorded.append(float(ctx.notes.get("train_seconds", 0.0)))
+        if "train_seconds" in ctx.notes:
+            setup.trained.add(shard.client_id)
+        try:
+            received[shard.client_id], nbytes = transmit(payload, spec, dims, shard.client_id)
+        except (WireError, PayloadError) as exc:
+            log.warning("%s: rejected payload: %s", key, exc)
+            rejected[shard.client_id] = str(exc)
+            nbytes = 0
+        sizes.append(nbytes if method.communicates else 0)
+    quorum = max(setup.cfg.min_clients, method.requires.min_clients)
+    if len(received) < quorum:
+        raise QuorumError(
+            f"{key}: {len(received)} valid payload(s) arrived, expected at least {quorum} "
+            f"(min_clients); rejected: {rejected}"
+        )
+    start = time.perf_counter()
+    outcome = method.aggregate(received, server_context(setup))
+    server_wall = time.perf_counter() - start
+    metrics = evaluate_outcome(outcome, fed.test, fed.label_histograms(), setup.device)
+    return {
+        "key": key,
+        **method.describe(),
+        "outcome": type(outcome).__name__,
+        **metrics,
+        "upload_bytes_per_client": sizes,
+        "upload_bytes_mean": float(np.mean(sizes)),
+        "communicates": method.communicates,
+        "client_wall_s": client_wall,
+        "client_wall_s_mean": float(np.mean(client_wall)),
+        "client_train_s_mean": float(np.mean(train_recorded)),
+        "server_wall_s": server_wall,
+        "clients_used": sorted(received),
+        "rejected": {str(k): v for k, v in rejected.items()},
+    }
+
+
+def client_stats(setup: Setup) -> list[dict[str, Any]]:
+    """Per-client size, label histogram and, where a method trained it, the local model's
+    accuracy on the test set and on the client's validation split."""
+    fed, stats = setup.federation, []
+    histograms = fed.label_histograms()
+    for shard in fed.clients:
+        row: dict[str, Any] = {
+            "client": shard.client_id,
+            "arch": setup.archs[shard.client_id],
+            "train_size": len(shard.train),
+            "val_size": 0 if shard.val is None else len(shard.val),
+            "label_histogram": histograms[shard.client_id].tolist(),
+        }
+        stats.append(row)
+        if shard.client_id not in setup.trained:
+            continue
+        model = trained_local_model(client_context(setup, shard.client_id))  # a memo hit
+        row["local_test_accuracy"] = accuracy(
+            predict_logits(model, fed.test.x, setup.device), fed.test.y
+        )
+        if shard.val is not None:
+            row["local_val_accuracy"] = accuracy(
+                predict_logits(model, shard.val.x, setup.device), shard.val.y
+            )
+    return stats
+
+
+def prepare(cfg: ExperimentConfig, tracker: Tracker | None = None) -> Setup:
+    """Load data and build the federation (checks config names first)."""
+    archs = client_architectures(cfg.model, cfg.clients)
+    for arch in {*archs, *([cfg.server_model] if cfg.server_model else [])}:
+        if arch not in MODELS:
+            raise ConfigError(
+                f"unknown model {arch!r}; expected one of: {', '.join(MODELS.names())}"
+            )
+    dataset = load_dataset(cfg.dataset, cfg.data_root, cfg.download)
+    federation = build_federation(dataset, cfg)
+    store = ArtefactStore(Path(cfg.cache_dir) if cfg.cache_dir else None)
+    return Setup(
+        cfg, federation, archs, resolve_device(cfg.device), store, tracker or NullTracker()
+    )
+
+
+def run_experiment(cfg: ExperimentConfig, tracker: Tracker | None = None) -> dict[str, Any]:
+    """Run every configured method on one federation; return the result document."""
+    started, t0 = datetime.now(UTC), time.perf_counter()
+    methods = resolve_methods(cfg.methods)
+    setup = prepare(cfg, tracker)
+    check_requirements(methods, setup)
+    results = []
+    for key, method in methods:
+        log.info("running %s", key)
+        results.append(run_method(key, method, setup))
+    fed = setup.federation
+    return {
+        "oneshotfl_version": oneshotfl.__version__,
+        "started": started.isoformat(timespec="seconds"),
+        "wall_time_s": time.perf_counter() - t0,
+        "environment": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "device": str(setup.device),
+            "threads": torch.get_num_threads(),
+        },
+        "config": cfg.to_dict(),
+        "data": {
+            "dataset": fed.task.dataset,
+            "num_classes": fed.task.num_classes,
+            "input_shape": [fed.task.in_channels, fed.task.image_size, fed.task.image_size],
+            "client_examples": int(sum(len(c.train) for c in fed.clients)),
+            "public_size": 0 if fed.public is None else len(fed.public),
+            "test_size": len(fed.test),
+        },
+        "clients": client_stats(setup),
+        "methods": results,
+        "cache": {"hits": setup.store.hits, "misses": setup.store.misses},
+    }

@@ -1,0 +1,92 @@
+"""Sweeps: a grid of experiment configs run one after another, resumable.
+
+A sweep file is YAML::
+
+    name: core-fmnist
+    base: {dataset: fashion_mnist, clients: 10, methods: [local, fedavg]}
+    grid:                      # a list of sub-grids; in each, list values are crossed
+      - {partition: dirichlet, alpha: [0.05, 0.1, 0.5]}
+      - {partition: pathological, classes_per_client: 2}
+    seeds: [0, 1, 2]
+
+Every run writes its own directory named after its grid values; a run whose ``result.json``
+exists is skipped, so an interrupted sweep resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from oneshotfl.runner.config import ConfigError, ExperimentConfig, make_config
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """One point of the grid."""
+
+    run_id: str
+    config: ExperimentConfig
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A parsed sweep file."""
+
+    name: str
+    runs: tuple[SweepRun, ...]
+
+
+def _expand(subgrid: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    keys = list(subgrid)
+    values = [v if isinstance(v, list) else [v] for v in subgrid.values()]
+    for combo in itertools.product(*values):
+        yield dict(zip(keys, combo, strict=True))
+
+
+def _run_id(point: Mapping[str, Any]) -> str:
+    text = "_".join(f"{k}={v}" for k, v in point.items())
+    return re.sub(r"[^A-Za-z0-9_.=,+-]", "-", text)
+
+
+def parse_sweep(data: Mapping[str, Any], default_name: str = "sweep") -> Sweep:
+    """Expand a sweep mapping into runs (configs are validated here, before any run)."""
+    unknown = sorted(set(data) - {"name", "base", "grid", "seeds"})
+    if unknown:
+        raise ConfigError(f"sweep: unknown key(s) {unknown}; expected name, base, grid, seeds")
+    base = dict(data.get("base") or {})
+    grid = data.get("grid") or [{}]
+    if isinstance(grid, Mapping):
+        grid = [grid]
+    seeds = data.get("seeds", [base.get("seed", 0)])
+    if not isinstance(seeds, list) or not all(isinstance(s, int) for s in seeds):
+        raise ConfigError(f"sweep: seeds must be a list of integers, got {seeds!r}")
+    runs, seen = [], set()
+    for subgrid in grid:
+        for point in _expand(subgrid):
+            for seed in seeds:
+                full = {**point, "seed": seed}
+                run_id = _run_id(full)
+                if run_id in seen:
+                    raise ConfigError(f"sweep: grid point {run_id} appears twice")
+                seen.add(run_id)
+                runs.append(SweepRun(run_id, make_config({**base, **full})))
+    return Sweep(str(data.get("name", default_name)), tuple(runs))
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    """Read and expand a sweep YAML file."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"sweep file {path} does not exist") from None
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"sweep file {path}: expected a mapping, got {type(data).__name__}")
+    return parse_sweep(data, default_name=path.stem)

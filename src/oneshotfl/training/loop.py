@@ -1,0 +1,190 @@
+"""The single mini-batch training loop, and batched inference.
+
+Data sit in memory as tensors; batches are index slices drawn with a caller-owned
+``torch.Generator``, so the same generator seed gives the same batches on every device.
+Every method's training — client ERM, FedProx's proximal term, distillation on the server —
+goes through :func:`fit` with its own loss function.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from oneshotfl.data.types import LabelledData
+from oneshotfl.training.progress import NullTracker, Tracker
+
+Batch = tuple[torch.Tensor, ...]
+LossFn = Callable[[nn.Module, Batch], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Hyper-parameters of one training run.
+
+    Attributes:
+        epochs: passes over the data.
+        batch_size: examples per step.
+        lr: learning rate.
+        optimizer: ``sgd`` (with momentum) or ``adam``.
+        momentum: SGD momentum.
+        weight_decay: L2 penalty.
+    """
+
+    epochs: int = 5
+    batch_size: int = 64
+    lr: float = 0.01
+    optimizer: Literal["sgd", "adam"] = "sgd"
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.epochs < 0:
+            raise ValueError(f"epochs must be >= 0, got {self.epochs}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if self.optimizer not in ("sgd", "adam"):
+            raise ValueError(f"optimizer must be 'sgd' or 'adam', got {self.optimizer!r}")
+        if not 0 <= self.momentum < 1:
+            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
+        if self.weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class FitStats:
+    """What a training run did."""
+
+    steps: int
+    final_loss: float
+    seconds: float
+
+
+def make_optimizer(params: Sequence[nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
+    """The optimizer ``cfg`` names, over ``params``."""
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+
+
+def batch_indices(n: int, batch_size: int, generator: torch.Generator) -> list[torch.Tensor]:
+    """One epoch of shuffled index batches; a trailing batch of one joins the previous one.
+
+    BatchNorm cannot train on a batch of one example, so such a remainder is merged.
+    """
+    order = torch.randperm(n, generator=generator)
+    batches = list(order.split(batch_size))
+    if len(batches) > 1 and len(batches[-1]) == 1:
+        last = batches.pop()
+        batches[-1] = torch.cat([batches[-1], last])
+    return batches
+
+
+def fit(
+    model: nn.Module,
+    tensors: Batch,
+    loss_fn: LossFn,
+    cfg: TrainConfig,
+    generator: torch.Generator,
+    device: torch.device,
+    tracker: Tracker | None = None,
+    description: str = "training",
+) -> FitStats:
+    """Train ``model`` in place on ``tensors`` (aligned along dim 0) with ``loss_fn``.
+
+    Args:
+        model: the module to train (moved to ``device``; left there in eval mode).
+        tensors: aligned tensors, sliced together per batch (e.g. ``(x, y)``, ``(x, soft)``).
+        loss_fn: ``loss_fn(model, batch_on_device) -> scalar loss``.
+        cfg: optimiser settings.
+        generator: the shuffling stream.
+        device: where to compute.
+        tracker: progress display (steps).
+        description: progress label.
+    """
+    n = int(tensors[0].shape[0])
+    if any(int(t.shape[0]) != n for t in tensors):
+        raise ValueError(f"tensors differ in length: {[int(t.shape[0]) for t in tensors]}")
+    model.to(device)
+    start = time.perf_counter()
+    if n == 0 or cfg.epochs == 0:
+        model.eval()
+        return FitStats(0, math.nan, 0.0)
+    optimizer = make_optimizer([p for p in model.parameters() if p.requires_grad], cfg)
+    steps_per_epoch = len(batch_indices(n, cfg.batch_size, torch.Generator().manual_seed(0)))
+    steps, loss_value = 0, math.nan
+    model.train()
+    with (tracker or NullTracker()).task(description, cfg.epochs * steps_per_epoch) as advance:
+        for _ in range(cfg.epochs):
+            for idx in batch_indices(n, cfg.batch_size, generator):
+                batch = tuple(t[idx].to(device, non_blocking=True) for t in tensors)
+                optimizer.zero_grad(set_to_none=True)
+                loss = loss_fn(model, batch)
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(
+                        f"{description}: loss became {loss.item()} at step {steps}; "
+                        "lower the learning rate"
+                    )
+                loss.backward()
+                optimizer.step()
+                steps += 1
+                loss_value = float(loss.detach())
+                advance(1)
+    model.eval()
+    return FitStats(steps, loss_value, time.perf_counter() - start)
+
+
+def cross_entropy_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
+    """Plain supervised loss on an ``(x, y)`` batch."""
+    x, y = batch
+    return F.cross_entropy(model(x), y)
+
+
+def train_classifier(
+    model: nn.Module,
+    data: LabelledData,
+    cfg: TrainConfig,
+    generator: torch.Generator,
+    device: torch.device,
+    regulariser: Callable[[nn.Module], torch.Tensor] | None = None,
+    tracker: Tracker | None = None,
+    description: str = "training",
+) -> FitStats:
+    """Supervised training with cross-entropy, plus an optional regulariser on the model."""
+
+    def loss_fn(m: nn.Module, batch: Batch) -> torch.Tensor:
+        loss = cross_entropy_loss(m, batch)
+        return loss if regulariser is None else loss + regulariser(m)
+
+    return fit(model, (data.x, data.y), loss_fn, cfg, generator, device, tracker, description)
+
+
+@torch.no_grad()
+def predict_logits(
+    model: nn.Module, x: torch.Tensor, device: torch.device, batch_size: int = 1024
+) -> torch.Tensor:
+    """Logits of ``model`` on ``x`` in eval mode, returned on the CPU."""
+    model.to(device).eval()
+    outs = [model(chunk.to(device)).float().cpu() for chunk in x.split(batch_size)]
+    if not outs:
+        return torch.empty(0)
+    return torch.cat(outs)
+
+
+def accuracy(probs_or_logits: torch.Tensor, y: torch.Tensor) -> float:
+    """Top-1 accuracy of class scores against labels."""
+    if len(y) == 0:
+        return math.nan
+    return float((probs_or_logits.argmax(dim=1) == y).float().mean())

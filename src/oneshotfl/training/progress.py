@@ -1,0 +1,68 @@
+"""Progress reporting that library code can call without knowing about the terminal.
+
+The CLI passes a :class:`RichTracker`; tests and library users get :class:`NullTracker`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Protocol
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+Advance = Callable[[int], None]
+
+
+class Tracker(Protocol):
+    """Something that shows progress of named tasks."""
+
+    def task(self, description: str, total: int) -> contextlib.AbstractContextManager[Advance]:
+        """A context manager yielding ``advance(n)`` for one task of ``total`` steps."""
+        ...
+
+
+class NullTracker:
+    """Shows nothing."""
+
+    @contextlib.contextmanager
+    def task(self, description: str, total: int) -> Iterator[Advance]:
+        yield lambda n: None
+
+
+class RichTracker:
+    """Rich progress bars on stderr; one bar per running task, removed when it ends."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self._progress = Progress(
+            TextColumn("[progress.description]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=console or Console(stderr=True),
+            transient=True,
+        )
+
+    def __enter__(self) -> RichTracker:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+    @contextlib.contextmanager
+    def task(self, description: str, total: int) -> Iterator[Advance]:
+        task_id = self._progress.add_task(description, total=total)
+        try:
+            yield lambda n: self._progress.advance(task_id, n)
+        finally:
+            self._progress.remove_task(task_id)

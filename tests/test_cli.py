@@ -1,0 +1,146 @@
+"""The command line, end to end on tiny digits runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from oneshotfl.data.partition import PARTITIONERS
+from typer.testing import CliRunner
+
+from oneshotfl.cli import app
+from oneshotfl.methods import METHODS
+
+runner = CliRunner()
+TINY = [
+    "--dataset",
+    "digits",
+    "--clients",
+    "3",
+    "--model",
+    "mlp",
+    "--local-epochs",
+    "1",
+    "--device",
+    "cpu",
+]
+
+
+def test_list_prints_every_registered_name() -> None:
+    result = runner.invoke(app, ["list", "methods"])
+    assert result.exit_code == 0
+    names = [line.split()[0] for line in result.output.splitlines() if line.strip()]
+    assert names == METHODS.names()
+    result = runner.invoke(app, ["list", "partitioners"])
+    assert [ln.split()[0] for ln in result.output.splitlines()] == PARTITIONERS.names()
+    bad = runner.invoke(app, ["list", "gadgets"])
+    assert bad.exit_code == 2 and "expected one of" in bad.output
+
+
+def test_run_writes_results(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    result = runner.invoke(
+        app,
+        [
+            "run",
+            *TINY,
+            "--method",
+            "local,fedavg,ensemble:weighting=size",
+            "--out",
+            str(out),
+            f"cache_dir={tmp_path / 'cache'}",
+            "partition=iid",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads((out / "result.json").read_text())
+    assert [m["key"] for m in doc["methods"]] == ["local", "fedavg", "ensemble:weighting=size"]
+    assert doc["config"]["partition"] == "iid"
+    for name in ("methods.csv", "clients.csv", "partition.png"):
+        assert (out / name).stat().st_size > 0
+    assert "ensemble:weighting=size" in result.output
+    again = runner.invoke(app, ["run", *TINY, "--out", str(out)])
+    assert again.exit_code == 2 and "exists" in again.output
+
+
+def test_run_from_yaml_config(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "dataset: digits\nclients: 2\nmodel: mlp\nlocal_epochs: 1\n"
+        "methods: [ensemble]\ndevice: cpu\npartition: iid\n"
+        f"cache_dir: {tmp_path / 'cache'}\n"
+    )
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["run", "--config", str(config), "--out", str(out), "clients=3"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((out / "result.json").read_text())
+    assert doc["config"]["clients"] == 3 and len(doc["clients"]) == 3
+
+
+def test_bad_input_gives_one_clear_error(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["run", *TINY, "--method", "fedavgg", "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "unknown method 'fedavgg'" in result.output and "fedavg" in result.output
+    result = runner.invoke(
+        app,
+        ["run", *TINY, "--partition", "dirichlet", "--alpha", "-1", "--out", str(tmp_path / "x")],
+    )
+    assert result.exit_code == 2 and "alpha" in result.output
+
+
+def test_partition_prints_matrix_and_saves_heatmap(tmp_path: Path) -> None:
+    png = tmp_path / "p.png"
+    result = runner.invoke(
+        app,
+        [
+            "partition",
+            "--dataset",
+            "digits",
+            "--partition",
+            "pathological",
+            "--classes-per-client",
+            "2",
+            "--clients",
+            "5",
+            "--png",
+            str(png),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "total" in result.output
+
+
+def test_sweep_then_report(tmp_path: Path) -> None:
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(
+        "name: tiny\nbase: {dataset: digits, clients: 2, model: mlp, local_epochs: 1,"
+        f" methods: [local, ensemble], device: cpu, cache_dir: '{tmp_path / 'cache'}'}}\n"
+        "grid:\n  - {partition: dirichlet, alpha: [0.5, 5.0]}\nseeds: [0, 1]\n"
+    )
+    out = tmp_path / "results"
+    result = runner.invoke(app, ["sweep", str(sweep), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert len(list(out.rglob("result.json"))) == 4
+    resumed = runner.invoke(app, ["sweep", str(sweep), "--out", str(out)])
+    assert "0 run(s)" in resumed.output
+    doc = tmp_path / "bench.md"
+    doc.write_text("# B\n<!-- report:tiny -->\nold\n<!-- /report:tiny -->\nafter\n")
+    rep = runner.invoke(
+        app,
+        [
+            "report",
+            str(out),
+            "--out",
+            str(tmp_path / "rep"),
+            "--markdown",
+            str(doc),
+            "--section",
+            "tiny",
+        ],
+    )
+    assert rep.exit_code == 0, rep.output
+    text = doc.read_text()
+    assert "old" not in text and "after" in text and "| local |" in text and "(n=2)" in text
+    assert (tmp_path / "rep" / "accuracy_vs_alpha.png").exists()
+    assert (tmp_path / "rep" / "summary.csv").exists()

@@ -1,0 +1,82 @@
+"""Configuration: YAML, overrides, architecture lists and mappings, clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from oneshotfl.runner.config import (
+    ConfigError,
+    ExperimentConfig,
+    client_architectures,
+    load_config,
+    make_config,
+)
+from oneshotfl.runner.sweep import parse_sweep
+
+
+def test_yaml_with_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "dataset: digits\nlocal-epochs: 2\nmethods:\n  - local\n"
+        "  - {name: ensemble, weighting: size}\nmodel: [cnn, mlp]\n"
+    )
+    cfg = load_config(path, ["alpha=0.05", "clients=4", "partition_seed=9"])
+    assert cfg.dataset == "digits" and cfg.local_epochs == 2 and cfg.alpha == 0.05
+    assert cfg.methods == ("local", "ensemble:weighting=size")
+    assert client_architectures(cfg.model, cfg.clients) == ("cnn", "mlp", "cnn", "mlp")
+    assert cfg.data_seed == 9 and cfg.seed == 0
+
+
+def test_architecture_mapping() -> None:
+    assert client_architectures("0=resnet8,2=mlp,*=cnn", 4) == ("resnet8", "cnn", "mlp", "cnn")
+    with pytest.raises(ConfigError, match="client 1 has no architecture"):
+        client_architectures("0=resnet8", 2)
+
+
+@pytest.mark.parametrize(
+    ("values", "fragment"),
+    [
+        ({"clinets": 3}, "unknown config key 'clinets'"),
+        ({"clients": 0}, "clients: expected >= 1, got 0"),
+        ({"val_fraction": 1.5}, "val_fraction"),
+        ({"alpha": "lots"}, "alpha"),
+        ({"device": "tpu"}, "device"),
+        ({"lr": -1}, "lr must be > 0"),
+        ({"min_clients": 20, "clients": 10}, "min_clients"),
+    ],
+)
+def test_bad_values_name_expected_and_got(values: dict[str, object], fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        make_config(values)
+
+
+def test_missing_or_invalid_config_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- just\n- a list\n")
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        load_config(bad)
+
+
+def test_sweep_expands_subgrids_times_seeds() -> None:
+    sweep = parse_sweep(
+        {
+            "name": "s",
+            "base": {"dataset": "digits"},
+            "grid": [
+                {"partition": "dirichlet", "alpha": [0.1, 0.5]},
+                {"partition": "pathological", "classes_per_client": 2},
+            ],
+            "seeds": [0, 1],
+        }
+    )
+    assert len(sweep.runs) == 6
+    ids = [r.run_id for r in sweep.runs]
+    assert ids[0] == "partition=dirichlet_alpha=0.1_seed=0"
+    assert len(set(ids)) == 6
+    assert all(isinstance(r.config, ExperimentConfig) for r in sweep.runs)
+    with pytest.raises(ConfigError, match="unknown key"):
+        parse_sweep({"grdi": []})

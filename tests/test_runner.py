@@ -1,0 +1,158 @@
+"""The simulation runner: reproducibility, caching, requirements, rejection, data hygiene."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from oneshotfl.federation.contract import ClientContext, ServerContext
+from oneshotfl.federation.outcome import Outcome
+from oneshotfl.federation.payload import Payload
+from oneshotfl.methods.fedavg import FedAvg, model_with_size
+from oneshotfl.runner.config import ConfigError
+from oneshotfl.runner.simulation import (
+    QuorumError,
+    RequirementError,
+    prepare,
+    run_experiment,
+    run_method,
+)
+
+STABLE = ("accuracy", "personal_accuracy", "upload_bytes_per_client")
+
+
+def summary(doc: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return [tuple(r[k] for k in STABLE) for r in doc["methods"]]
+
+
+def test_same_config_gives_identical_results_with_and_without_cache(
+    tiny_config: Any, tmp_path: Any
+) -> None:
+    first = run_experiment(tiny_config())
+    assert first["cache"]["misses"] > 0
+    cached = run_experiment(tiny_config())
+    assert cached["cache"]["misses"] == 0 and cached["cache"]["hits"] > 0
+    fresh = run_experiment(tiny_config(cache_dir=str(tmp_path / "other")))
+    assert summary(first) == summary(cached) == summary(fresh)
+
+
+def test_methods_share_one_training_of_each_client(tiny_config: Any) -> None:
+    doc = run_experiment(tiny_config(methods=["local", "fedavg", "ensemble"]))
+    # 3 clients trained once (3 misses); the other two methods and the client stats hit.
+    assert doc["cache"]["misses"] == 3
+
+
+def test_result_document_holds_what_users_need(tiny_config: Any) -> None:
+    doc = run_experiment(tiny_config())
+    assert doc["config"]["dataset"] == "digits"
+    assert [c["client"] for c in doc["clients"]] == [0, 1, 2]
+    for client in doc["clients"]:
+        assert sum(client["label_histogram"]) == client["train_size"]
+        assert 0 <= client["local_test_accuracy"] <= 1
+    by_key = {r["key"]: r for r in doc["methods"]}
+    assert set(by_key) == {"local", "fedavg", "ensemble", "centralized"}
+    assert by_key["local"]["upload_bytes_mean"] == 0  # local communicates nothing
+    assert by_key["fedavg"]["upload_bytes_mean"] > 0
+    assert by_key["local"]["accuracy_worst"] <= by_key["local"]["accuracy"]
+    assert by_key["local"]["accuracy"] <= by_key["local"]["accuracy_best"]
+    # the centralized upload is the raw data: at least 8·8 float32 pixels per example
+    assert by_key["centralized"]["upload_bytes_mean"] > 256 * np.mean(
+        [c["train_size"] for c in doc["clients"]]
+    )
+
+
+def test_seed_streams_are_separate(tiny_config: Any) -> None:
+    base = prepare(tiny_config(seed=0)).federation
+    other_model_seed = prepare(tiny_config(seed=1, partition_seed=0)).federation
+    other_split = prepare(tiny_config(seed=0, partition_seed=5)).federation
+    for a, b in zip(base.clients, other_model_seed.clients, strict=True):
+        np.testing.assert_array_equal(a.indices, b.indices)
+    assert any(
+        not np.array_equal(a.indices, b.indices)
+        for a, b in zip(base.clients, other_split.clients, strict=True)
+    )
+
+
+def test_public_pool_is_disjoint_from_clients_and_unlabelled(tiny_config: Any) -> None:
+    fed = prepare(tiny_config(public_size=200, val_fraction=0.2)).federation
+    assert fed.public is not None and len(fed.public) == 200
+    assert not hasattr(fed.public, "y")
+    client_rows = {tuple(x.flatten().tolist()) for c in fed.clients for x in c.train.x}
+    public_rows = {tuple(x.flatten().tolist()) for x in fed.public.x}
+    assert not client_rows & public_rows or len(client_rows & public_rows) < 3  # digit dupes
+    all_idx = np.concatenate([c.indices for c in fed.clients])
+    assert len(all_idx) == len(set(all_idx.tolist()))
+    for c in fed.clients:
+        assert c.val is not None and len(c.val) > 0
+
+
+def test_requirements_are_checked_before_any_training(tiny_config: Any) -> None:
+    cfg = tiny_config(model="mlp,cnn", methods=["ensemble", "fedavg"])
+    with pytest.raises(RequirementError, match="identical client architectures"):
+        run_experiment(cfg)
+    assert not any(p.suffix == ".safetensors" for p in _cache_files(cfg.cache_dir))
+
+
+def _cache_files(root: str | None) -> list[Any]:
+    from pathlib import Path
+
+    return list(Path(str(root)).rglob("*")) if root and Path(root).exists() else []
+
+
+class NaNForClientOne(FedAvg):
+    """FedAvg whose client 1 sends NaN weights (a broken or malicious client)."""
+
+    def client_update(self, ctx: ClientContext) -> Payload:
+        payload = model_with_size(ctx)
+        if ctx.client_id != 1:
+            return payload
+        arrays = {
+            k: np.full_like(v, np.nan) if v.dtype.kind == "f" else v
+            for k, v in payload.arrays.items()
+        }
+        return Payload(arrays, payload.scalars)
+
+    def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
+        assert sorted(payloads) == [0, 2]
+        return super().aggregate(payloads, ctx)
+
+
+def test_bad_payload_is_rejected_and_the_run_goes_on(tiny_config: Any) -> None:
+    setup = prepare(tiny_config(min_clients=2))
+    result = run_method("nan-client", NaNForClientOne(), setup)
+    assert result["clients_used"] == [0, 2]
+    assert "client 1" in result["rejected"]["1"] and "finite" in result["rejected"]["1"]
+    assert result["upload_bytes_per_client"][1] == 0
+
+
+def test_too_few_valid_payloads_stop_with_a_clear_error(tiny_config: Any) -> None:
+    setup = prepare(tiny_config(min_clients=3))
+    with pytest.raises(QuorumError, match="expected at least 3"):
+        run_method("nan-client", NaNForClientOne(), setup)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        ({"methods": ["no_such_method"]}, "unknown method 'no_such_method'"),
+        ({"model": "no_such_net"}, "unknown model 'no_such_net'"),
+        ({"methods": ["ensemble:weighting=bad"]}, "weighting"),
+    ],
+)
+def test_bad_names_fail_before_training(
+    tiny_config: Any, overrides: dict[str, Any], fragment: str
+) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        run_experiment(tiny_config(**overrides))
+
+
+def test_training_does_not_touch_global_torch_rng(tiny_config: Any) -> None:
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    run_experiment(tiny_config(methods=["fedavg"]))
+    torch.testing.assert_close(torch.rand(3), expected)
