@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
+import numpy as np
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
@@ -28,7 +29,7 @@ from oneshotfl.plots import partition_heatmap
 from oneshotfl.registry import Registry, RegistryError
 from oneshotfl.runner.config import ConfigError, load_config, make_config
 from oneshotfl.runner.federation import build_federation
-from oneshotfl.runner.report import splice_markdown, write_report
+from oneshotfl.runner.report import human_bytes, setting_label, splice_markdown, write_report
 from oneshotfl.runner.results import atomic_write_text, write_result
 from oneshotfl.runner.simulation import QuorumError, run_experiment
 from oneshotfl.runner.sweep import load_sweep
@@ -40,8 +41,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err_console = Console(stderr=True)
+# Off a terminal (pipes, CI logs) rich would wrap tables at 80 columns; give them room.
+console = Console(width=None if sys.stdout.isatty() else 140)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
 log = logging.getLogger("oneshotfl")
 
 USER_ERRORS = (
@@ -126,8 +128,7 @@ def run(
     if no_cache:
         cli["cache_dir"] = None
     try:
-        base = load_config(config, overrides or [])
-        cfg = make_config({**_non_default(base), **cli})
+        cfg = load_config(config, overrides or [], cli)
         out_dir = out or Path("runs") / datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         if (out_dir / "result.json").exists():
             raise ConfigError(f"{out_dir}/result.json exists; choose another --out")
@@ -144,16 +145,7 @@ def run(
     )
 
 
-def _non_default(cfg: Any) -> dict[str, Any]:
-    from oneshotfl.runner.config import ExperimentConfig
-
-    default = ExperimentConfig().to_dict()
-    return {k: v for k, v in cfg.to_dict().items() if v != default[k]}
-
-
 def _write_heatmap(doc: dict[str, Any], path: Path) -> None:
-    import numpy as np
-
     counts = np.array([c["label_histogram"] for c in doc["clients"]])
     c = doc["config"]
     partition_heatmap(counts, path, f"{c['dataset']} · {c['partition']} · {c['clients']} clients")
@@ -162,10 +154,7 @@ def _write_heatmap(doc: dict[str, Any], path: Path) -> None:
 def results_table(doc: dict[str, Any]) -> Table:
     """The per-method summary as a rich table."""
     c = doc["config"]
-    title = (
-        f"{c['dataset']} · {c['partition']} (α={c['alpha']}, #C={c['classes_per_client']})"
-        f" · {c['clients']} clients · seed {c['seed']}"
-    )
+    title = f"{c['dataset']} · {setting_label(c)} · {c['clients']} clients · seed {c['seed']}"
     table = Table(title=title)
     for name in (
         "method",
@@ -188,17 +177,11 @@ def results_table(doc: dict[str, Any]) -> Table:
             f"{100 * r['accuracy']:.2f}%",
             extremes,
             f"{100 * r['personal_accuracy']:.2f}%",
-            _bytes(r["upload_bytes_mean"]),
+            human_bytes(r["upload_bytes_mean"]),
             f"{r['client_wall_s_mean']:.2f}",
             f"{r['server_wall_s']:.2f}",
         )
     return table
-
-
-def _bytes(n: float) -> str:
-    from oneshotfl.runner.report import human_bytes
-
-    return human_bytes(n)
 
 
 @app.command()

@@ -146,19 +146,22 @@ def _idx_reader(subdirs: Sequence[str]) -> Callable[[Sequence[Path]], Arrays | N
     )
 
     def read(dirs: Sequence[Path]) -> Arrays | None:
-        for suffix in (".gz", ""):
-            folder = _first_existing(dirs, subdirs, [s + suffix for s in stems])
-            if folder is not None:
-                xtr, ytr, xte, yte = (read_idx(folder / (s + suffix)) for s in stems)
-                for x, y, split in ((xtr, ytr, "train"), (xte, yte, "test")):
-                    if len(x) != len(y):
-                        raise ValueError(
-                            f"{folder}: {split} has {len(x)} images but {len(y)} labels"
-                        )
-                return xtr, ytr.astype(np.int64), xte, yte.astype(np.int64)
+        for base in dirs:  # earlier directories win, gzip or raw alike
+            for suffix in (".gz", ""):
+                folder = _first_existing([base], subdirs, [s + suffix for s in stems])
+                if folder is not None:
+                    return _read_idx_set(folder, [s + suffix for s in stems])
         return None
 
     return read
+
+
+def _read_idx_set(folder: Path, names: Sequence[str]) -> Arrays:
+    xtr, ytr, xte, yte = (read_idx(folder / n) for n in names)
+    for x, y, split in ((xtr, ytr, "train"), (xte, yte, "test")):
+        if len(x) != len(y):
+            raise ValueError(f"{folder}: {split} has {len(x)} images but {len(y)} labels")
+    return xtr, ytr.astype(np.int64), xte, yte.astype(np.int64)
 
 
 def _torchvision_download(cls_name: str, **kwargs: object) -> Callable[[Path], None]:

@@ -169,3 +169,16 @@ def capped_pool(size: int, cap: int) -> tuple[nn.Module, int]:
     if size <= cap:
         return nn.Identity(), size
     return nn.AdaptiveAvgPool2d(cap), cap
+
+
+def init_conv_bn(model: nn.Module) -> None:
+    """He (fan-out) initialisation of convolutions, unit/zero BatchNorm affine parameters.
+
+    The initialisation of He et al. (2015) as torchvision's ResNet and VGG use it.
+    """
+    for m in model.modules():
+        if isinstance(m, nn.Conv2d):
+            nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+        elif isinstance(m, nn.BatchNorm2d):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from oneshotfl.models.base import MODELS, ClassifierModel
+from oneshotfl.models.base import MODELS, ClassifierModel, init_conv_bn
 
 # (expansion t, output channels c, repeats n, stride s of the first repeat); Table 2 of the
 # paper with the second stage's stride set to 1 for small images.
@@ -117,15 +117,9 @@ class MobileNetV2(ClassifierModel):
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.num_features = last
         self.head = nn.Linear(last, self.num_classes)
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out")
-            elif isinstance(m, nn.BatchNorm2d):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.Linear):
-                nn.init.normal_(m.weight, 0.0, 0.01)
-                nn.init.zeros_(m.bias)
+        init_conv_bn(self)
+        nn.init.normal_(self.head.weight, 0.0, 0.01)
+        nn.init.zeros_(self.head.bias)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         return torch.flatten(self.pool(self.features(x)), 1)

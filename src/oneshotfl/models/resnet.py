@@ -29,7 +29,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from oneshotfl.models.base import MODELS, ClassifierModel
+from oneshotfl.models.base import MODELS, ClassifierModel, init_conv_bn
 
 
 class BasicBlock(nn.Module):
@@ -102,12 +102,7 @@ class ResNet(ClassifierModel):
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.num_features = in_planes
         self.head = nn.Linear(in_planes, self.num_classes)
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-            elif isinstance(m, nn.BatchNorm2d):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
+        init_conv_bn(self)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         out = F.relu(self.bn1(self.conv1(x)))

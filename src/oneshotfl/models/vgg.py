@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from oneshotfl.models.base import MODELS, ClassifierModel, capped_pool
+from oneshotfl.models.base import MODELS, ClassifierModel, capped_pool, init_conv_bn
 
 # Channels of the 3x3 convolutions; "M" is a 2x2 max-pool.
 VGG_SMALL: tuple[int | str, ...] = (32, "M", 64, "M", 128, 128, "M")
@@ -81,12 +81,7 @@ class VGG(ClassifierModel):
         self.fc = nn.Sequential(nn.Linear(planes * side * side, hidden), nn.ReLU(inplace=True))
         self.num_features = hidden
         self.head = nn.Linear(hidden, self.num_classes)
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-            elif isinstance(m, nn.BatchNorm2d):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
+        init_conv_bn(self)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = self.fc(self.features(x))

@@ -233,20 +233,28 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> ExperimentConfig:
-    """Read a YAML config (a mapping of field names) and apply ``key=value`` overrides."""
-    values: dict[str, Any] = {}
-    if path is not None:
-        try:
-            loaded = yaml.safe_load(Path(path).read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"config file {path} does not exist") from None
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
-        if loaded is not None and not isinstance(loaded, Mapping):
-            raise ConfigError(
-                f"config file {path}: expected a mapping of settings, got {type(loaded).__name__}"
-            )
-        values.update(loaded or {})
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The mapping of settings in a YAML config file."""
+    try:
+        loaded = yaml.safe_load(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+    if loaded is not None and not isinstance(loaded, Mapping):
+        raise ConfigError(
+            f"config file {path}: expected a mapping of settings, got {type(loaded).__name__}"
+        )
+    return dict(loaded or {})
+
+
+def load_config(
+    path: str | Path | None,
+    overrides: Sequence[str] = (),
+    options: Mapping[str, Any] | None = None,
+) -> ExperimentConfig:
+    """Defaults < the YAML file < ``key=value`` overrides < explicit ``options`` (CLI flags)."""
+    values = read_config_file(path) if path is not None else {}
     values.update(parse_overrides(overrides))
+    values.update(options or {})
     return make_config(values)

@@ -1,0 +1,5 @@
+"""``python -m oneshotfl`` is the ``oneshotfl`` command."""
+
+from oneshotfl.cli import app
+
+app()
