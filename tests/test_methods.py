@@ -117,3 +117,9 @@ def test_method_specs_parse_and_coerce() -> None:
         build_method("ensemble:temperature=2")
     with pytest.raises(ValueError, match="key=value"):
         parse_method_spec("ensemble:size")
+
+
+def test_batchnorm_models_cross_the_wire_and_average(tiny_config: Any) -> None:
+    setup = prepare(tiny_config(model="resnet8", methods=["fedavg"]))
+    result = run_method("fedavg", build_method("fedavg"), setup)
+    assert result["rejected"] == {} and result["clients_used"] == [0, 1, 2]

@@ -21,7 +21,7 @@ from oneshotfl.federation.spec import (
     validate_payload,
 )
 from oneshotfl.federation.wire import receive, transmit
-from oneshotfl.models import create_model
+from oneshotfl.models import create_model, list_models
 
 DIMS = WireDims(num_classes=10, in_channels=1, image_size=8, public_size=5)
 PROBS = PayloadSpec(
@@ -56,9 +56,16 @@ def test_byte_count_is_the_encoded_size_and_grows_with_the_data() -> None:
     assert n_big - n_small == 495 * 10 * 4
 
 
-def test_model_round_trip_reproduces_outputs() -> None:
+def test_zero_dim_arrays_keep_their_shape() -> None:
+    back = decode(encode(Payload({"count": np.array(7, dtype=np.int64), "v": np.ones(1)})))
+    assert back.arrays["count"].shape == () and int(back.arrays["count"]) == 7
+    assert back.arrays["v"].shape == (1,)
+
+
+@pytest.mark.parametrize("arch", list_models())
+def test_model_round_trip_reproduces_outputs(arch: str) -> None:
     torch.manual_seed(0)
-    model = create_model("mlp", 1, 10, 8).eval()
+    model = create_model(arch, 1, 10, 8).eval()
     spec = PayloadSpec(models=(ModelSpec(),))
     received, _ = transmit(model_fields(model), spec, DIMS, 3)
     rebuilt = model_from_fields(received, DIMS).eval()

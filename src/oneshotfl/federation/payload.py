@@ -59,7 +59,8 @@ class Payload:
 
 def encode(payload: Payload) -> bytes:
     """Serialise a payload to safetensors bytes (arrays contiguous, scalars in metadata)."""
-    arrays = {k: np.ascontiguousarray(v) for k, v in payload.arrays.items()}
+    # Not np.ascontiguousarray: it turns 0-d arrays (BatchNorm's counters) into shape (1,).
+    arrays = {k: np.array(v, order="C", copy=True) for k, v in payload.arrays.items()}
     metadata = {_SCALARS_KEY: json.dumps(dict(payload.scalars), sort_keys=True)}
     return bytes(st_save(arrays, metadata=metadata))
 

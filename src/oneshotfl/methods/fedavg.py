@@ -59,7 +59,7 @@ def weighted_average(
         stacked = np.stack([np.asarray(s[key], dtype=np.float64) for s in states])
         mean = np.tensordot(w, stacked, axes=1)
         dtype = states[0][key].dtype
-        out[key] = (np.rint(mean) if dtype.kind in "iub" else mean).astype(dtype)
+        out[key] = np.asarray(np.rint(mean) if dtype.kind in "iub" else mean, dtype=dtype)
     return out
 
 
