@@ -14,6 +14,7 @@ import numpy as np
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.markup import escape
 from rich.table import Table
 
 from oneshotfl.data.datasets import (
@@ -67,7 +68,7 @@ def _setup_logging(verbose: bool) -> None:
 
 
 def _fail(exc: BaseException) -> None:
-    err_console.print(f"[bold red]error:[/] {exc}")
+    err_console.print(f"[bold red]error:[/] {escape(str(exc))}")
     raise typer.Exit(2)
 
 
@@ -316,8 +317,8 @@ def report(
             splice_markdown(markdown, section or results.name, text)
     except (*USER_ERRORS, ValueError) as exc:
         _fail(exc)
-    console.print(text)
-    console.print(f"report: {out_dir}")
+    console.print(text, markup=False)
+    console.print(f"report: {out_dir}", markup=False)
 
 
 def main() -> None:  # pragma: no cover - console entry point

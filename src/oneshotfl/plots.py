@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import matplotlib
@@ -39,9 +39,19 @@ Series = Mapping[str, Sequence[tuple[float, float, float]]]
 
 
 def line_plot(
-    series: Series, path: Path, xlabel: str, ylabel: str, title: str = "", logx: bool = False
+    series: Series,
+    path: Path,
+    xlabel: str,
+    ylabel: str,
+    title: str = "",
+    logx: bool = False,
+    xfmt: Callable[[float], str] = "{:g}".format,
 ) -> Path:
-    """One line per series of ``(x, mean, std)`` points, with error bars."""
+    """One line per series of ``(x, mean, std)`` points, with error bars.
+
+    With ``logx`` and at most 8 distinct x values, the ticks sit on the measured points and
+    are labelled by ``xfmt``.
+    """
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for name, points in sorted(series.items()):
         pts = sorted(points)
@@ -49,6 +59,10 @@ def line_plot(
         ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=name)
     if logx:
         ax.set_xscale("log")
+        ticks = sorted({x for points in series.values() for x, _, _ in points})
+        if len(ticks) <= 8:  # label the measured points, not powers of ten
+            ax.set_xticks(ticks, [xfmt(t) for t in ticks])
+            ax.minorticks_off()
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)

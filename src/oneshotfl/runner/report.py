@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections import defaultdict
@@ -138,16 +139,22 @@ def write_report(
     out_dir.mkdir(parents=True, exist_ok=True)
     write_csv(out_dir / "summary.csv", summary_rows(report), list(summary_rows(report)[0]))
     plots = _plots(report, out_dir, title)
+    sweep_file = results_dir / "sweep.json"
+    sweep_meta = json.loads(sweep_file.read_text()) if sweep_file.exists() else {}
 
     def render(base: Path) -> str:
         links = "\n".join(
             f"![{name}]({os.path.relpath(path, base)})" for name, path in plots.items()
         )
         minutes = report.wall_time_s / 60
-        return (
-            f"{markdown_table(report)}\n\n{links}\n\n"
-            f"{report.runs} runs; summed run wall time {minutes:.1f} min.\n"
-        )
+        timing = f"{report.runs} runs; summed run wall time {minutes:.1f} min"
+        if sweep_meta:
+            sweep_minutes = sweep_meta.get("wall_time_s_this_invocation", 0.0) / 60
+            timing += (
+                f"; the sweep invocation that ran {sweep_meta.get('ran_now')} of them took "
+                f"{sweep_minutes:.1f} min (`sweep.json`)"
+            )
+        return f"{markdown_table(report)}\n\n{links}\n\n{timing}.\n"
 
     atomic_write_text(out_dir / "table.md", render(out_dir))
     text = render(link_from or out_dir)
@@ -184,6 +191,7 @@ def _plots(report: Report, out_dir: Path, title: str) -> dict[str, Path]:
             "test accuracy (mean over settings)",
             title,
             logx=True,
+            xfmt=human_bytes,
         )
     return plots
 
