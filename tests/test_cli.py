@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from oneshotfl.data.partition import PARTITIONERS
 from typer.testing import CliRunner
 
 from oneshotfl.cli import app
+from oneshotfl.data.partition import PARTITIONERS
 from oneshotfl.methods import METHODS
 
 runner = CliRunner()
