@@ -80,3 +80,19 @@ def test_sweep_expands_subgrids_times_seeds() -> None:
     assert all(isinstance(r.config, ExperimentConfig) for r in sweep.runs)
     with pytest.raises(ConfigError, match="unknown key"):
         parse_sweep({"grdi": []})
+
+
+def test_report_keeps_runs_that_differ_in_more_than_the_seed_apart() -> None:
+    from oneshotfl.runner.report import collect
+
+    def doc(clients: int, seed: int, acc: float) -> dict[str, object]:
+        config = {"partition": "dirichlet", "alpha": 0.1, "clients": clients, "seed": seed}
+        return {
+            "config": config,
+            "methods": [{"key": "fedavg", "accuracy": acc, "upload_bytes_mean": 10.0}],
+        }
+
+    report = collect([doc(10, 0, 0.5), doc(10, 1, 0.7), doc(20, 0, 0.1)])
+    assert report.settings == ["dirichlet α=0.1 · clients=10", "dirichlet α=0.1 · clients=20"]
+    mean, std = report.cells[("dirichlet α=0.1 · clients=10", "fedavg")].mean_std()
+    assert mean == 0.6 and abs(std - 0.1414) < 1e-3

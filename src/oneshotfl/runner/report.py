@@ -27,6 +27,34 @@ def setting_label(config: Mapping[str, Any]) -> str:
     return name
 
 
+#: Config keys that never separate settings: seeds are what a setting is averaged over, the
+#: rest do not change results (or are shown by the partition label).
+NOT_A_SETTING = frozenset(
+    {
+        "seed",
+        "partition_seed",
+        "methods",
+        "device",
+        "cache_dir",
+        "data_root",
+        "download",
+        "partition",
+        "alpha",
+        "classes_per_client",
+    }
+)
+
+
+def varying_keys(configs: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Config keys (other than seeds and the partition) whose value differs between runs."""
+    values: dict[str, set[str]] = defaultdict(set)
+    for config in configs:
+        for key, value in config.items():
+            if key not in NOT_A_SETTING:
+                values[key].add(json.dumps(value, sort_keys=True))
+    return sorted(k for k, v in values.items() if len(v) > 1)
+
+
 @dataclass
 class Cell:
     """The runs of one method in one setting (one value per seed)."""
@@ -46,22 +74,30 @@ class Report:
     cells: dict[tuple[str, str], Cell] = field(default_factory=dict)
     settings: list[str] = field(default_factory=list)
     methods: list[str] = field(default_factory=list)
-    alphas: dict[str, float] = field(default_factory=dict)
+    alphas: dict[str, tuple[float, str]] = field(default_factory=dict)
     runs: int = 0
     wall_time_s: float = 0.0
 
 
 def collect(docs: Iterable[Mapping[str, Any]]) -> Report:
-    """Group result documents by (setting, method key)."""
+    """Group result documents by (setting, method key).
+
+    A setting is the partition label plus every other config value that varies across the
+    documents (e.g. ``clients=20``), so runs that differ in more than their seed never merge.
+    """
     report = Report()
+    docs = list(docs)
+    extra_keys = varying_keys(doc["config"] for doc in docs)
     for doc in docs:
-        setting = setting_label(doc["config"])
+        config = doc["config"]
+        extra = " ".join(f"{k}={config.get(k)}" for k in extra_keys)
+        setting = " · ".join(filter(None, [setting_label(config), extra]))
         report.runs += 1
         report.wall_time_s += float(doc.get("wall_time_s", 0.0))
         if setting not in report.settings:
             report.settings.append(setting)
-        if doc["config"].get("partition") == "dirichlet":
-            report.alphas[setting] = float(doc["config"]["alpha"])
+        if config.get("partition") == "dirichlet":
+            report.alphas[setting] = (float(config["alpha"]), extra)
         for result in doc["methods"]:
             key = result["key"]
             if key not in report.methods:
@@ -167,7 +203,9 @@ def _plots(report: Report, out_dir: Path, title: str) -> dict[str, Path]:
         series: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
         for (setting, method), cell in report.cells.items():
             if setting in report.alphas:
-                series[method].append((report.alphas[setting], *cell.mean_std()))
+                alpha, extra = report.alphas[setting]
+                name = f"{method} ({extra})" if extra else method
+                series[name].append((alpha, *cell.mean_std()))
         plots["accuracy vs alpha"] = line_plot(
             series,
             out_dir / "accuracy_vs_alpha.png",

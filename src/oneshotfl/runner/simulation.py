@@ -25,9 +25,9 @@ from oneshotfl.data.datasets import load_dataset
 from oneshotfl.devices import resolve_device
 from oneshotfl.federation.artefacts import ArtefactStore
 from oneshotfl.federation.contract import ClientContext, Method, ServerContext, Topology
-from oneshotfl.federation.payload import Payload, WireError
+from oneshotfl.federation.payload import Payload, WireError, encode
 from oneshotfl.federation.spec import PayloadError
-from oneshotfl.federation.wire import transmit
+from oneshotfl.federation.wire import receive
 from oneshotfl.methods import METHODS, MethodSpec, build_method, parse_method_spec
 from oneshotfl.methods.recipes import trained_local_model
 from oneshotfl.models import MODELS
@@ -152,13 +152,13 @@ def run_method(key: str, method: Method[Any], setup: Setup) -> dict[str, Any]:
         train_recorded.append(float(ctx.notes.get("train_seconds", 0.0)))
         if "train_seconds" in ctx.notes:
             setup.trained.add(shard.client_id)
+        data = encode(payload)  # what would cross the network; counted even if rejected
+        sizes.append(len(data) if method.communicates else 0)
         try:
-            received[shard.client_id], nbytes = transmit(payload, spec, dims, shard.client_id)
+            received[shard.client_id] = receive(data, spec, dims, shard.client_id)
         except (WireError, PayloadError) as exc:
             log.warning("%s: rejected payload: %s", key, exc)
             rejected[shard.client_id] = str(exc)
-            nbytes = 0
-        sizes.append(nbytes if method.communicates else 0)
     quorum = max(setup.cfg.min_clients, method.requires.min_clients)
     if len(received) < quorum:
         raise QuorumError(
