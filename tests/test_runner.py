@@ -12,7 +12,7 @@ import torch
 from oneshotfl.federation.contract import ClientContext, ServerContext
 from oneshotfl.federation.outcome import Outcome
 from oneshotfl.federation.payload import Payload
-from oneshotfl.methods.fedavg import FedAvg, model_with_size
+from oneshotfl.methods.fedavg import FedAvg
 from oneshotfl.runner.config import ConfigError
 from oneshotfl.runner.simulation import (
     QuorumError,
@@ -107,7 +107,7 @@ class NaNForClientOne(FedAvg):
     """FedAvg whose client 1 sends NaN weights (a broken or malicious client)."""
 
     def client_update(self, ctx: ClientContext) -> Payload:
-        payload = model_with_size(ctx)
+        payload = super().client_update(ctx)
         if ctx.client_id != 1:
             return payload
         arrays = {

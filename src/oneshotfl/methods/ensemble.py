@@ -13,13 +13,13 @@ from typing import Literal
 
 import torch
 
-from oneshotfl.federation.contract import ClientContext, Method, ServerContext
+from oneshotfl.federation.contract import ServerContext
 from oneshotfl.federation.outcome import Ensemble as EnsembleOutcome
 from oneshotfl.federation.outcome import Outcome
 from oneshotfl.federation.payload import Payload
-from oneshotfl.federation.spec import PayloadSpec, WireDims, model_from_fields
+from oneshotfl.federation.spec import model_from_fields
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.fedavg import MODEL_WITH_SIZE, model_with_size
+from oneshotfl.methods.recipes import SendsTrainedModel
 
 
 @dataclass(frozen=True)
@@ -38,16 +38,10 @@ class EnsembleConfig:
 
 
 @register_method("ensemble", "average of client softmaxes (weighting=uniform|size)")
-class Ensemble(Method[EnsembleConfig]):
+class Ensemble(SendsTrainedModel[EnsembleConfig]):
     """Probability-averaging ensemble of the client models."""
 
     Config = EnsembleConfig
-
-    def payload_spec(self, dims: WireDims) -> PayloadSpec:
-        return MODEL_WITH_SIZE
-
-    def client_update(self, ctx: ClientContext) -> Payload:
-        return model_with_size(ctx)
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         ids = sorted(payloads)

@@ -15,8 +15,6 @@ import numpy as np
 import torch
 
 from oneshotfl.federation.contract import (
-    ClientContext,
-    Method,
     NoConfig,
     Requires,
     ServerContext,
@@ -24,17 +22,10 @@ from oneshotfl.federation.contract import (
 from oneshotfl.federation.outcome import GlobalModel, Outcome
 from oneshotfl.federation.payload import Payload
 from oneshotfl.federation.spec import (
-    ModelSpec,
-    PayloadSpec,
-    ScalarSpec,
-    WireDims,
-    model_fields,
     model_from_fields,
 )
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.recipes import trained_local_model
-
-MODEL_WITH_SIZE = PayloadSpec(models=(ModelSpec(),), scalars=(ScalarSpec("n_examples", int, 1),))
+from oneshotfl.methods.recipes import SendsTrainedModel
 
 
 def weighted_average(
@@ -63,23 +54,11 @@ def weighted_average(
     return out
 
 
-def model_with_size(ctx: ClientContext) -> Payload:
-    """The client's trained model and its example count (FedAvg's and the ensemble's message)."""
-    model = trained_local_model(ctx)
-    return model_fields(model.cpu()).merged(Payload({}, {"n_examples": len(ctx.data)}))
-
-
 @register_method("fedavg", "one round of FedAvg: data-size-weighted parameter average")
-class FedAvg(Method[NoConfig]):
+class FedAvg(SendsTrainedModel[NoConfig]):
     """One-shot FedAvg (McMahan et al. 2017)."""
 
     requires = Requires(same_architecture=True)
-
-    def payload_spec(self, dims: WireDims) -> PayloadSpec:
-        return MODEL_WITH_SIZE
-
-    def client_update(self, ctx: ClientContext) -> Payload:
-        return model_with_size(ctx)
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         ids = sorted(payloads)

@@ -12,9 +12,16 @@ from collections.abc import Callable, Mapping
 import torch
 from torch import nn
 
-from oneshotfl.federation.contract import ClientContext, TaskInfo
+from oneshotfl.federation.contract import ClientContext, ConfigT, Method, TaskInfo
 from oneshotfl.federation.payload import Payload
-from oneshotfl.federation.spec import model_fields, model_from_fields
+from oneshotfl.federation.spec import (
+    ModelSpec,
+    PayloadSpec,
+    ScalarSpec,
+    WireDims,
+    model_fields,
+    model_from_fields,
+)
 from oneshotfl.models import create_model
 from oneshotfl.seeding import seeded_torch, torch_generator
 from oneshotfl.training.loop import train_classifier
@@ -83,3 +90,15 @@ def trained_local_model(
     ctx.notes["cache_hit"] = hit
     model = model_from_fields(payload, ctx.task.dims())
     return model.to(ctx.device).eval()
+
+
+class SendsTrainedModel(Method[ConfigT]):
+    """The client half shared by model-sharing methods (FedAvg, the ensemble, …): train
+    locally with the shared recipe, send the model and the example count n_k."""
+
+    def payload_spec(self, dims: WireDims) -> PayloadSpec:
+        return PayloadSpec(models=(ModelSpec(),), scalars=(ScalarSpec("n_examples", int, 1),))
+
+    def client_update(self, ctx: ClientContext) -> Payload:
+        model = trained_local_model(ctx)
+        return model_fields(model.cpu()).merged(Payload({}, {"n_examples": len(ctx.data)}))
