@@ -15,6 +15,7 @@ from torch import nn
 from oneshotfl.federation.contract import ClientContext, ConfigT, Method, TaskInfo
 from oneshotfl.federation.payload import Payload
 from oneshotfl.federation.spec import (
+    ArraySpec,
     ModelSpec,
     PayloadSpec,
     ScalarSpec,
@@ -24,7 +25,7 @@ from oneshotfl.federation.spec import (
 )
 from oneshotfl.models import create_model
 from oneshotfl.seeding import seeded_torch, torch_generator
-from oneshotfl.training.loop import train_classifier
+from oneshotfl.training.loop import predict_logits, train_classifier
 
 Regulariser = Callable[[nn.Module], torch.Tensor]
 
@@ -90,6 +91,25 @@ def trained_local_model(
     ctx.notes["cache_hit"] = hit
     model = model_from_fields(payload, ctx.task.dims())
     return model.to(ctx.device).eval()
+
+
+def public_probabilities(
+    model: nn.Module, ctx: ClientContext, temperature: float = 1.0
+) -> torch.Tensor:
+    """softmax(f(x)/T) of a client model on the public pool, ``[N_pub, C]`` float32 on CPU.
+
+    Raises:
+        ValueError: when the federation has no public pool.
+    """
+    if ctx.public is None:
+        raise ValueError("this method needs a public pool: set public_size > 0")
+    logits = predict_logits(model, ctx.public.x, ctx.device)
+    return torch.softmax(logits / temperature, dim=-1)
+
+
+def probabilities_spec(dtype: str = "float32", name: str = "probs") -> PayloadSpec:
+    """One ``[N_pub, C]`` array of probability rows (the prediction-sharing message)."""
+    return PayloadSpec(arrays=(ArraySpec(name, ("N_pub", "C"), (dtype,), (0.0, 1.0), True),))
 
 
 class SendsTrainedModel(Method[ConfigT]):
