@@ -50,7 +50,12 @@ def test_every_method_honours_the_contract(name: str, tiny_config: Any) -> None:
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(config, field_names[0], None)
     method = build_method(name)
-    setup = prepare(tiny_config(methods=[name]))
+    needs: dict[str, Any] = {}
+    if cls.requires.public_data:
+        needs["public_size"] = 100
+    if cls.requires.server_model:
+        needs["server_model"] = "mlp"
+    setup = prepare(tiny_config(methods=[name], server_epochs=1, **needs))
     assert isinstance(method.payload_spec(setup.federation.task.dims()), PayloadSpec)
     result = run_method(name, method, setup)
     assert 0.0 <= result["accuracy"] <= 1.0

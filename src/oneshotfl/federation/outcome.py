@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -24,9 +25,10 @@ def weighted_softmax_mean(logits: torch.Tensor, weights: torch.Tensor) -> torch.
 
 @dataclass
 class GlobalModel:
-    """One model for everyone."""
+    """One model for everyone, with optional diagnostics of how it was built."""
 
     model: nn.Module
+    info: dict[str, Any] = field(default_factory=dict)
 
     def predict_proba(self, x: torch.Tensor, device: torch.device) -> torch.Tensor:
         return F.softmax(predict_logits(self.model, x, device), dim=-1)

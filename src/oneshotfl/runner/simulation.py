@@ -182,6 +182,7 @@ def run_method(key: str, method: Method[Any], setup: Setup) -> dict[str, Any]:
         "client_train_s_mean": float(np.mean(train_recorded)),
         "server_wall_s": server_wall,
         "clients_used": sorted(received),
+        "diagnostics": getattr(outcome, "info", {}),
         "rejected": {str(k): v for k, v in rejected.items()},
     }
 

@@ -1,0 +1,271 @@
+"""FedOL: Ye et al., "Towards a Larger Model via One-Shot Federated Learning on Heterogeneous
+Client Models" (the paper in ``shared/papers/fedol--000``).
+
+Clients train their own (possibly different) models once (Eq. 2) and send only their softmax
+predictions on the unlabelled public pool D_u. The server trains a larger model by the
+alternating block-coordinate algorithm of Section IV-B, for T iterations:
+
+a) pseudo-labels (Algorithm 1): source models M = clients ∪ {server of iteration t−1}
+   (clients only at t = 1); per model the entropy baseline H̃_m is the ⌈ρN_u⌉-th lowest
+   prediction entropy; reliable models M(x) = {m : H(σ(w_m(x))) ≤ H̃_m} (Eq. 11) vote
+   y_m = +1 on their argmax and −1 elsewhere (Eq. 12); G = Σ C²_m ⊙ y_m / Σ C²_m (Eq. 13) with
+   C²_m the class-wise confidence (Eq. 10); ŷ = one-hot(argmax G), or 0 when M(x) is empty;
+   ρ grows by ``rho_step`` per iteration (easy-to-hard);
+b) server training on Eq. (7): Σ_k λ_k(x)·KL(σ(w_c^k(x)) ‖ σ(w_s(x))) + τ·CE(ŷ, σ(w_s(x))),
+   λ_k(x) = softmax over clients of −H(σ(w_c^k(x))) (Eq. 14).
+
+Choices where the paper is silent (each a ``FedOLConfig`` field): the server model continues
+from the previous iteration (``restart=False``: block-coordinate descent on w_s); epochs per
+iteration default to the server training config's ``server_epochs``; optimiser and learning
+rate are the server training config (Adam, 1e-3 by default; the paper states lr 0.001);
+temperature 1 (the paper uses plain softmax); the CE term is averaged over all of D_u with
+excluded samples (ŷ = 0) contributing zero, which is Eq. (7) read literally; ties in argmax go
+to the lowest class index. Ablation switches: ``rho_step=0`` (no curriculum),
+``negative_votes=False`` (y_m ∈ {0, 1}), ``weighting=uniform`` (λ_k = 1/K), ``server_vote=False``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from oneshotfl.federation.contract import ClientContext, Method, Requires, ServerContext
+from oneshotfl.federation.outcome import GlobalModel, Outcome
+from oneshotfl.federation.payload import Payload
+from oneshotfl.federation.spec import PayloadSpec, WireDims
+from oneshotfl.methods.base import register_method
+from oneshotfl.methods.recipes import (
+    initial_model,
+    probabilities_spec,
+    public_probabilities,
+    trained_local_model,
+)
+from oneshotfl.seeding import torch_generator
+from oneshotfl.training.loop import Batch, TrainConfig, fit, predict_logits
+
+EPS = 1e-12
+
+
+@dataclass(frozen=True)
+class FedOLConfig:
+    """FedOL hyper-parameters (paper defaults where it gives them).
+
+    Attributes:
+        iterations: T, alternating rounds of pseudo-labelling and server training (10).
+        tau: weight τ of the pseudo-label loss in Eq. (7) (0.2).
+        rho_start: initial ρ of the entropy baseline (0.1).
+        rho_step: growth of ρ per iteration (0.05); 0 disables the curriculum.
+        negative_votes: Eq. (12)'s −1 for the classes a model rejects (else 0).
+        weighting: λ_k(x) of Eq. (14) (``entropy``) or 1/K (``uniform``).
+        server_vote: the previous server model joins the vote from iteration 2.
+        epochs_per_iteration: server epochs per iteration (None = ``server_epochs``).
+        restart: re-initialise the server model at every iteration.
+        temperature: softmax temperature of the client predictions.
+        payload_dtype: float32 or float16 predictions on the wire.
+    """
+
+    iterations: int = 10
+    tau: float = 0.2
+    rho_start: float = 0.1
+    rho_step: float = 0.05
+    negative_votes: bool = True
+    weighting: Literal["entropy", "uniform"] = "entropy"
+    server_vote: bool = True
+    epochs_per_iteration: int | None = None
+    restart: bool = False
+    temperature: float = 1.0
+    payload_dtype: Literal["float32", "float16"] = "float32"
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.iterations >= 1, "iterations", ">= 1", self.iterations),
+            (self.tau >= 0, "tau", ">= 0", self.tau),
+            (0 < self.rho_start <= 1, "rho_start", "in (0, 1]", self.rho_start),
+            (self.rho_step >= 0, "rho_step", ">= 0", self.rho_step),
+            (
+                self.weighting in ("entropy", "uniform"),
+                "weighting",
+                "entropy|uniform",
+                self.weighting,
+            ),
+            (
+                self.epochs_per_iteration is None or self.epochs_per_iteration >= 1,
+                "epochs_per_iteration",
+                ">= 1 or None",
+                self.epochs_per_iteration,
+            ),
+            (self.temperature > 0, "temperature", "> 0", self.temperature),
+            (
+                self.payload_dtype in ("float32", "float16"),
+                "payload_dtype",
+                "float32|float16",
+                self.payload_dtype,
+            ),
+        ]
+        for ok, name, expected, got in checks:
+            if not ok:
+                raise ValueError(f"{name}: expected {expected}, got {got!r}")
+
+    def rho(self, iteration: int) -> float:
+        """ρ at 0-based ``iteration`` (capped at 1)."""
+        return min(1.0, self.rho_start + self.rho_step * iteration)
+
+
+def entropy(probs: torch.Tensor) -> torch.Tensor:
+    """H(p) = −Σ_c p_c log p_c over the last axis."""
+    return -(probs * probs.clamp_min(EPS).log()).sum(dim=-1)
+
+
+def class_confidence(probs: torch.Tensor) -> torch.Tensor:
+    """Eq. (10): C² = E_x[σ(w(x))], ``[M, N, C] → [M, C]``."""
+    return probs.mean(dim=-2)
+
+
+def entropy_baselines(entropies: torch.Tensor, rho: float) -> torch.Tensor:
+    """H̃_m: the ⌈ρ·N⌉-th lowest entropy of each model, ``[M, N] → [M]``."""
+    n = entropies.shape[-1]
+    rank = min(n, max(1, math.ceil(rho * n)))
+    return entropies.sort(dim=-1).values[..., rank - 1]
+
+
+def pseudo_labels(
+    probs: torch.Tensor, confidence: torch.Tensor, rho: float, negative_votes: bool = True
+) -> torch.Tensor:
+    """Algorithm 1: one-hot pseudo-labels ``[N, C]`` (all-zero rows: no reliable model).
+
+    Args:
+        probs: source model predictions ``[M, N, C]``.
+        confidence: class-wise confidence C² of each source model ``[M, C]``.
+        rho: participation ratio ρ of the entropy baseline.
+        negative_votes: vote −1 on rejected classes (Eq. 12) rather than 0.
+    """
+    h = entropy(probs)
+    reliable = h <= entropy_baselines(h, rho).unsqueeze(-1)  # Eq. (11), [M, N]
+    top = F.one_hot(probs.argmax(dim=-1), probs.shape[-1]).to(probs.dtype)
+    votes = 2 * top - 1 if negative_votes else top  # Eq. (12)
+    mask = reliable.unsqueeze(-1).to(probs.dtype)  # [M, N, 1]
+    weights = confidence.unsqueeze(1) * mask  # C²_m for m ∈ M(x), [M, N, C]
+    g = (weights * votes).sum(0) / weights.sum(0).clamp_min(EPS)  # Eq. (13)
+    labels = F.one_hot(g.argmax(dim=-1), probs.shape[-1]).to(probs.dtype)
+    return labels * reliable.any(dim=0).unsqueeze(-1).to(probs.dtype)
+
+
+def client_weights(probs: torch.Tensor, weighting: str = "entropy") -> torch.Tensor:
+    """Eq. (14): λ_k(x) = softmax_k(−H(σ(w_c^k(x)))), ``[K, N, C] → [K, N]``."""
+    if weighting == "uniform":
+        return torch.full(probs.shape[:2], 1.0 / probs.shape[0], dtype=probs.dtype)
+    return torch.softmax(-entropy(probs), dim=0)
+
+
+def distillation_target(
+    probs: torch.Tensor, lam: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Σ_k λ_k KL(p_k ‖ q) = const − Σ_c m_c log q_c with m = Σ_k λ_k p_k.
+
+    Returns:
+        ``(m [N, C], const [N])`` where const = Σ_k λ_k Σ_c p_kc log p_kc, so the loss value
+        equals Eq. (6) exactly while the gradient needs only the mixture m.
+    """
+    mixture = torch.einsum("kn,knc->nc", lam, probs)
+    const = torch.einsum("kn,knc->n", lam, probs * probs.clamp_min(EPS).log())
+    return mixture, const
+
+
+def fedol_loss(
+    logits: torch.Tensor,
+    mixture: torch.Tensor,
+    const: torch.Tensor,
+    pseudo: torch.Tensor,
+    tau: float,
+) -> torch.Tensor:
+    """Eq. (7) on a batch: mean_x [Σ_k λ_k KL(p_k ‖ q)] + τ · mean_x CE(ŷ, q)."""
+    log_q = F.log_softmax(logits, dim=-1)
+    distill = const - (mixture * log_q).sum(dim=-1)
+    pseudo_ce = -(pseudo * log_q).sum(dim=-1)  # zero for excluded samples (ŷ = 0)
+    return (distill + tau * pseudo_ce).mean()
+
+
+@register_method("fedol", "FedOL: iterative pseudo-labels + weighted KD into a larger server")
+class FedOL(Method[FedOLConfig]):
+    """FedOL (Ye et al.): prediction sharing, server-side pseudo-label/KD alternation."""
+
+    Config = FedOLConfig
+    requires = Requires(public_data=True, server_model=True)
+
+    def payload_spec(self, dims: WireDims) -> PayloadSpec:
+        return probabilities_spec(self.config.payload_dtype)
+
+    def client_update(self, ctx: ClientContext) -> Payload:
+        model = trained_local_model(ctx)  # Eq. (2)
+        probs = public_probabilities(model, ctx, self.config.temperature)
+        return Payload({"probs": probs.numpy().astype(self.config.payload_dtype)})
+
+    def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
+        if ctx.public is None or ctx.server_arch is None:
+            raise ValueError("fedol needs a public pool and a server_model")
+        cfg = self.config
+        probs = torch.stack(
+            [
+                torch.from_numpy(np.asarray(payloads[c].arrays["probs"], np.float32))
+                for c in sorted(payloads)
+            ]
+        )
+        probs = probs / probs.sum(-1, keepdim=True)  # float16 rows re-normalised
+        mixture, const = distillation_target(probs, client_weights(probs, cfg.weighting))
+        client_conf = class_confidence(probs)
+        train = self._train_config(ctx.train_config)
+        server = initial_model(ctx.server_arch, ctx.task, ctx.seed)
+        history: list[dict[str, Any]] = []
+        server_probs: torch.Tensor | None = None
+        for t in range(cfg.iterations):
+            sources, conf = probs, client_conf
+            if cfg.server_vote and server_probs is not None:  # the server joins from t = 2
+                sources = torch.cat([probs, server_probs.unsqueeze(0)])
+                conf = torch.cat([client_conf, class_confidence(server_probs).unsqueeze(0)])
+            pseudo = pseudo_labels(sources, conf, cfg.rho(t), cfg.negative_votes)
+            if cfg.restart and t > 0:
+                server = initial_model(ctx.server_arch, ctx.task, ctx.seed)
+            self._train(server, ctx, (ctx.public.x, mixture, const, pseudo), train, t)
+            server_probs = torch.softmax(predict_logits(server, ctx.public.x, ctx.device), -1)
+            history.append(
+                {
+                    "iteration": t + 1,
+                    "rho": cfg.rho(t),
+                    "sources": len(sources),
+                    "labelled_fraction": float(pseudo.sum() / len(pseudo)),
+                }
+            )
+        return GlobalModel(server.eval(), {"iterations": history})
+
+    def _train_config(self, base: TrainConfig) -> TrainConfig:
+        epochs = self.config.epochs_per_iteration or base.epochs
+        return TrainConfig(
+            epochs, base.batch_size, base.lr, base.optimizer, base.momentum, base.weight_decay
+        )
+
+    def _train(
+        self, server: nn.Module, ctx: ServerContext, tensors: Batch, train: TrainConfig, t: int
+    ) -> None:
+        tau = self.config.tau
+
+        def loss_fn(model: nn.Module, batch: Batch) -> torch.Tensor:
+            x, mixture, const, pseudo = batch
+            return fedol_loss(model(x), mixture, const, pseudo, tau)
+
+        fit(
+            server,
+            tensors,
+            loss_fn,
+            train,
+            torch_generator(ctx.seed, "fedol", t),
+            ctx.device,
+            ctx.tracker,
+            f"fedol server, iteration {t + 1}/{self.config.iterations}",
+        )
