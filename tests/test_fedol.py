@@ -125,3 +125,13 @@ def test_fedol_end_to_end_sends_only_predictions(tiny_config: Any) -> None:
 def test_bad_fedol_parameters(params: str, fragment: str) -> None:
     with pytest.raises(ValueError, match=fragment):
         build_method(f"fedol:{params}")
+
+
+def test_fedhkt_distils_the_entropy_weighted_mixture(tiny_config: Any) -> None:
+    # a confident and a uniform client: λ favours the confident one (Eq. 14)
+    probs = torch.tensor([[[0.98, 0.01, 0.01]], [[1 / 3, 1 / 3, 1 / 3]]], dtype=torch.float64)
+    mixture, _ = distillation_target(probs, client_weights(probs))
+    assert mixture[0, 0] > (0.98 + 1 / 3) / 2  # above the uniform average
+    setup = prepare(tiny_config(public_size=120, server_model="mlp", server_epochs=2))
+    result = run_method("fedhkt", build_method("fedhkt"), setup)
+    assert result["rejected"] == {} and result["accuracy"] > 0.1

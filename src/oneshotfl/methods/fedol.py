@@ -178,6 +178,18 @@ def distillation_target(
     return mixture, const
 
 
+def stack_probabilities(payloads: Mapping[int, Payload], key: str = "probs") -> torch.Tensor:
+    """Client probability payloads as float32 ``[K, N, C]`` in client-id order, rows
+    re-normalised (float16 payloads do not sum to exactly 1)."""
+    probs = torch.stack(
+        [
+            torch.from_numpy(np.asarray(payloads[c].arrays[key], np.float32))
+            for c in sorted(payloads)
+        ]
+    )
+    return probs / probs.sum(-1, keepdim=True)
+
+
 def fedol_loss(
     logits: torch.Tensor,
     mixture: torch.Tensor,
@@ -211,13 +223,7 @@ class FedOL(Method[FedOLConfig]):
         if ctx.public is None or ctx.server_arch is None:
             raise ValueError("fedol needs a public pool and a server_model")
         cfg = self.config
-        probs = torch.stack(
-            [
-                torch.from_numpy(np.asarray(payloads[c].arrays["probs"], np.float32))
-                for c in sorted(payloads)
-            ]
-        )
-        probs = probs / probs.sum(-1, keepdim=True)  # float16 rows re-normalised
+        probs = stack_probabilities(payloads)
         mixture, const = distillation_target(probs, client_weights(probs, cfg.weighting))
         client_conf = class_confidence(probs)
         train = self._train_config(ctx.train_config)
