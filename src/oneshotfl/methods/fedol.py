@@ -243,7 +243,7 @@ class FedOL(Method[FedOLConfig]):
             history.append(
                 {
                     "iteration": t + 1,
-                    "rho": cfg.rho(t),
+                    "rho": round(cfg.rho(t), 6),
                     "sources": len(sources),
                     "labelled_fraction": float(pseudo.sum() / len(pseudo)),
                 }
