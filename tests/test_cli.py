@@ -144,3 +144,11 @@ def test_sweep_then_report(tmp_path: Path) -> None:
     assert "old" not in text and "after" in text and "| local |" in text and "(n=2)" in text
     assert (tmp_path / "rep" / "accuracy_vs_alpha.png").exists()
     assert (tmp_path / "rep" / "summary.csv").exists()
+
+
+def test_describe_prints_paper_and_hyper_parameters() -> None:
+    result = runner.invoke(app, ["describe", "fedol"])
+    assert result.exit_code == 0, result.output
+    assert "Ye et al." in result.output and "tau = 0.2" in result.output
+    assert "public_data=True" in result.output
+    assert runner.invoke(app, ["describe", "nope"]).exit_code == 2

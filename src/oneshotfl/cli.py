@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 import logging
 import sys
@@ -251,6 +253,23 @@ def list_(
     width = max(len(n) for n in registry.names())
     for entry in registry.entries():
         typer.echo(f"{entry.name:<{width}}  {entry.description}")
+
+
+@app.command()
+def describe(method: Annotated[str, typer.Argument(help="a registered method name")]) -> None:
+    """Print a method's paper, deviations and choices, requirements and hyper-parameters."""
+    try:
+        cls = METHODS.get(method)
+    except RegistryError as exc:
+        _fail(exc)
+        return
+    module = inspect.getmodule(cls)
+    typer.echo(inspect.cleandoc(module.__doc__ or "") if module else "")
+    typer.echo(f"\nrequires: {cls.requires}")
+    typer.echo("hyper-parameters (set as --method NAME:key=value):")
+    for f in dataclasses.fields(cls.Config):
+        default = f.default if f.default is not dataclasses.MISSING else "(required)"
+        typer.echo(f"  {f.name} = {default!r}")
 
 
 @app.command()
