@@ -4,9 +4,12 @@ from oneshotfl.methods import (  # noqa: F401  (importing registers)
     centralized,
     ensemble,
     fedavg,
+    feddf,
     fedhkt,
     fedol,
+    fedprox,
     local,
+    mine,
 )
 from oneshotfl.methods.base import METHODS, MethodSpec, build_method, parse_method_spec
 

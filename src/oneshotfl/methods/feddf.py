@@ -1,0 +1,242 @@
+"""One-shot FedDF: Lin et al. (2020), "Ensemble Distillation for Robust Model Fusion in
+Federated Learning" (NeurIPS), in one round.
+
+Two forms (``form``):
+
+* ``models`` (the paper's): clients train locally and send their model with its example
+  count n_k. The server's student starts from the FedAvg average Σ_k (n_k/n)·w_k when every
+  client model and the student share one architecture (the paper's initialisation), else from
+  the shared initialisation of the student architecture; it is then distilled on the
+  unlabelled public pool towards the uniform ensemble of the client models by minimising
+  KL(teacher(x) ‖ softmax(f_s(x)/T)).
+* ``predictions`` (for heterogeneous clients; FedOL's Eq. 1 with uniform weights λ_k = 1/K):
+  clients send only softmax(f_k(x)/T) on the public pool; the server averages these uniformly
+  and distils them, exactly as above, into a fresh ``server_model``.
+
+The student architecture is ``server_model`` when set, else the clients' common architecture;
+with heterogeneous clients and no ``server_model`` (``models`` form only) it is that of the
+lowest-id client that sent a model. The ``predictions`` form needs ``server_model``.
+
+Deviations from the paper and choices where it is vague (``FedDFConfig`` fields):
+
+* One round, every client present: no client sampling and no server model carried across
+  rounds; the teachers are the clients' ERM models from the shared recipe.
+* Stopping (``epochs``): the paper distils with Adam for up to 10⁴ steps and stops early on a
+  validation set; the server here has no labelled data, so it trains for ``epochs`` passes
+  over the public pool (None = the server training config's ``server_epochs``) with the
+  server training config (optimiser, learning rate, batch size) and no early stopping.
+* Teacher (``teacher``): ``auto`` (default) is the paper's σ of the clients' *averaged
+  logits* in the ``models`` form and the mean of softmax(f_k(x)/T) in the ``predictions`` form
+  (predictions carry no logits). ``teacher=probabilities`` picks the mean of softmaxes in the
+  ``models`` form too (the ensemble the ``ensemble`` method predicts with).
+* Temperature (``temperature``): T softens teacher and student alike; the paper uses plain
+  softmax (T = 1). No T² factor is applied to the loss.
+* The public pool is used as it is: no data augmentation, and the teacher targets are
+  computed once before distillation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from oneshotfl.federation.contract import ClientContext, Requires, ServerContext
+from oneshotfl.federation.outcome import GlobalModel, Outcome
+from oneshotfl.federation.payload import Payload
+from oneshotfl.federation.spec import PayloadSpec, WireDims, model_from_fields
+from oneshotfl.methods.base import register_method
+from oneshotfl.methods.fedavg import FedAvg
+from oneshotfl.methods.fedol import stack_probabilities
+from oneshotfl.methods.recipes import (
+    SendsTrainedModel,
+    initial_model,
+    probabilities_spec,
+    public_probabilities,
+    trained_local_model,
+)
+from oneshotfl.seeding import torch_generator
+from oneshotfl.training.loop import Batch, fit, predict_logits
+
+Form = Literal["models", "predictions"]
+Teacher = Literal["auto", "probabilities", "logits"]
+
+
+@dataclass(frozen=True)
+class FedDFConfig:
+    """FedDF hyper-parameters.
+
+    Attributes:
+        form: ``models`` (clients send models, the paper) or ``predictions`` (clients send
+            public-pool probabilities; needs ``server_model``).
+        temperature: softmax temperature T of teacher and student (> 0).
+        teacher: ensemble of ``logits`` (softmax of the mean logits, the paper's; ``models``
+            form only) or of ``probabilities`` (mean of softmaxes); ``auto`` = ``logits`` in
+            the ``models`` form, ``probabilities`` in the ``predictions`` form.
+        epochs: server distillation epochs (None = ``server_epochs``).
+    """
+
+    form: Form = "models"
+    temperature: float = 1.0
+    teacher: Teacher = "auto"
+    epochs: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.form not in ("models", "predictions"):
+            raise ValueError(f"form: expected 'models' or 'predictions', got {self.form!r}")
+        if not self.temperature > 0:
+            raise ValueError(f"temperature: expected > 0, got {self.temperature!r}")
+        if self.teacher not in ("auto", "probabilities", "logits"):
+            raise ValueError(
+                f"teacher: expected 'auto', 'probabilities' or 'logits', got {self.teacher!r}"
+            )
+        if self.teacher == "logits" and self.form != "models":
+            raise ValueError(
+                "teacher: expected 'probabilities' with form='predictions' (predictions carry "
+                f"no logits), got {self.teacher!r}"
+            )
+        if self.epochs is not None and self.epochs < 1:
+            raise ValueError(f"epochs: expected >= 1 or None, got {self.epochs!r}")
+
+
+def average_teacher(probs: torch.Tensor) -> torch.Tensor:
+    """The uniform ensemble (1/K)·Σ_k p_k, ``[K, N, C] → [N, C]``."""
+    if probs.ndim != 3 or probs.shape[0] == 0:
+        raise ValueError(f"average_teacher: expected [K >= 1, N, C], got {tuple(probs.shape)}")
+    return probs.mean(dim=0)
+
+
+def teacher_from_logits(
+    logits: torch.Tensor, temperature: float = 1.0, teacher: Teacher = "probabilities"
+) -> torch.Tensor:
+    """The ensemble target from client logits ``[K, N, C] → [N, C]``.
+
+    ``probabilities``: (1/K)·Σ_k softmax(z_k/T); ``logits``: softmax(((1/K)·Σ_k z_k)/T).
+    """
+    if teacher == "logits":
+        return F.softmax(logits.mean(dim=0) / temperature, dim=-1)
+    return average_teacher(F.softmax(logits / temperature, dim=-1))
+
+
+def distillation_loss(
+    student_logits: torch.Tensor, teacher: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
+    """mean over the batch of KL(teacher ‖ softmax(z_s/T)) = Σ_c t_c (log t_c − log q_c)."""
+    log_q = F.log_softmax(student_logits / temperature, dim=-1)
+    return (torch.special.xlogy(teacher, teacher) - teacher * log_q).sum(dim=-1).mean()
+
+
+def choose_student(
+    form: Form, server_arch: str | None, client_archs: Sequence[str]
+) -> tuple[str, bool]:
+    """The student architecture and whether it starts from the FedAvg average.
+
+    Args:
+        form: the method's form.
+        server_arch: the configured server architecture, if any.
+        client_archs: the architectures of the received client models, in client-id order
+            (empty in the ``predictions`` form).
+
+    Raises:
+        ValueError: in the ``predictions`` form without a server architecture, or in the
+            ``models`` form without client models.
+    """
+    if form == "predictions":
+        if server_arch is None:
+            raise ValueError(
+                "feddf:form=predictions needs a server architecture: set server_model "
+                "(the student cannot be a client architecture it never received)"
+            )
+        return server_arch, False
+    if not client_archs:
+        raise ValueError("feddf: expected at least one client model, got none")
+    arch = server_arch or client_archs[0]
+    return arch, set(client_archs) == {arch}
+
+
+@register_method(
+    "feddf", "FedDF: distil the client ensemble on the public pool (form=models|predictions)"
+)
+class FedDF(SendsTrainedModel[FedDFConfig]):
+    """Ensemble distillation of client models (or their predictions) into a server student."""
+
+    Config = FedDFConfig
+    requires = Requires(public_data=True)
+
+    def payload_spec(self, dims: WireDims) -> PayloadSpec:
+        if self.config.form == "predictions":
+            return probabilities_spec()
+        return super().payload_spec(dims)
+
+    def client_update(self, ctx: ClientContext) -> Payload:
+        if self.config.form == "predictions":
+            probs = public_probabilities(trained_local_model(ctx), ctx, self.config.temperature)
+            return Payload({"probs": probs.numpy().astype(np.float32)})
+        return super().client_update(ctx)
+
+    def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
+        if ctx.public is None:
+            raise ValueError("feddf needs a public pool: set public_size > 0")
+        cfg = self.config
+        ids = sorted(payloads)
+        if cfg.form == "predictions":
+            arch, from_average = choose_student(cfg.form, ctx.server_arch, [])
+            target = average_teacher(stack_probabilities(payloads))
+        else:
+            archs = [str(payloads[c].scalars["model.arch"]) for c in ids]
+            arch, from_average = choose_student(cfg.form, ctx.server_arch, archs)
+            logits = torch.stack(
+                [
+                    predict_logits(
+                        model_from_fields(payloads[c], ctx.dims), ctx.public.x, ctx.device
+                    )
+                    for c in ids
+                ]
+            )
+            teacher = "logits" if cfg.teacher == "auto" else cfg.teacher
+            target = teacher_from_logits(logits, cfg.temperature, teacher)
+        student = self._student(arch, from_average, payloads, ctx)
+        self._distil(student, ctx.public.x, target, ctx)
+        info = {
+            "form": cfg.form,
+            "teacher": "probabilities" if cfg.form == "predictions" else teacher,
+            "student_arch": arch,
+            "student_init": "average" if from_average else "initial",
+        }
+        return GlobalModel(student.eval(), info)
+
+    def _student(
+        self, arch: str, from_average: bool, payloads: Mapping[int, Payload], ctx: ServerContext
+    ) -> nn.Module:
+        if from_average:
+            outcome = FedAvg().aggregate(payloads, ctx)  # Σ_k (n_k/n)·w_k, the paper's start
+            if isinstance(outcome, GlobalModel):
+                return outcome.model
+        return initial_model(arch, ctx.task, ctx.seed)
+
+    def _distil(
+        self, student: nn.Module, x: torch.Tensor, target: torch.Tensor, ctx: ServerContext
+    ) -> None:
+        base, temperature = ctx.train_config, self.config.temperature
+        cfg = dataclasses.replace(base, epochs=self.config.epochs or base.epochs)
+
+        def loss_fn(model: nn.Module, batch: Batch) -> torch.Tensor:
+            x, teacher = batch
+            return distillation_loss(model(x), teacher, temperature)
+
+        fit(
+            student,
+            (x, target),
+            loss_fn,
+            cfg,
+            torch_generator(ctx.seed, "feddf"),
+            ctx.device,
+            ctx.tracker,
+            f"feddf server ({self.config.form})",
+        )
