@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from helpers import make_server_context
 from oneshotfl.data.types import UnlabelledData
 from oneshotfl.federation.contract import ServerContext, TaskInfo
 from oneshotfl.federation.payload import Payload
@@ -44,26 +45,13 @@ from oneshotfl.methods.mine import (
 )
 from oneshotfl.methods.recipes import initial_model
 from oneshotfl.runner.simulation import client_context, prepare, resolve_methods, run_method
-from oneshotfl.training.loop import TrainConfig
 
 TASK = TaskInfo("digits", 10, 1, 8)
 DIMS = TASK.dims(public_size=4)
 
 
 def server_ctx(**kw: Any) -> ServerContext:
-    values: dict[str, Any] = dict(
-        task=TASK,
-        public=UnlabelledData(torch.zeros(4, 1, 8, 8)),
-        server_arch=None,
-        client_archs=("mlp",),
-        train_config=TrainConfig(epochs=1),
-        client_train_config=TrainConfig(),
-        num_clients=1,
-        device=torch.device("cpu"),
-        seed=0,
-    )
-    values.update(kw)
-    return ServerContext(**values)
+    return make_server_context(TASK, public=UnlabelledData(torch.zeros(4, 1, 8, 8)), **kw)
 
 
 def probs_payload(rows: list[list[float]]) -> Payload:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from helpers import make_server_context
 from oneshotfl.federation.contract import Method, Requires, ServerContext, TaskInfo
 from oneshotfl.federation.outcome import Ensemble, GlobalModel, weighted_softmax_mean
 from oneshotfl.federation.payload import Payload
@@ -17,25 +18,12 @@ from oneshotfl.methods import METHODS, build_method, parse_method_spec
 from oneshotfl.methods.fedavg import weighted_average
 from oneshotfl.models import create_model
 from oneshotfl.runner.simulation import prepare, run_method
-from oneshotfl.training.loop import TrainConfig
 
 TASK = TaskInfo("digits", 10, 1, 8)
 
 
 def server_ctx(**kw: Any) -> ServerContext:
-    values: dict[str, Any] = dict(
-        task=TASK,
-        public=None,
-        server_arch=None,
-        client_archs=("mlp",),
-        train_config=TrainConfig(),
-        client_train_config=TrainConfig(),
-        num_clients=1,
-        device=torch.device("cpu"),
-        seed=0,
-    )
-    values.update(kw)
-    return ServerContext(**values)
+    return make_server_context(TASK, **kw)
 
 
 @pytest.mark.parametrize("name", METHODS.names())

@@ -1,16 +1,30 @@
 """Datasets, partitioners and the in-memory containers they produce."""
 
-from oneshotfl.data.datasets import DATASETS, DatasetNotFoundError, list_datasets, load_dataset
-from oneshotfl.data.partition import PARTITIONERS, PartitionError, class_counts, make_partitioner
+from oneshotfl.data.datasets import (
+    DATASETS,
+    DatasetFormatError,
+    DatasetNotFoundError,
+    list_datasets,
+    load_dataset,
+)
+from oneshotfl.data.partition import (
+    PARTITIONERS,
+    Partitioner,
+    PartitionError,
+    class_counts,
+    make_partitioner,
+)
 from oneshotfl.data.types import Dataset, LabelledData, UnlabelledData
 
 __all__ = [
     "DATASETS",
     "PARTITIONERS",
     "Dataset",
+    "DatasetFormatError",
     "DatasetNotFoundError",
     "LabelledData",
     "PartitionError",
+    "Partitioner",
     "UnlabelledData",
     "class_counts",
     "list_datasets",

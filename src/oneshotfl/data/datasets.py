@@ -1,10 +1,28 @@
 """The dataset registry: Fashion-MNIST (the default), MNIST, CIFAR-10/100, SVHN, STL-10, digits.
 
-Every loader returns a :class:`~oneshotfl.data.types.Dataset` whose images are normalised
-``float32`` tensors ``[N, C, H, W]`` (per-channel mean/std constants below, the usual ones for
-each dataset) and labels ``int64``. Nothing is downloaded unless ``download=True``; files are
-looked for in the ``root`` argument, then ``$ONESHOTFL_DATA``, then the system location
-(Debian's ``dataset-fashion-mnist`` for Fashion-MNIST).
+Every loader returns a :class:`~oneshotfl.data.types.Dataset` whose images are ``float32``
+tensors ``[N, C, H, W]`` and labels ``int64`` ``[N]``. Pixels are scaled to [0, 1] and then
+normalised per channel, ``(x − mean) / std``, with these fixed constants (the usual training-
+set statistics of each dataset; digits: of the whole set, rounded):
+
+=============  ==========================  ==========================
+dataset        mean                        std
+=============  ==========================  ==========================
+fashion_mnist  0.2860                      0.3530
+mnist          0.1307                      0.3081
+cifar10        0.4914, 0.4822, 0.4465      0.2470, 0.2435, 0.2616
+cifar100       0.5071, 0.4865, 0.4409      0.2673, 0.2564, 0.2762
+svhn           0.4377, 0.4438, 0.4728      0.1980, 0.2010, 0.1970
+stl10          0.4467, 0.4398, 0.4066      0.2603, 0.2566, 0.2713
+digits         0.3                         0.38
+=============  ==========================  ==========================
+
+Files are looked for in the ``root`` argument, then ``$ONESHOTFL_DATA``, then the system
+location (only Fashion-MNIST has one: Debian's ``dataset-fashion-mnist`` package installs
+``/usr/share/datasets/fashion-mnist``); within each directory also in the subfolders that
+torchvision and common layouts use. Earlier directories win. Nothing is downloaded unless
+``download=True``, which lets the matching torchvision class fetch the files into ``root``
+(else ``$ONESHOTFL_DATA``, else ``./data``) and then reads them with the readers here.
 """
 
 from __future__ import annotations
@@ -20,9 +38,9 @@ import numpy as np
 import torch
 
 from oneshotfl.data.formats import (
-    cifar_images,
+    cifar_arrays,
     read_cifar_batch,
-    read_idx,
+    read_idx_split,
     read_stl10,
     read_svhn_mat,
 )
@@ -31,7 +49,12 @@ from oneshotfl.registry import Registry
 
 log = logging.getLogger(__name__)
 
-Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # x_train, y_train, x_test, y_test
+#: ``x_train, y_train, x_test, y_test``: uint8 images ``[N, C, H, W]`` (or ``[N, H, W]``) and
+#: int64 labels.
+Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+#: The environment variable naming a data directory searched after ``root``.
+DATA_ENV = "ONESHOTFL_DATA"
 
 
 class DatasetNotFoundError(FileNotFoundError):
@@ -44,183 +67,245 @@ class DatasetFormatError(ValueError):
 
 @dataclass(frozen=True)
 class DatasetSpec:
-    """How to find, read and normalise one dataset."""
+    """How to find, read and normalise one dataset.
+
+    Attributes:
+        name: registry name.
+        files: the files needed, each as its accepted names (the first that exists is used).
+        read: turns the located files (one path per entry of ``files``) into arrays.
+        image_shape: ``(C, H, W)`` every image must have.
+        mean: per-channel mean of the [0, 1]-scaled pixels.
+        std: per-channel standard deviation of the [0, 1]-scaled pixels.
+        class_names: one name per class, in label order.
+        hint: how to get the data, ending a not-found message.
+        subdirs: subfolders of each search directory to look in (``""``: the directory itself).
+        system_dirs: directories searched after ``root`` and ``$ONESHOTFL_DATA``.
+        torchvision_class: the ``torchvision.datasets`` class that downloads it, if any.
+    """
 
     name: str
-    read: Callable[[Sequence[Path]], Arrays | None]
+    files: tuple[tuple[str, ...], ...]
+    read: Callable[[Sequence[Path]], Arrays]
+    image_shape: tuple[int, int, int]
     mean: tuple[float, ...]
     std: tuple[float, ...]
     class_names: tuple[str, ...]
     hint: str
+    subdirs: tuple[str, ...] = ("",)
     system_dirs: tuple[str, ...] = ()
-    download: Callable[[Path], None] | None = None
+    torchvision_class: str | None = None
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
 
 
 DATASETS: Registry[DatasetSpec] = Registry("dataset")
 
 
-def _register(spec: DatasetSpec, description: str) -> None:
-    DATASETS.register(spec.name, description)(spec)
-
-
 def list_datasets() -> list[str]:
-    """Registered dataset names."""
+    """Registered dataset names, sorted."""
     return DATASETS.names()
 
 
 def search_dirs(spec: DatasetSpec, root: str | Path | None) -> list[Path]:
-    """Where ``spec`` is looked for, in order."""
-    dirs = [Path(root)] if root else []
-    if os.environ.get("ONESHOTFL_DATA"):
-        dirs.append(Path(os.environ["ONESHOTFL_DATA"]))
-    return dirs + [Path(d) for d in spec.system_dirs]
+    """The directories searched for ``spec``, in order: ``root``, ``$ONESHOTFL_DATA``, system.
+
+    Args:
+        spec: the dataset.
+        root: the caller's directory, if any.
+    """
+    dirs = [Path(root).expanduser()] if root else []
+    env = os.environ.get(DATA_ENV)
+    if env:
+        dirs.append(Path(env).expanduser())
+    dirs += [Path(d) for d in spec.system_dirs]
+    return list(dict.fromkeys(dirs))  # de-duplicated, order kept
 
 
 def load_dataset(name: str, root: str | Path | None = None, download: bool = False) -> Dataset:
-    """Load a registered dataset.
+    """Load a registered dataset into memory, normalised.
 
     Args:
-        name: registry name.
+        name: registry name (see :func:`list_datasets`).
         root: a directory to look in first (and to download into).
-        download: fetch the files with torchvision when they are missing (needs a network).
+        download: when the files are nowhere, fetch them with torchvision (needs a network;
+            fashion_mnist, mnist, cifar10, cifar100, svhn and stl10 only).
+
+    Returns:
+        The train and test splits as ``float32`` ``[N, C, H, W]`` images and ``int64`` labels.
 
     Raises:
         RegistryError: for an unknown name.
-        DatasetNotFoundError: when the files are nowhere (the message says where it looked).
-        ValueError: when files exist but are corrupt.
+        DatasetNotFoundError: when the files are nowhere (the message says where it looked
+            and how to get them), or a download failed.
+        DatasetFormatError: (a ``ValueError``) when files exist but are corrupt; the message
+            names the file, what was expected and what was found.
     """
     spec = DATASETS.get(name)
     dirs = search_dirs(spec, root)
-    arrays = _read(spec, dirs)
-    if arrays is None and download and spec.download is not None:
-        target = Path(root or os.environ.get("ONESHOTFL_DATA") or "data")
-        log.info("downloading %s into %s", name, target)
-        spec.download(target)
-        arrays = _read(spec, [target])
-    if arrays is None:
-        looked = ", ".join(str(d) for d in dirs) or "(no directory given)"
-        raise DatasetNotFoundError(f"dataset {name!r} not found in {looked}; {spec.hint}")
-    x_train, y_train, x_test, y_test = arrays
+    paths = locate(spec, dirs)
+    if paths is None and download and spec.torchvision_class is not None:
+        target = Path(root or os.environ.get(DATA_ENV) or "data").expanduser()
+        _download(spec, target, dirs)
+        paths = locate(spec, [target])
+    if paths is None:
+        raise DatasetNotFoundError(_not_found_message(spec, dirs))
+    log.debug("loading %s from %s", name, paths[0].parent if paths else "(built in)")
+    x_train, y_train, x_test, y_test = _read(spec, paths)
     return Dataset(
         name,
-        _labelled(x_train, y_train, spec),
-        _labelled(x_test, y_test, spec),
-        len(spec.class_names),
+        _labelled(x_train, y_train, spec, "train"),
+        _labelled(x_test, y_test, spec, "test"),
+        spec.num_classes,
         spec.class_names,
     )
 
 
-def _read(spec: DatasetSpec, dirs: Sequence[Path]) -> Arrays | None:
-    try:
-        return spec.read(dirs)
-    except (ValueError, KeyError, pickle.UnpicklingError) as exc:
-        raise DatasetFormatError(f"dataset {spec.name!r}: {exc}") from None
+def locate(spec: DatasetSpec, dirs: Sequence[Path]) -> list[Path] | None:
+    """The paths of ``spec``'s files in the first folder that holds all of them, else ``None``.
 
-
-def _labelled(x: np.ndarray, y: np.ndarray, spec: DatasetSpec) -> LabelledData:
-    images = torch.from_numpy(np.ascontiguousarray(x)).float().div_(255.0)
-    if images.ndim == 3:
-        images = images.unsqueeze(1)
-    mean = torch.tensor(spec.mean).view(1, -1, 1, 1)
-    std = torch.tensor(spec.std).view(1, -1, 1, 1)
-    return LabelledData((images - mean) / std, torch.from_numpy(y.astype(np.int64)))
-
-
-def _first_existing(
-    dirs: Sequence[Path], subdirs: Sequence[str], files: Sequence[str]
-) -> Path | None:
+    Folders are tried directory by directory (earlier directories win), and within one
+    directory in the order of ``spec.subdirs``.
+    """
+    if not spec.files:
+        return []
     for base in dirs:
-        for sub in subdirs:
-            folder = base / sub
-            if all((folder / f).exists() for f in files):
-                return folder
+        for sub in spec.subdirs:
+            folder = base / sub if sub else base
+            found = [_first_file(folder, names) for names in spec.files]
+            if all(p is not None for p in found):
+                return [p for p in found if p is not None]
     return None
 
 
-def _idx_reader(subdirs: Sequence[str]) -> Callable[[Sequence[Path]], Arrays | None]:
-    stems = (
-        "train-images-idx3-ubyte",
-        "train-labels-idx1-ubyte",
-        "t10k-images-idx3-ubyte",
-        "t10k-labels-idx1-ubyte",
-    )
-
-    def read(dirs: Sequence[Path]) -> Arrays | None:
-        for base in dirs:  # earlier directories win, gzip or raw alike
-            for suffix in (".gz", ""):
-                folder = _first_existing([base], subdirs, [s + suffix for s in stems])
-                if folder is not None:
-                    return _read_idx_set(folder, [s + suffix for s in stems])
-        return None
-
-    return read
+def _first_file(folder: Path, names: Sequence[str]) -> Path | None:
+    for n in names:
+        if (folder / n).is_file():
+            return folder / n
+    return None
 
 
-def _read_idx_set(folder: Path, names: Sequence[str]) -> Arrays:
-    xtr, ytr, xte, yte = (read_idx(folder / n) for n in names)
-    for x, y, split in ((xtr, ytr, "train"), (xte, yte, "test")):
-        if len(x) != len(y):
-            raise ValueError(f"{folder}: {split} has {len(x)} images but {len(y)} labels")
-    return xtr, ytr.astype(np.int64), xte, yte.astype(np.int64)
-
-
-def _torchvision_download(cls_name: str, **kwargs: object) -> Callable[[Path], None]:
-    def download(root: Path) -> None:  # pragma: no cover - needs a network
-        import torchvision.datasets as tvd
-
-        cls = getattr(tvd, cls_name)
-        if cls_name in ("SVHN", "STL10"):
-            for split in ("train", "test"):
-                cls(str(root), split=split, download=True, **kwargs)
-        else:
-            cls(str(root), train=True, download=True, **kwargs)
-            cls(str(root), train=False, download=True, **kwargs)
-
-    return download
-
-
-def _read_cifar(
-    folder_name: str, train: Sequence[str], test: str, label_key: str
-) -> Callable[[Sequence[Path]], Arrays | None]:
-    def read(dirs: Sequence[Path]) -> Arrays | None:
-        folder = _first_existing(dirs, (folder_name, ""), [*train, test])
-        if folder is None:
-            return None
-        out = []
-        for names in (train, [test]):
-            batches = [read_cifar_batch(folder / n) for n in names]
-            x = np.concatenate([cifar_images(b, folder) for b in batches])
-            y = np.concatenate([np.asarray(b[label_key], dtype=np.int64) for b in batches])
-            out += [x, y]
-        return out[0], out[1], out[2], out[3]
-
-    return read
-
-
-def _read_svhn(dirs: Sequence[Path]) -> Arrays | None:
-    folder = _first_existing(dirs, ("", "svhn", "SVHN"), ["train_32x32.mat", "test_32x32.mat"])
-    if folder is None:
-        return None
-    return (*read_svhn_mat(folder / "train_32x32.mat"), *read_svhn_mat(folder / "test_32x32.mat"))
-
-
-def _read_stl10(dirs: Sequence[Path]) -> Arrays | None:
-    names = ["train_X.bin", "train_y.bin", "test_X.bin", "test_y.bin"]
-    folder = _first_existing(dirs, ("stl10_binary", ""), names)
-    if folder is None:
-        return None
+def _not_found_message(spec: DatasetSpec, dirs: Sequence[Path]) -> str:
+    if dirs:
+        where = ", ".join(str(d) for d in dirs)
+        subs = [f"{s}/" for s in spec.subdirs if s]
+        if subs:
+            owner = "their" if len(dirs) > 1 else "its"
+            plural = "s" if len(subs) > 1 else ""
+            where += f" and {owner} subfolder{plural} {', '.join(subs)}"
+    else:
+        where = f"no directory (none given and ${DATA_ENV} unset)"
+    wanted = _file_label(spec.files[0]) if spec.files else "its files"
     return (
-        *read_stl10(folder / names[0], folder / names[1]),
-        *read_stl10(folder / names[2], folder / names[3]),
+        f"dataset {spec.name!r} not found: looked for {wanted} and the other files of its "
+        f"layout in {where}; to get it, {spec.hint}"
     )
 
 
-#: The fixed seed of the digits train/test split (never tied to experiment seeds).
+def _file_label(names: Sequence[str]) -> str:
+    """``a[.gz]`` for a file accepted compressed or raw, else the first accepted name."""
+    if len(names) == 2 and names[0] == f"{names[1]}.gz":
+        return f"{names[1]}[.gz]"
+    return names[0]
+
+
+def _download(spec: DatasetSpec, target: Path, dirs: Sequence[Path]) -> None:  # pragma: no cover
+    import torchvision.datasets as tvd
+
+    log.info("downloading %s into %s with torchvision", spec.name, target)
+    cls = getattr(tvd, str(spec.torchvision_class))
+    try:
+        if spec.name in ("svhn", "stl10"):
+            for split in ("train", "test"):
+                cls(str(target), split=split, download=True)
+        else:
+            for train in (True, False):
+                cls(str(target), train=train, download=True)
+    except Exception as exc:  # no network, a checksum mismatch, a full disk, ...
+        raise DatasetNotFoundError(
+            f"{_not_found_message(spec, dirs)}; downloading it into {target} failed: {exc}"
+        ) from exc
+
+
+def _read(spec: DatasetSpec, paths: Sequence[Path]) -> Arrays:
+    try:
+        return spec.read(paths)
+    except (ValueError, pickle.UnpicklingError) as exc:
+        raise DatasetFormatError(f"dataset {spec.name!r}: {exc}") from None
+
+
+def _labelled(x: np.ndarray, y: np.ndarray, spec: DatasetSpec, split: str) -> LabelledData:
+    """Check shape and label range, scale to [0, 1], normalise per channel."""
+    if x.ndim == 3:
+        x = x[:, None]
+    if tuple(x.shape[1:]) != spec.image_shape:
+        raise DatasetFormatError(
+            f"dataset {spec.name!r} {split}: expected images of shape {spec.image_shape}, "
+            f"got {tuple(x.shape[1:])}"
+        )
+    if len(y) and (y.min() < 0 or y.max() >= spec.num_classes):
+        raise DatasetFormatError(
+            f"dataset {spec.name!r} {split}: expected labels in 0..{spec.num_classes - 1}, "
+            f"got {y.min()}..{y.max()}"
+        )
+    images = torch.from_numpy(np.ascontiguousarray(x)).to(torch.float32).div_(255.0)
+    images.sub_(torch.tensor(spec.mean).view(1, -1, 1, 1))
+    images.div_(torch.tensor(spec.std).view(1, -1, 1, 1))
+    return LabelledData(images, torch.from_numpy(np.ascontiguousarray(y, dtype=np.int64)))
+
+
+# --------------------------------------------------------------------------- readers
+
+_IDX_STEMS = (
+    "train-images-idx3-ubyte",
+    "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte",
+    "t10k-labels-idx1-ubyte",
+)
+_IDX_FILES = tuple((f"{s}.gz", s) for s in _IDX_STEMS)
+
+
+def _read_idx(paths: Sequence[Path]) -> Arrays:
+    return (*read_idx_split(paths[0], paths[1]), *read_idx_split(paths[2], paths[3]))
+
+
+_CIFAR10_TRAIN = tuple(f"data_batch_{i}" for i in range(1, 6))
+
+
+def _read_cifar(label_key: str) -> Callable[[Sequence[Path]], Arrays]:
+    """A reader of CIFAR batches: every path but the last is train, the last is test."""
+
+    def read(paths: Sequence[Path]) -> Arrays:
+        splits = []
+        for group in (paths[:-1], paths[-1:]):
+            pairs = [cifar_arrays(read_cifar_batch(p), p, label_key) for p in group]
+            splits += [np.concatenate([x for x, _ in pairs]), np.concatenate([y for _, y in pairs])]
+        return splits[0], splits[1], splits[2], splits[3]
+
+    return read
+
+
+def _read_svhn(paths: Sequence[Path]) -> Arrays:
+    return (*read_svhn_mat(paths[0]), *read_svhn_mat(paths[1]))
+
+
+def _read_stl10(paths: Sequence[Path]) -> Arrays:
+    return (*read_stl10(paths[0], paths[1]), *read_stl10(paths[2], paths[3]))
+
+
+#: The fixed seed of the digits train/test split; never tied to experiment seeds.
 DIGITS_SPLIT_SEED = 20_250_101
+#: The share of each digits class held out for test.
+DIGITS_TEST_FRACTION = 0.2
 
 
-def _read_digits(dirs: Sequence[Path]) -> Arrays:
-    """scikit-learn's 8×8 digits, 0..16 scaled to 0..255; a fixed stratified 80/20 split."""
+def _read_digits(paths: Sequence[Path]) -> Arrays:
+    """scikit-learn's 8×8 digits, 0..16 scaled to 0..255; a fixed stratified 80/20 split.
+
+    Per class, a permutation drawn from ``default_rng(DIGITS_SPLIT_SEED)`` puts the first
+    ``round(0.2·n_c)`` examples in test: 1438 train / 359 test, the same on every call.
+    """
     from sklearn.datasets import load_digits
 
     bunch = load_digits()
@@ -230,9 +315,11 @@ def _read_digits(dirs: Sequence[Path]) -> Arrays:
     test = np.zeros(len(y), dtype=bool)
     for c in np.unique(y):
         idx = rng.permutation(np.flatnonzero(y == c))
-        test[idx[: round(0.2 * len(idx))]] = True
+        test[idx[: round(DIGITS_TEST_FRACTION * len(idx))]] = True
     return x[~test], y[~test], x[test], y[test]
 
+
+# --------------------------------------------------------------------------- registrations
 
 _FASHION = (
     "T-shirt/top",
@@ -259,86 +346,128 @@ _CIFAR10 = (
     "ship",
     "truck",
 )
+#: CIFAR-100's fine label names in label order (as in the ``meta`` file, which is not needed).
+_CIFAR100_NAMES = """
+    apple aquarium_fish baby bear beaver bed bee beetle bicycle bottle bowl boy bridge bus
+    butterfly camel can castle caterpillar cattle chair chimpanzee clock cloud cockroach couch
+    crab crocodile cup dinosaur dolphin elephant flatfish forest fox girl hamster house kangaroo
+    keyboard lamp lawn_mower leopard lion lizard lobster man maple_tree motorcycle mountain
+    mouse mushroom oak_tree orange orchid otter palm_tree pear pickup_truck pine_tree plain
+    plate poppy porcupine possum rabbit raccoon ray road rocket rose sea seal shark shrew skunk
+    skyscraper snail snake spider squirrel streetcar sunflower sweet_pepper table tank
+    telephone television tiger tractor train trout tulip turtle wardrobe whale willow_tree wolf
+    woman worm
+"""
+_CIFAR100 = tuple(_CIFAR100_NAMES.split())
 _STL10 = ("airplane", "bird", "car", "cat", "deer", "dog", "horse", "monkey", "ship", "truck")
-_CIFAR_MEAN, _CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
+
+
+def _register(spec: DatasetSpec, description: str) -> None:
+    DATASETS.register(spec.name, description)(spec)
+
 
 _register(
     DatasetSpec(
         "fashion_mnist",
-        _idx_reader(("", "fashion_mnist", "fashion-mnist", "FashionMNIST/raw")),
+        _IDX_FILES,
+        _read_idx,
+        (1, 28, 28),
         (0.2860,),
         (0.3530,),
         _FASHION,
-        "install it with `apt-get install -y dataset-fashion-mnist`, pass --data-root DIR "
-        "holding the four IDX .gz files, or use --download",
+        "run `apt-get install -y dataset-fashion-mnist`, or pass --data-root DIR holding the "
+        "four IDX files (train-images-idx3-ubyte.gz, ...), or add --download",
+        subdirs=("", "fashion_mnist", "fashion-mnist", "FashionMNIST/raw"),
         system_dirs=("/usr/share/datasets/fashion-mnist",),
-        download=_torchvision_download("FashionMNIST"),
+        torchvision_class="FashionMNIST",
     ),
     "Fashion-MNIST, 28×28 grey, 10 classes, 60k/10k (IDX files; the default)",
 )
 _register(
     DatasetSpec(
         "mnist",
-        _idx_reader(("", "mnist", "MNIST/raw")),
+        _IDX_FILES,
+        _read_idx,
+        (1, 28, 28),
         (0.1307,),
         (0.3081,),
         _DIGITS,
-        "pass --data-root DIR holding the four MNIST IDX files (or MNIST/raw), or --download",
-        download=_torchvision_download("MNIST"),
+        "pass --data-root DIR holding the four MNIST IDX files (or MNIST/raw/), or add --download",
+        subdirs=("", "mnist", "MNIST/raw"),
+        torchvision_class="MNIST",
     ),
     "MNIST, 28×28 grey, 10 classes, 60k/10k (IDX files)",
 )
 _register(
     DatasetSpec(
         "cifar10",
-        _read_cifar(
-            "cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], "test_batch", "labels"
-        ),
-        _CIFAR_MEAN,
-        _CIFAR_STD,
+        tuple((n,) for n in (*_CIFAR10_TRAIN, "test_batch")),
+        _read_cifar("labels"),
+        (3, 32, 32),
+        (0.4914, 0.4822, 0.4465),
+        (0.2470, 0.2435, 0.2616),
         _CIFAR10,
-        "pass --data-root DIR holding cifar-10-batches-py/, or --download",
-        download=_torchvision_download("CIFAR10"),
+        "pass --data-root DIR holding cifar-10-batches-py/, or add --download",
+        subdirs=("cifar-10-batches-py", ""),
+        torchvision_class="CIFAR10",
     ),
     "CIFAR-10, 32×32 RGB, 10 classes, 50k/10k (python batches)",
 )
 _register(
     DatasetSpec(
         "cifar100",
-        _read_cifar("cifar-100-python", ["train"], "test", "fine_labels"),
+        (("train",), ("test",)),
+        _read_cifar("fine_labels"),
+        (3, 32, 32),
         (0.5071, 0.4865, 0.4409),
         (0.2673, 0.2564, 0.2762),
-        tuple(f"class_{i}" for i in range(100)),
-        "pass --data-root DIR holding cifar-100-python/, or --download",
-        download=_torchvision_download("CIFAR100"),
+        _CIFAR100,
+        "pass --data-root DIR holding cifar-100-python/, or add --download",
+        subdirs=("cifar-100-python", ""),
+        torchvision_class="CIFAR100",
     ),
     "CIFAR-100, 32×32 RGB, 100 fine classes, 50k/10k (python batches)",
 )
 _register(
     DatasetSpec(
         "svhn",
+        (("train_32x32.mat",), ("test_32x32.mat",)),
         _read_svhn,
+        (3, 32, 32),
         (0.4377, 0.4438, 0.4728),
         (0.1980, 0.2010, 0.1970),
         _DIGITS,
-        "pass --data-root DIR holding train_32x32.mat and test_32x32.mat, or --download",
-        download=_torchvision_download("SVHN"),
+        "pass --data-root DIR holding train_32x32.mat and test_32x32.mat, or add --download",
+        subdirs=("", "svhn", "SVHN"),
+        torchvision_class="SVHN",
     ),
     "SVHN cropped digits, 32×32 RGB, 10 classes, 73k/26k (.mat files)",
 )
 _register(
     DatasetSpec(
         "stl10",
+        (("train_X.bin",), ("train_y.bin",), ("test_X.bin",), ("test_y.bin",)),
         _read_stl10,
+        (3, 96, 96),
         (0.4467, 0.4398, 0.4066),
         (0.2603, 0.2566, 0.2713),
         _STL10,
-        "pass --data-root DIR holding stl10_binary/, or --download",
-        download=_torchvision_download("STL10"),
+        "pass --data-root DIR holding stl10_binary/, or add --download",
+        subdirs=("stl10_binary", ""),
+        torchvision_class="STL10",
     ),
     "STL-10 labelled splits, 96×96 RGB, 10 classes, 5k/8k (binary files)",
 )
 _register(
-    DatasetSpec("digits", _read_digits, (0.3,), (0.38,), _DIGITS, "bundled with scikit-learn"),
+    DatasetSpec(
+        "digits",
+        (),
+        _read_digits,
+        (1, 8, 8),
+        (0.3,),
+        (0.38,),
+        _DIGITS,
+        "it ships with scikit-learn; reinstall scikit-learn",
+    ),
     "scikit-learn digits, 8×8 grey, 10 classes, fixed 1438/359 split (tiny runs and tests)",
 )

@@ -1,16 +1,24 @@
 """Label-skew partitioners: pure, seeded, vectorised, each citing the paper it follows.
 
-A partitioner is a frozen dataclass validated on construction; ``split(labels, num_clients,
-rng)`` returns one sorted ``int64`` index array per client. It draws only from the
-``numpy.random.Generator`` it is given (the partition-seed stream), never from global state,
-and every loop in it is bounded, so it cannot hang at small α.
+A partitioner is a frozen dataclass validated on construction (a bad parameter raises
+``ValueError`` naming what was expected and what was got). ``split(labels, num_clients, rng)``
+returns one sorted ``int64`` array per client of indices into ``labels``; no index appears
+twice. It draws only from the ``numpy.random.Generator`` it is given (the partition-seed
+stream), never from global state, so the same generator state gives the same split. Work is
+vectorised per class; the only loops run over classes, clients or a bounded number of retries
+(at most ``max_retries`` draws, at most C+1 renormalisation rounds per client), so no
+partitioner can hang at small α.
+
+Labels are non-negative integers; the classes are those present in ``labels`` (a class absent
+from a subset simply takes no part).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -18,78 +26,155 @@ from oneshotfl.registry import Registry
 
 
 class PartitionError(ValueError):
-    """A partition that cannot satisfy its constraints (e.g. min_samples at tiny α)."""
+    """A partition that cannot satisfy its constraints (e.g. ``min_samples`` at tiny α)."""
 
 
-class Partitioner(Protocol):
-    """Splits sample indices over clients by label."""
+@dataclass(frozen=True)
+class Partitioner:
+    """Base of every partitioner: splits sample indices over clients by label."""
 
     def split(
         self, labels: np.ndarray, num_clients: int, rng: np.random.Generator
-    ) -> list[np.ndarray]: ...
+    ) -> list[np.ndarray]:
+        """Split ``labels``' indices over ``num_clients`` clients.
+
+        Args:
+            labels: ``[N]`` non-negative integer class labels.
+            num_clients: K >= 1.
+            rng: the generator to draw from (and advance).
+
+        Returns:
+            K sorted ``int64`` index arrays into ``labels``, pairwise disjoint.
+
+        Raises:
+            ValueError: for bad arguments.
+            PartitionError: when the constraints cannot be met.
+        """
+        raise NotImplementedError
 
 
-PARTITIONERS: Registry[type[Any]] = Registry("partitioner")
+PARTITIONERS: Registry[type[Partitioner]] = Registry("partitioner")
 
 
-def _check_clients(num_clients: int, n: int) -> None:
-    if num_clients < 1:
-        raise ValueError(f"num_clients: expected >= 1, got {num_clients}")
-    if num_clients > n:
-        raise PartitionError(f"cannot split {n} examples over {num_clients} clients")
+# --------------------------------------------------------------------------- validation
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _check_alpha(alpha: object) -> None:
+    if not (
+        isinstance(alpha, numbers.Real)
+        and not isinstance(alpha, bool)
+        and np.isfinite(float(alpha))
+        and float(alpha) > 0
+    ):
+        raise ValueError(f"alpha: expected a finite number > 0, got {alpha!r}")
+
+
+def _check_int(name: str, value: object, least: int) -> None:
+    ok = isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) >= least
+    if not ok:
+        raise ValueError(f"{name}: expected an integer >= {least}, got {value!r}")
+
+
+def _check_inputs(labels: np.ndarray, num_clients: int) -> np.ndarray:
+    """Validate the arguments of ``split``; return the labels as an int64 vector."""
+    if not _is_int(num_clients) or num_clients < 1:
+        raise ValueError(f"num_clients: expected an integer >= 1, got {num_clients!r}")
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or not (np.issubdtype(labels.dtype, np.integer) or labels.size == 0):
+        raise ValueError(
+            f"labels: expected a 1-D integer array, got {labels.dtype} of shape {labels.shape}"
+        )
+    if labels.size and labels.min() < 0:
+        raise ValueError(f"labels: expected non-negative class ids, got {labels.min()}")
+    if num_clients > len(labels):
+        raise PartitionError(
+            f"num_clients: expected at most the {len(labels)} examples, got {num_clients}"
+        )
+    return labels.astype(np.int64, copy=False)
 
 
 def _by_class(labels: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
-    """Per class (0..C-1), its sample indices in random order."""
-    num_classes = int(labels.max()) + 1 if len(labels) else 0
-    return [rng.permutation(np.flatnonzero(labels == c)) for c in range(num_classes)]
+    """For each class present (ascending id), its sample indices in random order.
+
+    One ``rng.permutation`` per class, in class order: the draw sequence every partitioner
+    here depends on.
+    """
+    return [rng.permutation(np.flatnonzero(labels == c)) for c in np.unique(labels)]
 
 
 def _finish(parts: list[list[np.ndarray]]) -> list[np.ndarray]:
+    """Concatenate each client's chunks into one sorted int64 array."""
     return [
         np.sort(np.concatenate(p)).astype(np.int64) if p else np.empty(0, np.int64) for p in parts
     ]
 
 
 def class_counts(labels: np.ndarray, parts: list[np.ndarray], num_classes: int) -> np.ndarray:
-    """The ``[clients, classes]`` matrix of example counts."""
-    return np.stack([np.bincount(labels[p], minlength=num_classes) for p in parts])
+    """The ``[num_clients, num_classes]`` matrix of example counts per client and class.
+
+    Args:
+        labels: ``[N]`` class labels in ``0..num_classes-1``.
+        parts: one index array into ``labels`` per client.
+        num_classes: the number of columns.
+
+    Raises:
+        ValueError: when a label is outside ``0..num_classes-1``.
+    """
+    labels = np.asarray(labels)
+    if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
+        raise ValueError(
+            f"labels: expected values in 0..{num_classes - 1}, got {labels.min()}..{labels.max()}"
+        )
+    counts = np.zeros((len(parts), num_classes), dtype=np.int64)
+    for k, p in enumerate(parts):
+        counts[k] = np.bincount(labels[np.asarray(p, dtype=np.int64)], minlength=num_classes)
+    return counts
+
+
+# --------------------------------------------------------------------------- partitioners
 
 
 @PARTITIONERS.register("iid", "uniformly random, equal-size shards")
 @dataclass(frozen=True)
-class IID:
-    """Uniform random split into equal-size shards (McMahan et al. 2017, the IID setting)."""
+class IID(Partitioner):
+    """Uniform random split into equal-size shards (the IID setting of McMahan et al. 2017,
+    "Communication-Efficient Learning of Deep Networks from Decentralized Data").
+
+    One permutation of all indices is cut into K shards whose sizes differ by at most one.
+    Every example is assigned.
+    """
 
     def split(
         self, labels: np.ndarray, num_clients: int, rng: np.random.Generator
     ) -> list[np.ndarray]:
-        _check_clients(num_clients, len(labels))
-        return [np.sort(p) for p in np.array_split(rng.permutation(len(labels)), num_clients)]
-
-
-def _positive_alpha(alpha: float) -> None:
-    if not (isinstance(alpha, int | float) and alpha > 0 and np.isfinite(alpha)):
-        raise ValueError(f"alpha: expected a finite number > 0, got {alpha!r}")
+        labels = _check_inputs(labels, num_clients)
+        shards = np.array_split(rng.permutation(len(labels)), num_clients)
+        return [np.sort(p).astype(np.int64) for p in shards]
 
 
 @PARTITIONERS.register("dirichlet", "per class, Dir(α) proportions over clients (NIID-Bench)")
 @dataclass(frozen=True)
-class Dirichlet:
-    """Per-class Dirichlet label skew (Li et al. 2022, "Federated Learning on Non-IID Data
-    Silos: An Experimental Study", NIID-Bench; used by FedAGE and IntactOFL).
+class Dirichlet(Partitioner):
+    """Per-class Dirichlet label skew, as defined by Li et al. 2022, "Federated Learning on
+    Non-IID Data Silos: An Experimental Study" (NIID-Bench, ICDE 2022); the split used by
+    FedAGE and IntactOFL.
 
     For each class c, proportions p_c ~ Dir(α·1_K) over the K clients; the class's shuffled
-    examples are cut at ⌊cumsum(p_c)·n_c⌋. Every example is assigned. The whole draw is
-    repeated until every client holds at least ``min_samples`` examples, at most
-    ``max_retries`` times. NIID-Bench's code additionally zeroes the share of clients that
-    already hold more than N/K examples; we do not (it changes the distribution away from
-    Dir(α)), which is why retries can be needed at very small α.
+    examples are cut at ⌊cumsum(p_c)·n_c⌋. Every example is assigned. The whole split is
+    drawn again until every client holds at least ``min_samples`` examples (NIID-Bench's
+    ``min_require_size``, 10 there too), at most ``max_retries`` times, then
+    :class:`PartitionError`. NIID-Bench's code also zeroes the share of clients already holding
+    more than N/K examples; we do not (it pulls the split away from Dir(α)), which is why
+    retries can be needed at very small α.
 
     Attributes:
-        alpha: concentration; smaller means more skew.
+        alpha: the concentration α > 0; smaller means more skew.
         min_samples: least examples per client.
-        max_retries: draws before giving up with :class:`PartitionError`.
+        max_retries: draws before giving up.
     """
 
     alpha: float
@@ -97,20 +182,19 @@ class Dirichlet:
     max_retries: int = 100
 
     def __post_init__(self) -> None:
-        _positive_alpha(self.alpha)
-        if self.min_samples < 0:
-            raise ValueError(f"min_samples: expected >= 0, got {self.min_samples}")
-        if self.max_retries < 1:
-            raise ValueError(f"max_retries: expected >= 1, got {self.max_retries}")
+        _check_alpha(self.alpha)
+        _check_int("min_samples", self.min_samples, 0)
+        _check_int("max_retries", self.max_retries, 1)
 
     def split(
         self, labels: np.ndarray, num_clients: int, rng: np.random.Generator
     ) -> list[np.ndarray]:
-        _check_clients(num_clients, len(labels))
+        labels = _check_inputs(labels, num_clients)
         if self.min_samples * num_clients > len(labels):
             raise PartitionError(
-                f"min_samples={self.min_samples} × {num_clients} clients exceeds the "
-                f"{len(labels)} examples available"
+                f"dirichlet: min_samples={self.min_samples} × {num_clients} clients needs "
+                f"at least {self.min_samples * num_clients} examples, got {len(labels)}; "
+                "use a smaller min_samples or fewer clients"
             )
         smallest = 0
         for _ in range(self.max_retries):
@@ -129,7 +213,7 @@ class Dirichlet:
     ) -> list[np.ndarray]:
         parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
         for idx in _by_class(labels, rng):
-            p = rng.dirichlet(np.full(num_clients, self.alpha))
+            p = rng.dirichlet(np.full(num_clients, float(self.alpha)))
             cuts = (np.cumsum(p)[:-1] * len(idx)).astype(int)
             for k, chunk in enumerate(np.split(idx, cuts)):
                 parts[k].append(chunk)
@@ -140,17 +224,24 @@ class Dirichlet:
     "dirichlet_client", "per client, Dir(α) over classes, equal sizes (Co-Boosting/FedCVAE)"
 )
 @dataclass(frozen=True)
-class DirichletClient:
-    """Per-client Dirichlet label skew (the form of Co-Boosting, Dai et al. 2024, and FedCVAE,
-    Heinbaugh et al. 2023): client k draws q_k ~ Dir(α·1_C) over classes and receives
-    ⌊N/K⌋ examples sampled without replacement from q_k.
+class DirichletClient(Partitioner):
+    """Per-client Dirichlet label skew with equal client sizes, the form used by Co-Boosting
+    (Dai et al., ICLR 2024, "Enhancing One-Shot Federated Learning Through Data and Ensemble
+    Co-Boosting") and FedCVAE (Heinbaugh et al., ICLR 2023, "Data-Free One-Shot Federated
+    Learning Under Very High Statistical Heterogeneity").
 
-    When a class runs out, its mass is renormalised over the classes that still have
-    examples; each client needs at most C such rounds (every round empties a class), so the
-    loop is bounded. Examples left over by the rounding are not assigned.
+    Client k (in order 0..K−1) draws q_k ~ Dir(α·1_C) over the classes present and receives
+    ⌊N/K⌋ examples sampled without replacement: class counts ~ Multinomial(⌊N/K⌋, q_k), each
+    capped at what is left of the class. When a class runs out, its mass is renormalised over
+    the classes that still have examples and the shortfall is drawn again. Each such round
+    either completes the client or empties at least one class, so a client needs at most C+1
+    rounds (a bounded loop, each round vectorised over classes). If q_k puts no mass on any
+    class left, the shortfall is drawn uniformly over those classes. Later clients can thus
+    get a flatter mix than their q_k when classes are exhausted. The N − K·⌊N/K⌋ examples left
+    over by the rounding are not assigned; every example is used at most once.
 
     Attributes:
-        alpha: concentration; smaller means fewer classes per client.
+        alpha: the concentration α > 0; smaller means fewer classes per client.
         min_samples: least examples per client (checked against ⌊N/K⌋).
     """
 
@@ -158,28 +249,27 @@ class DirichletClient:
     min_samples: int = 10
 
     def __post_init__(self) -> None:
-        _positive_alpha(self.alpha)
-        if self.min_samples < 0:
-            raise ValueError(f"min_samples: expected >= 0, got {self.min_samples}")
+        _check_alpha(self.alpha)
+        _check_int("min_samples", self.min_samples, 0)
 
     def split(
         self, labels: np.ndarray, num_clients: int, rng: np.random.Generator
     ) -> list[np.ndarray]:
-        _check_clients(num_clients, len(labels))
+        labels = _check_inputs(labels, num_clients)
         size = len(labels) // num_clients
         if size < self.min_samples:
             raise PartitionError(
                 f"dirichlet_client: {len(labels)} examples over {num_clients} clients gives "
-                f"{size} each, expected >= min_samples={self.min_samples}"
+                f"{size} each, expected >= min_samples={self.min_samples}; "
+                "use a smaller min_samples or fewer clients"
             )
         pools = _by_class(labels, rng)
-        remaining = np.array([len(p) for p in pools])
-        taken = np.zeros(len(pools), dtype=int)
+        remaining = np.array([len(p) for p in pools], dtype=np.int64)
+        taken = np.zeros(len(pools), dtype=np.int64)
         parts: list[list[np.ndarray]] = []
         for _ in range(num_clients):
-            counts = self._counts(
-                rng.dirichlet(np.full(len(pools), self.alpha)), size, remaining, rng
-            )
+            q = rng.dirichlet(np.full(len(pools), float(self.alpha)))
+            counts = self._counts(q, size, remaining, rng)
             parts.append([pools[c][taken[c] : taken[c] + n] for c, n in enumerate(counts) if n])
             taken += counts
             remaining -= counts
@@ -189,6 +279,7 @@ class DirichletClient:
     def _counts(
         q: np.ndarray, size: int, remaining: np.ndarray, rng: np.random.Generator
     ) -> np.ndarray:
+        """Per-class counts summing to ``size`` (``remaining.sum() >= size``), capped."""
         counts = np.zeros_like(remaining)
         need = size
         for _ in range(len(remaining) + 1):
@@ -207,78 +298,90 @@ class DirichletClient:
     "pathological", "#C classes per client, each class split equally among holders (FedOL)"
 )
 @dataclass(frozen=True)
-class Pathological:
-    """Pathological label skew #C as FedOL (Ye et al.) defines it: each client receives data
-    from exactly ``classes_per_client`` classes, and a class's examples are split equally
-    among the clients that hold it.
+class Pathological(Partitioner):
+    """Pathological label skew #C as FedOL (Ye et al., "Towards a Larger Model via One-Shot
+    Federated Learning on Heterogeneous Client Models") defines it: each client holds data of
+    exactly ``classes_per_client`` distinct classes, and a class's examples are split equally
+    (sizes differ by at most one) among the clients that hold it.
 
-    Classes are dealt round-robin over a random class order (client k gets classes
-    ``order[(k·#C + j) mod C]``, j < #C), so each client's classes are distinct and every class
-    is held by ⌊K·#C/C⌋ or ⌈K·#C/C⌉ clients. When K·#C < C some classes go unused and their
-    examples are not assigned. (McMahan et al.'s sort-and-shard split differs: shards of
-    equal size, so a client's classes need not be distinct.)
+    Classes are dealt round-robin over a random class order: client k gets
+    ``order[(k·#C + j) mod C]`` for j < #C. With #C ≤ C these are distinct, and every class is
+    held by ⌊K·#C/C⌋ or ⌈K·#C/C⌉ clients, as even as possible. When K·#C ≥ C every example is
+    assigned; when K·#C < C some classes go unused and their examples are not assigned.
+    McMahan et al.'s (2017) sort-and-shard split is different: it deals equal-size shards of
+    label-sorted data, so a client's shards may share a class and class shares are not equal.
 
     Attributes:
-        classes_per_client: #C.
+        classes_per_client: #C, at least 1 and at most the number of classes.
     """
 
     classes_per_client: int
 
     def __post_init__(self) -> None:
-        if not isinstance(self.classes_per_client, int) or self.classes_per_client < 1:
-            raise ValueError(
-                f"classes_per_client: expected an integer >= 1, got {self.classes_per_client!r}"
-            )
+        _check_int("classes_per_client", self.classes_per_client, 1)
 
     def split(
         self, labels: np.ndarray, num_clients: int, rng: np.random.Generator
     ) -> list[np.ndarray]:
-        _check_clients(num_clients, len(labels))
+        labels = _check_inputs(labels, num_clients)
         pools = _by_class(labels, rng)
-        if self.classes_per_client > len(pools):
+        per = int(self.classes_per_client)
+        if per > len(pools):
             raise ValueError(
-                f"classes_per_client: expected at most the {len(pools)} classes, "
-                f"got {self.classes_per_client}"
+                f"classes_per_client: expected at most the {len(pools)} classes in the labels, "
+                f"got {per}"
             )
         order = rng.permutation(len(pools))
-        holders: list[list[int]] = [[] for _ in pools]
-        for k in range(num_clients):
-            for j in range(self.classes_per_client):
-                holders[order[(k * self.classes_per_client + j) % len(pools)]].append(k)
+        slots = order[np.arange(num_clients * per) % len(pools)].reshape(num_clients, per)
         parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
-        for c, who in enumerate(holders):
-            for k, chunk in zip(
-                who, np.array_split(pools[c], len(who)) if who else [], strict=True
-            ):
+        for c, pool in enumerate(pools):
+            holders = np.flatnonzero((slots == c).any(axis=1))  # ascending client id
+            if len(holders) == 0:
+                continue  # K·#C < C: this class is dealt to no client
+            for k, chunk in zip(holders, np.array_split(pool, len(holders)), strict=True):
                 parts[k].append(chunk)
         return _finish(parts)
 
 
-@PARTITIONERS.register("disjoint", "each client its own disjoint label set (FedEOV's extreme)")
+@PARTITIONERS.register("disjoint", "each client its own disjoint label set (FedOV/FedEOV extreme)")
 @dataclass(frozen=True)
-class Disjoint:
-    """Disjoint label sets, the extreme skew of FedOV / FedEOV (Diao et al. 2023): the classes
-    are shuffled and cut into K groups as evenly as possible; client k gets every example of
-    its group. Needs K ≤ C."""
+class Disjoint(Partitioner):
+    """Disjoint label sets, the extreme label skew of FedOV (Diao, Li & He, ICLR 2023,
+    "Towards Addressing Label Skews in One-Shot Federated Learning") and its extension FedEOV:
+    no two clients share a class.
+
+    The classes, in random order, are cut into K contiguous groups whose sizes differ by at
+    most one; client k gets every example of group k. Every example is assigned. Needs
+    K ≤ C.
+    """
 
     def split(
         self, labels: np.ndarray, num_clients: int, rng: np.random.Generator
     ) -> list[np.ndarray]:
-        _check_clients(num_clients, len(labels))
+        labels = _check_inputs(labels, num_clients)
         pools = _by_class(labels, rng)
         if num_clients > len(pools):
             raise ValueError(
-                f"disjoint: expected at most {len(pools)} clients (one class each), "
+                f"disjoint: expected at most {len(pools)} clients (one class each at least), "
                 f"got {num_clients}"
             )
         groups = np.array_split(rng.permutation(len(pools)), num_clients)
         return _finish([[pools[c] for c in g] for g in groups])
 
 
-def make_partitioner(name: str, **options: Any) -> Any:
+# --------------------------------------------------------------------------- factory
+
+
+def make_partitioner(name: str, **options: Any) -> Partitioner:
     """Build the partitioner ``name`` from those ``options`` its dataclass declares.
 
-    ``None`` values mean "use the default".
+    Options it does not declare are ignored, so callers may pass every partition option
+    (``alpha``, ``classes_per_client``, ``min_samples``, ``max_retries``) at once; ``None``
+    means "use the default".
+
+    Args:
+        name: registry name (see ``PARTITIONERS.names()``).
+        **options: candidate field values.
 
     Raises:
         RegistryError: for an unknown name.
@@ -295,5 +398,7 @@ def make_partitioner(name: str, **options: Any) -> Any:
         and f.default_factory is dataclasses.MISSING
     ]
     if missing:
-        raise ValueError(f"partitioner {name!r} needs {missing}, got none")
+        raise ValueError(
+            f"partitioner {name!r}: expected a value for {', '.join(missing)}, got none"
+        )
     return cls(**kwargs)
