@@ -42,7 +42,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -57,9 +56,8 @@ from oneshotfl.methods.fedol import stack_probabilities
 from oneshotfl.methods.recipes import (
     SendsTrainedModel,
     initial_model,
+    probabilities_payload,
     probabilities_spec,
-    public_probabilities,
-    trained_local_model,
 )
 from oneshotfl.seeding import torch_generator
 from oneshotfl.training.loop import Batch, fit, predict_logits
@@ -176,8 +174,7 @@ class FedDF(SendsTrainedModel[FedDFConfig]):
 
     def client_update(self, ctx: ClientContext) -> Payload:
         if self.config.form == "predictions":
-            probs = public_probabilities(trained_local_model(ctx), ctx, self.config.temperature)
-            return Payload({"probs": probs.numpy().astype(np.float32)})
+            return probabilities_payload(ctx, self.config.temperature)
         return super().client_update(ctx)
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:

@@ -14,6 +14,7 @@ This is FedOL's distillation term alone (τ = 0, one iteration), so the two shar
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -34,12 +35,11 @@ from oneshotfl.methods.fedol import (
 )
 from oneshotfl.methods.recipes import (
     initial_model,
+    probabilities_payload,
     probabilities_spec,
-    public_probabilities,
-    trained_local_model,
 )
 from oneshotfl.seeding import torch_generator
-from oneshotfl.training.loop import Batch, TrainConfig, fit
+from oneshotfl.training.loop import Batch, fit
 
 
 @dataclass(frozen=True)
@@ -76,8 +76,7 @@ class FedHKT(Method[FedHKTConfig]):
         return probabilities_spec(self.config.payload_dtype)
 
     def client_update(self, ctx: ClientContext) -> Payload:
-        probs = public_probabilities(trained_local_model(ctx), ctx, self.config.temperature)
-        return Payload({"probs": probs.numpy().astype(self.config.payload_dtype)})
+        return probabilities_payload(ctx, self.config.temperature, self.config.payload_dtype)
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         if ctx.public is None or ctx.server_arch is None:
@@ -86,14 +85,7 @@ class FedHKT(Method[FedHKTConfig]):
         mixture, const = distillation_target(probs, client_weights(probs, "entropy"))
         no_labels = torch.zeros_like(mixture)
         base = ctx.train_config
-        cfg = TrainConfig(
-            self.config.epochs or base.epochs,
-            base.batch_size,
-            base.lr,
-            base.optimizer,
-            base.momentum,
-            base.weight_decay,
-        )
+        cfg = dataclasses.replace(base, epochs=self.config.epochs or base.epochs)
         server = initial_model(ctx.server_arch, ctx.task, ctx.seed)
 
         def loss_fn(model: nn.Module, batch: Batch) -> torch.Tensor:

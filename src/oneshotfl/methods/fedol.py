@@ -26,6 +26,7 @@ to the lowest class index. Ablation switches: ``rho_step=0`` (no curriculum),
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -43,9 +44,8 @@ from oneshotfl.federation.spec import PayloadSpec, WireDims
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.recipes import (
     initial_model,
+    probabilities_payload,
     probabilities_spec,
-    public_probabilities,
-    trained_local_model,
 )
 from oneshotfl.seeding import torch_generator
 from oneshotfl.training.loop import Batch, TrainConfig, fit, predict_logits
@@ -215,9 +215,8 @@ class FedOL(Method[FedOLConfig]):
         return probabilities_spec(self.config.payload_dtype)
 
     def client_update(self, ctx: ClientContext) -> Payload:
-        model = trained_local_model(ctx)  # Eq. (2)
-        probs = public_probabilities(model, ctx, self.config.temperature)
-        return Payload({"probs": probs.numpy().astype(self.config.payload_dtype)})
+        # Eq. (2) local training (the shared cached recipe), then predictions on D_u
+        return probabilities_payload(ctx, self.config.temperature, self.config.payload_dtype)
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         if ctx.public is None or ctx.server_arch is None:
@@ -251,10 +250,7 @@ class FedOL(Method[FedOLConfig]):
         return GlobalModel(server.eval(), {"iterations": history})
 
     def _train_config(self, base: TrainConfig) -> TrainConfig:
-        epochs = self.config.epochs_per_iteration or base.epochs
-        return TrainConfig(
-            epochs, base.batch_size, base.lr, base.optimizer, base.momentum, base.weight_decay
-        )
+        return dataclasses.replace(base, epochs=self.config.epochs_per_iteration or base.epochs)
 
     def _train(
         self, server: nn.Module, ctx: ServerContext, tensors: Batch, train: TrainConfig, t: int

@@ -30,7 +30,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -44,9 +43,8 @@ from oneshotfl.methods.base import register_method
 from oneshotfl.methods.fedol import entropy, stack_probabilities
 from oneshotfl.methods.recipes import (
     initial_model,
+    probabilities_payload,
     probabilities_spec,
-    public_probabilities,
-    trained_local_model,
 )
 from oneshotfl.seeding import torch_generator
 from oneshotfl.training.loop import Batch, fit, train_classifier
@@ -103,8 +101,7 @@ class MinE(Method[MinEConfig]):
         return probabilities_spec()
 
     def client_update(self, ctx: ClientContext) -> Payload:
-        probs = public_probabilities(trained_local_model(ctx), ctx)
-        return Payload({"probs": probs.numpy().astype(np.float32)})
+        return probabilities_payload(ctx)
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         if ctx.public is None or ctx.server_arch is None:

@@ -107,6 +107,15 @@ def public_probabilities(
     return torch.softmax(logits / temperature, dim=-1)
 
 
+def probabilities_payload(
+    ctx: ClientContext, temperature: float = 1.0, dtype: str = "float32"
+) -> Payload:
+    """The prediction-sharing message: the client's locally trained model (cached recipe),
+    softmax(f(x)/T) on the public pool, sent as ``probs`` in ``dtype``."""
+    probs = public_probabilities(trained_local_model(ctx), ctx, temperature)
+    return Payload({"probs": probs.numpy().astype(dtype)})
+
+
 def probabilities_spec(dtype: str = "float32", name: str = "probs") -> PayloadSpec:
     """One ``[N_pub, C]`` array of probability rows (the prediction-sharing message)."""
     return PayloadSpec(arrays=(ArraySpec(name, ("N_pub", "C"), (dtype,), (0.0, 1.0), True),))
