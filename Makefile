@@ -1,5 +1,5 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
-.PHONY: setup data demo test lint bench-core clean-cache
+.PHONY: setup data demo test lint bench-core bench-fedol clean-cache
 VENV := .venv/bin
 
 setup:
@@ -24,6 +24,15 @@ bench-core: setup data
 	$(VENV)/oneshotfl sweep benchmarks/core-fmnist.yaml --out benchmarks/results/core-fmnist
 	$(VENV)/oneshotfl report benchmarks/results/core-fmnist --out docs/figures/core-fmnist \
 	  --markdown docs/benchmarks.md --section core-fmnist
+
+## The FedOL benchmark of issue 3 (see docs/benchmarks.md); two seed shards run in parallel.
+bench-fedol: setup data
+	OMP_NUM_THREADS=1 $(VENV)/oneshotfl sweep benchmarks/fedol-fmnist.yaml \
+	  --out benchmarks/results/fedol-fmnist --seeds 0,2 & \
+	OMP_NUM_THREADS=1 $(VENV)/oneshotfl sweep benchmarks/fedol-fmnist.yaml \
+	  --out benchmarks/results/fedol-fmnist --seeds 1; wait
+	$(VENV)/oneshotfl report benchmarks/results/fedol-fmnist --out docs/figures/fedol-fmnist \
+	  --markdown docs/benchmarks.md --section fedol-fmnist
 
 clean-cache:
 	rm -rf .cache/oneshotfl

@@ -35,7 +35,7 @@ from oneshotfl.runner.federation import build_federation
 from oneshotfl.runner.report import human_bytes, setting_label, splice_markdown, write_report
 from oneshotfl.runner.results import atomic_write_text, write_result
 from oneshotfl.runner.simulation import QuorumError, run_experiment
-from oneshotfl.runner.sweep import load_sweep
+from oneshotfl.runner.sweep import load_sweep, select_seeds
 from oneshotfl.training.progress import RichTracker
 
 app = typer.Typer(
@@ -277,23 +277,28 @@ def sweep(
     file: Annotated[Path, typer.Argument(help="sweep YAML")],
     out: Annotated[Path | None, typer.Option(help="results root (default runs/NAME)")] = None,
     force: Annotated[bool, typer.Option("--force", help="rerun finished runs")] = False,
+    seeds: Annotated[
+        str | None,
+        typer.Option(help="run only these seeds, e.g. 0,1 (shards a sweep across processes)"),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run every point of a sweep grid; finished runs are skipped (resume)."""
     _setup_logging(verbose)
     try:
         spec = load_sweep(file)
+        runs = select_seeds(spec.runs, seeds)
     except USER_ERRORS as exc:
         _fail(exc)
     root = out or Path("runs") / spec.name
     start = time.perf_counter()
     done = 0
-    for i, point in enumerate(spec.runs, 1):
+    for i, point in enumerate(runs, 1):
         run_dir = root / point.run_id
         if (run_dir / "result.json").exists() and not force:
-            log.info("[%d/%d] %s: done already, skipped", i, len(spec.runs), point.run_id)
+            log.info("[%d/%d] %s: done already, skipped", i, len(runs), point.run_id)
             continue
-        log.info("[%d/%d] %s", i, len(spec.runs), point.run_id)
+        log.info("[%d/%d] %s", i, len(runs), point.run_id)
         try:
             with RichTracker(err_console) as tracker:
                 doc = run_experiment(point.config, tracker)
@@ -305,12 +310,13 @@ def sweep(
     elapsed = time.perf_counter() - start
     meta = {
         "name": spec.name,
-        "runs": len(spec.runs),
+        "runs": len(runs),
         "ran_now": done,
         "wall_time_s_this_invocation": elapsed,
         "argv": sys.argv[1:],
     }
-    atomic_write_text(root / "sweep.json", json.dumps(meta, indent=2) + "\n")
+    name = "sweep.json" if seeds is None else f"sweep-seeds-{seeds.replace(',', '-')}.json"
+    atomic_write_text(root / name, json.dumps(meta, indent=2) + "\n")
     console.print(f"sweep {spec.name}: {done} run(s) in {elapsed / 60:.1f} min → {root}")
 
 

@@ -96,6 +96,9 @@ class ClientContext:
         tracker: progress display.
         notes: facts a recipe records for the result file (``train_seconds``,
             ``cache_hit``); never sent anywhere.
+        round: the communication round, from 0 (always 0 for one-shot methods).
+        broadcast: the server's validated message of this round (multi-round methods
+            only; ``None`` in one-shot methods, whose clients hear nothing from the server).
     """
 
     client_id: int
@@ -110,6 +113,8 @@ class ClientContext:
     store: ArtefactStore = field(default_factory=ArtefactStore)
     tracker: Tracker = field(default_factory=NullTracker)
     notes: dict[str, float | bool] = field(default_factory=dict)
+    round: int = 0
+    broadcast: Payload | None = None
 
     @cached_property
     def data_fingerprint(self) -> str:
@@ -175,6 +180,12 @@ class Method(ABC, Generic[ConfigT]):
         communicates: ``False`` for reference methods that send nothing in reality
             (``local``): their payload only carries the model to the evaluator and counts
             as zero upload bytes.
+
+    One-shot is the default: one call of ``client_update`` per client, one ``aggregate``.
+    A multi-round reference method (``fedavg_rounds``) overrides :meth:`num_rounds`,
+    :meth:`broadcast_spec` and :meth:`server_message`; the runner then repeats
+    broadcast → clients → aggregate, counting every round's bytes, and evaluates the outcome
+    of each round.
     """
 
     name: ClassVar[str] = ""
@@ -196,6 +207,26 @@ class Method(ABC, Generic[ConfigT]):
     @abstractmethod
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         """Build the outcome from validated payloads (client id → payload, ascending ids)."""
+
+    def num_rounds(self) -> int:
+        """Communication rounds (1 for every one-shot method)."""
+        return 1
+
+    def broadcast_spec(self, dims: WireDims) -> PayloadSpec | None:
+        """What the server's per-round message must hold (``None``: it sends none)."""
+        return None
+
+    def server_message(
+        self, round_index: int, previous: Outcome | None, ctx: ServerContext
+    ) -> Payload | None:
+        """The message broadcast to every client before round ``round_index``.
+
+        Args:
+            round_index: the round about to start, from 0.
+            previous: the outcome of the previous round (``None`` before round 0).
+            ctx: the server's context.
+        """
+        return None
 
     def describe(self) -> dict[str, Any]:
         """Name and resolved hyper-parameters, for result files."""

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
+from torch import nn
 
 from oneshotfl.federation.contract import (
     NoConfig,
@@ -21,9 +22,7 @@ from oneshotfl.federation.contract import (
 )
 from oneshotfl.federation.outcome import GlobalModel, Outcome
 from oneshotfl.federation.payload import Payload
-from oneshotfl.federation.spec import (
-    model_from_fields,
-)
+from oneshotfl.federation.spec import WireDims, model_from_fields
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.recipes import SendsTrainedModel
 
@@ -54,6 +53,22 @@ def weighted_average(
     return out
 
 
+def average_models(payloads: Mapping[int, Payload], dims: WireDims) -> nn.Module:
+    """The size-weighted average Σ_k (n_k/n)·w_k of the models in ``payloads`` (each with an
+    ``n_examples`` scalar), built as the architecture of the lowest client id."""
+    ids = sorted(payloads)
+    prefix = "model."
+    states = [
+        {k[len(prefix) :]: v for k, v in payloads[c].arrays.items() if k.startswith(prefix)}
+        for c in ids
+    ]
+    sizes = [float(payloads[c].scalars["n_examples"]) for c in ids]
+    averaged = weighted_average(states, sizes)
+    model = model_from_fields(payloads[ids[0]], dims)
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in averaged.items()})
+    return model
+
+
 @register_method("fedavg", "one round of FedAvg: data-size-weighted parameter average")
 class FedAvg(SendsTrainedModel[NoConfig]):
     """One-shot FedAvg (McMahan et al. 2017)."""
@@ -61,14 +76,4 @@ class FedAvg(SendsTrainedModel[NoConfig]):
     requires = Requires(same_architecture=True)
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
-        ids = sorted(payloads)
-        prefix = "model."
-        states = [
-            {k[len(prefix) :]: v for k, v in payloads[c].arrays.items() if k.startswith(prefix)}
-            for c in ids
-        ]
-        sizes = [float(payloads[c].scalars["n_examples"]) for c in ids]
-        averaged = weighted_average(states, sizes)
-        model = model_from_fields(payloads[ids[0]], ctx.dims)
-        model.load_state_dict({k: torch.from_numpy(v) for k, v in averaged.items()})
-        return GlobalModel(model)
+        return GlobalModel(average_models(payloads, ctx.dims))

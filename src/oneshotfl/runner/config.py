@@ -52,6 +52,8 @@ class ExperimentConfig:
         min_clients: fewest valid payloads a method needs to aggregate.
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
         cache_dir: artefact cache directory (``None`` or "" disables the disk cache).
+        group: a sweep group's name (see :mod:`oneshotfl.runner.sweep`): runs of different
+            groups are one setting in reports even when their federations differ.
     """
 
     methods: tuple[str, ...] = ("local", "fedavg", "ensemble", "centralized")
@@ -83,6 +85,7 @@ class ExperimentConfig:
     min_clients: int = 1
     device: str = "auto"
     cache_dir: str | None = ".cache/oneshotfl"
+    group: str = ""
 
     def __post_init__(self) -> None:
         if not self.methods:

@@ -41,18 +41,36 @@ NOT_A_SETTING = frozenset(
         "partition",
         "alpha",
         "classes_per_client",
+        "group",
     }
 )
 
 
 def varying_keys(configs: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Config keys (other than seeds and the partition) whose value differs between runs."""
-    values: dict[str, set[str]] = defaultdict(set)
+    """Config keys (other than seeds and the partition) whose value differs between runs
+    of the same sweep group (groups differ by design and are one setting)."""
+    values: dict[tuple[str, str], set[str]] = defaultdict(set)
     for config in configs:
+        group = str(config.get("group", ""))
         for key, value in config.items():
             if key not in NOT_A_SETTING:
-                values[key].add(json.dumps(value, sort_keys=True))
-    return sorted(k for k, v in values.items() if len(v) > 1)
+                values[(group, key)].add(json.dumps(value, sort_keys=True))
+    return sorted({key for (_, key), v in values.items() if len(v) > 1})
+
+
+def method_rows(docs: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], str]:
+    """(group, method key) → row name: the key, or ``key [group]`` when the key appears in
+    more than one group."""
+    groups_of: dict[str, set[str]] = defaultdict(set)
+    for doc in docs:
+        group = str(doc["config"].get("group", ""))
+        for result in doc["methods"]:
+            groups_of[result["key"]].add(group)
+    return {
+        (group, key): f"{key} [{group}]" if len(groups) > 1 and group else key
+        for key, groups in groups_of.items()
+        for group in groups
+    }
 
 
 @dataclass
@@ -88,8 +106,11 @@ def collect(docs: Iterable[Mapping[str, Any]]) -> Report:
     report = Report()
     docs = list(docs)
     extra_keys = varying_keys(doc["config"] for doc in docs)
+    rows = method_rows(docs)
+    seen: set[tuple[str, str, int]] = set()
     for doc in docs:
         config = doc["config"]
+        group = str(config.get("group", ""))
         extra = " ".join(f"{k}={config.get(k)}" for k in extra_keys)
         setting = " · ".join(filter(None, [setting_label(config), extra]))
         report.runs += 1
@@ -99,7 +120,14 @@ def collect(docs: Iterable[Mapping[str, Any]]) -> Report:
         if config.get("partition") == "dirichlet":
             report.alphas[setting] = (float(config["alpha"]), extra)
         for result in doc["methods"]:
-            key = result["key"]
+            key = rows[(group, result["key"])]
+            marker = (setting, key, int(config.get("seed", 0)))
+            if marker in seen:
+                raise ValueError(
+                    f"report: two results for {key!r} in setting {setting!r} with seed "
+                    f"{marker[2]}; expected one per seed (same run collected twice?)"
+                )
+            seen.add(marker)
             if key not in report.methods:
                 report.methods.append(key)
             cell = report.cells.setdefault((setting, key), Cell())
@@ -175,8 +203,7 @@ def write_report(
     out_dir.mkdir(parents=True, exist_ok=True)
     write_csv(out_dir / "summary.csv", summary_rows(report), list(summary_rows(report)[0]))
     plots = _plots(report, out_dir, title)
-    sweep_file = results_dir / "sweep.json"
-    sweep_meta = json.loads(sweep_file.read_text()) if sweep_file.exists() else {}
+    sweep_metas = [json.loads(f.read_text()) for f in sorted(results_dir.glob("sweep*.json"))]
 
     def render(base: Path) -> str:
         links = "\n".join(
@@ -184,11 +211,12 @@ def write_report(
         )
         minutes = report.wall_time_s / 60
         timing = f"{report.runs} runs; summed run wall time {minutes:.1f} min"
-        if sweep_meta:
-            sweep_minutes = sweep_meta.get("wall_time_s_this_invocation", 0.0) / 60
+        for meta in sweep_metas:
+            sweep_minutes = meta.get("wall_time_s_this_invocation", 0.0) / 60
+            argv = " ".join(str(a) for a in meta.get("argv", []))
             timing += (
-                f"; the sweep invocation that ran {sweep_meta.get('ran_now')} of them took "
-                f"{sweep_minutes:.1f} min (`sweep.json`)"
+                f"; the sweep invocation `{argv}` ran {meta.get('ran_now')} of them in "
+                f"{sweep_minutes:.1f} min"
             )
         return f"{markdown_table(report)}\n\n{links}\n\n{timing}.\n"
 

@@ -25,6 +25,7 @@ from oneshotfl.data.datasets import load_dataset
 from oneshotfl.devices import resolve_device
 from oneshotfl.federation.artefacts import ArtefactStore
 from oneshotfl.federation.contract import ClientContext, Method, ServerContext, Topology
+from oneshotfl.federation.outcome import Outcome
 from oneshotfl.federation.payload import Payload, WireError, encode
 from oneshotfl.federation.spec import PayloadError
 from oneshotfl.federation.wire import receive
@@ -136,55 +137,120 @@ def server_context(setup: Setup) -> ServerContext:
     )
 
 
-def run_method(key: str, method: Method[Any], setup: Setup) -> dict[str, Any]:
-    """Run one method over the federation: clients, wire, aggregate, evaluate."""
+@dataclass
+class RoundTraffic:
+    """What one round of one method put on the wire, and what arrived."""
+
+    received: dict[int, Payload]
+    rejected: dict[int, str]
+    upload_bytes: list[int]
+    download_bytes: int
+    client_wall: list[float]
+    train_recorded: list[float]
+
+
+def run_round(
+    key: str, method: Method[Any], setup: Setup, round_index: int, previous: Outcome | None
+) -> RoundTraffic:
+    """One round: the server's broadcast (if any) through the wire, then every client's
+    update through the wire. Rejected payloads are logged and still counted in bytes."""
     fed = setup.federation
     dims = fed.task.dims(0 if fed.public is None else len(fed.public))
     spec = method.payload_spec(dims)
-    received: dict[int, Payload] = {}
-    rejected: dict[int, str] = {}
-    sizes, client_wall, train_recorded = [], [], []
+    broadcast, download = None, 0
+    message = method.server_message(round_index, previous, server_context(setup))
+    if message is not None:
+        broadcast_spec = method.broadcast_spec(dims)
+        if broadcast_spec is None:
+            raise TypeError(f"{key}: server_message returned a message but no broadcast_spec")
+        data = encode(message)
+        download = len(data)
+        broadcast = receive(data, broadcast_spec, dims, None)
+    traffic = RoundTraffic({}, {}, [], download, [], [])
     for shard in fed.clients:
         ctx = client_context(setup, shard.client_id)
+        ctx.round, ctx.broadcast = round_index, broadcast
         start = time.perf_counter()
         payload = method.client_update(ctx)
-        client_wall.append(time.perf_counter() - start)
-        train_recorded.append(float(ctx.notes.get("train_seconds", 0.0)))
-        if "train_seconds" in ctx.notes:
+        traffic.client_wall.append(time.perf_counter() - start)
+        traffic.train_recorded.append(float(ctx.notes.get("train_seconds", 0.0)))
+        if "train_seconds" in ctx.notes and round_index == 0:
             setup.trained.add(shard.client_id)
         data = encode(payload)  # what would cross the network; counted even if rejected
-        sizes.append(len(data) if method.communicates else 0)
+        traffic.upload_bytes.append(len(data) if method.communicates else 0)
         try:
-            received[shard.client_id] = receive(data, spec, dims, shard.client_id)
+            traffic.received[shard.client_id] = receive(data, spec, dims, shard.client_id)
         except (WireError, PayloadError) as exc:
-            log.warning("%s: rejected payload: %s", key, exc)
-            rejected[shard.client_id] = str(exc)
+            log.warning("%s: round %d: rejected payload: %s", key, round_index, exc)
+            traffic.rejected[shard.client_id] = str(exc)
     quorum = max(setup.cfg.min_clients, method.requires.min_clients)
-    if len(received) < quorum:
+    if len(traffic.received) < quorum:
         raise QuorumError(
-            f"{key}: {len(received)} valid payload(s) arrived, expected at least {quorum} "
-            f"(min_clients); rejected: {rejected}"
+            f"{key}: {len(traffic.received)} valid payload(s) arrived, expected at least "
+            f"{quorum} (min_clients); rejected: {traffic.rejected}"
         )
-    start = time.perf_counter()
-    outcome = method.aggregate(received, server_context(setup))
-    server_wall = time.perf_counter() - start
+    return traffic
+
+
+def run_method(key: str, method: Method[Any], setup: Setup) -> dict[str, Any]:
+    """Run one method over the federation: clients, wire, aggregate, evaluate.
+
+    A one-shot method runs one round. A multi-round method runs ``num_rounds()`` rounds; its
+    bytes and wall times are summed over rounds, its final outcome is the last round's, and
+    ``rounds_history`` records the test accuracy and cumulative bytes after every round.
+    """
+    fed = setup.federation
+    rounds = method.num_rounds()
+    upload = np.zeros(len(fed.clients), dtype=np.int64)
+    client_wall = np.zeros(len(fed.clients))
+    download, server_wall, train_recorded = 0, 0.0, 0.0
+    outcome: Outcome | None = None
+    history: list[dict[str, Any]] = []
+    rejected: dict[str, str] = {}
+    for r in range(rounds):
+        traffic = run_round(key, method, setup, r, outcome)
+        upload += np.asarray(traffic.upload_bytes, dtype=np.int64)
+        client_wall += np.asarray(traffic.client_wall)
+        download += traffic.download_bytes
+        train_recorded += float(np.mean(traffic.train_recorded))
+        rejected.update({str(k): v for k, v in traffic.rejected.items()})
+        start = time.perf_counter()
+        outcome = method.aggregate(traffic.received, server_context(setup))
+        server_wall += time.perf_counter() - start
+        if rounds > 1:
+            metrics = evaluate_outcome(outcome, fed.test, fed.label_histograms(), setup.device)
+            history.append(
+                {
+                    "round": r + 1,
+                    "accuracy": metrics["accuracy"],
+                    "upload_bytes_mean": float(upload.mean()),
+                    "download_bytes": download,
+                }
+            )
+    assert outcome is not None  # rounds >= 1
     metrics = evaluate_outcome(outcome, fed.test, fed.label_histograms(), setup.device)
-    return {
+    sizes = upload.tolist()
+    result = {
         "key": key,
         **method.describe(),
         "outcome": type(outcome).__name__,
         **metrics,
+        "rounds": rounds,
         "upload_bytes_per_client": sizes,
         "upload_bytes_mean": float(np.mean(sizes)),
+        "download_bytes_per_client": download,
         "communicates": method.communicates,
-        "client_wall_s": client_wall,
-        "client_wall_s_mean": float(np.mean(client_wall)),
-        "client_train_s_mean": float(np.mean(train_recorded)),
+        "client_wall_s": client_wall.tolist(),
+        "client_wall_s_mean": float(client_wall.mean()),
+        "client_train_s_mean": train_recorded,
         "server_wall_s": server_wall,
-        "clients_used": sorted(received),
+        "clients_used": sorted(traffic.received),
         "diagnostics": getattr(outcome, "info", {}),
-        "rejected": {str(k): v for k, v in rejected.items()},
+        "rejected": rejected,
     }
+    if history:
+        result["rounds_history"] = history
+    return result
 
 
 def client_stats(setup: Setup) -> list[dict[str, Any]]:

@@ -8,9 +8,20 @@ A sweep file is YAML::
       - {partition: dirichlet, alpha: [0.05, 0.1, 0.5]}
       - {partition: pathological, classes_per_client: 2}
     seeds: [0, 1, 2]
+    groups:                    # optional: every grid point runs once per group
+      models: {model: cnn, methods: [fedavg, fedprox]}
+      predictions: {model: "cnn,mlp", server_model: fedavg_cnn, methods: [fedol]}
+
+Groups are federations that belong in one table although they differ (FedOL's Table I runs
+parameter-sharing methods on identical client models and prediction-sharing methods on
+heterogeneous ones): each group's overrides apply on top of ``base`` and the grid point, the
+run records ``group=<name>``, and the report treats the groups of one grid point as one
+setting (a method that appears in several groups gets the group in its row name).
 
 Every run writes its own directory named after its grid values; a run whose ``result.json``
-exists is skipped, so an interrupted sweep resumes where it stopped.
+exists is skipped, so an interrupted sweep resumes where it stopped. Runs go seed by seed
+(every grid point with the first seed, then the next seed), so a sweep stopped early has
+already covered every setting.
 """
 
 from __future__ import annotations
@@ -57,9 +68,14 @@ def _run_id(point: Mapping[str, Any]) -> str:
 
 def parse_sweep(data: Mapping[str, Any], default_name: str = "sweep") -> Sweep:
     """Expand a sweep mapping into runs (configs are validated here, before any run)."""
-    unknown = sorted(set(data) - {"name", "base", "grid", "seeds"})
+    unknown = sorted(set(data) - {"name", "base", "grid", "seeds", "groups"})
     if unknown:
-        raise ConfigError(f"sweep: unknown key(s) {unknown}; expected name, base, grid, seeds")
+        raise ConfigError(
+            f"sweep: unknown key(s) {unknown}; expected name, base, grid, seeds, groups"
+        )
+    groups = data.get("groups") or {"": {}}
+    if not isinstance(groups, Mapping) or not all(isinstance(v, Mapping) for v in groups.values()):
+        raise ConfigError(f"sweep: groups must map names to overrides, got {groups!r}")
     base = dict(data.get("base") or {})
     grid = data.get("grid") or [{}]
     if isinstance(grid, Mapping):
@@ -68,15 +84,20 @@ def parse_sweep(data: Mapping[str, Any], default_name: str = "sweep") -> Sweep:
     if not isinstance(seeds, list) or not all(isinstance(s, int) for s in seeds):
         raise ConfigError(f"sweep: seeds must be a list of integers, got {seeds!r}")
     runs, seen = [], set()
-    for subgrid in grid:
-        for point in _expand(subgrid):
-            for seed in seeds:
+    points = [point for subgrid in grid for point in _expand(subgrid)]
+    for seed in seeds:  # seed-major: a partial sweep already covers every grid point
+        for point in points:
+            for group, overrides in groups.items():
                 full = {**point, "seed": seed}
-                run_id = _run_id(full)
+                labelled = {"group": group, **full} if group else full
+                run_id = _run_id(labelled)
                 if run_id in seen:
                     raise ConfigError(f"sweep: grid point {run_id} appears twice")
                 seen.add(run_id)
-                runs.append(SweepRun(run_id, make_config({**base, **full})))
+                values = {**base, **point, **overrides, "seed": seed}
+                if group:
+                    values["group"] = str(group)
+                runs.append(SweepRun(run_id, make_config(values)))
     return Sweep(str(data.get("name", default_name)), tuple(runs))
 
 
@@ -90,3 +111,22 @@ def load_sweep(path: str | Path) -> Sweep:
     if not isinstance(data, Mapping):
         raise ConfigError(f"sweep file {path}: expected a mapping, got {type(data).__name__}")
     return parse_sweep(data, default_name=path.stem)
+
+
+def select_seeds(runs: tuple[SweepRun, ...], seeds: str | None) -> tuple[SweepRun, ...]:
+    """The runs whose seed is in the comma-separated ``seeds`` (all runs when ``None``).
+
+    Raises:
+        ConfigError: for a malformed list or a seed the sweep does not have.
+    """
+    if seeds is None:
+        return runs
+    try:
+        wanted = {int(s) for s in seeds.split(",") if s.strip()}
+    except ValueError:
+        raise ConfigError(f"--seeds: expected comma-separated integers, got {seeds!r}") from None
+    have = {run.config.seed for run in runs}
+    missing = sorted(wanted - have)
+    if not wanted or missing:
+        raise ConfigError(f"--seeds: expected some of {sorted(have)}, got {seeds!r}")
+    return tuple(run for run in runs if run.config.seed in wanted)

@@ -1,0 +1,293 @@
+"""FedKT: Li, He and Song (2021), "Practical One-Shot Federated Learning for Cross-Silo
+Setting" (IJCAI), a two-tier PATE (Papernot et al. 2017/2018) for one-shot FL.
+
+On each client (party) k, for each of ``partitions`` (s) random splits of its data:
+
+1. split the local data into ``teachers`` (t) disjoint parts and train one teacher per part;
+2. the t teachers label the public pool by majority vote (per sample, the class with the
+   most teacher votes, after adding Laplace noise of scale 1/``client_noise_gamma`` to the
+   vote counts when that is > 0: example-level privacy);
+3. train a student on the public pool with those labels.
+
+The client sends its s students. The server lets every student label the public pool and
+takes the vote over all clients (with ``consistent_voting``, a client's s students give s
+votes to their label only when they all agree, else none — the paper's consistent voting,
+which bounds one client's influence on a label), adds Laplace noise of scale
+1/``server_noise_gamma`` to the counts when that is > 0 (client-level privacy), and trains the
+final model on the public pool with the voted labels.
+
+Choices where the paper leaves room (``FedKTConfig`` fields):
+
+* Models: teachers and students use the client's architecture; the final model is
+  ``server_model`` when set, else the architecture of the lowest-id client.
+* Training: teachers train with the client training config; students with it too, for
+  ``student_epochs`` (None = the client epochs); the final model with the server training
+  config. No early stopping anywhere (no party holds labelled public data).
+* ``query_fraction``: the share of the public pool that is labelled and trained on (PATE's
+  queries); a seeded random subset, the same for every party.
+* Public samples that get no vote at all at the server (possible only with consistent
+  voting and no server noise) are left out of the final training set.
+* Privacy accounting (the moments accountant of PATE) is not computed: the noise is applied
+  as the paper specifies, but no ε is reported.
+* A client with fewer examples than teachers raises an error naming both numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from oneshotfl.data.types import LabelledData
+from oneshotfl.federation.contract import ClientContext, Method, Requires, ServerContext
+from oneshotfl.federation.outcome import GlobalModel, Outcome
+from oneshotfl.federation.payload import Payload
+from oneshotfl.federation.spec import (
+    ModelSpec,
+    PayloadSpec,
+    ScalarSpec,
+    WireDims,
+    model_fields,
+    model_from_fields,
+)
+from oneshotfl.methods.base import register_method
+from oneshotfl.methods.recipes import initial_model
+from oneshotfl.models import create_model
+from oneshotfl.seeding import numpy_rng, seeded_torch, torch_generator
+from oneshotfl.training.loop import predict_logits, train_classifier
+
+
+@dataclass(frozen=True)
+class FedKTConfig:
+    """FedKT hyper-parameters.
+
+    Attributes:
+        partitions: s, students per client (each from its own split of the data).
+        teachers: t, teachers per split (disjoint parts of the client's data).
+        student_epochs: student training epochs (None = the client training epochs).
+        client_noise_gamma: γ of the Laplace(1/γ) noise on the teachers' vote counts
+            (0 = no noise).
+        server_noise_gamma: γ of the Laplace(1/γ) noise on the server's vote counts
+            (0 = no noise).
+        consistent_voting: a client's students vote only when they all agree.
+        query_fraction: share of the public pool labelled and trained on, in (0, 1].
+    """
+
+    partitions: int = 2
+    teachers: int = 5
+    student_epochs: int | None = None
+    client_noise_gamma: float = 0.0
+    server_noise_gamma: float = 0.0
+    consistent_voting: bool = True
+    query_fraction: float = 1.0
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.partitions >= 1, "partitions", ">= 1", self.partitions),
+            (self.teachers >= 1, "teachers", ">= 1", self.teachers),
+            (
+                self.student_epochs is None or self.student_epochs >= 1,
+                "student_epochs",
+                ">= 1 or None",
+                self.student_epochs,
+            ),
+            (self.client_noise_gamma >= 0, "client_noise_gamma", ">= 0", self.client_noise_gamma),
+            (self.server_noise_gamma >= 0, "server_noise_gamma", ">= 0", self.server_noise_gamma),
+            (0 < self.query_fraction <= 1, "query_fraction", "in (0, 1]", self.query_fraction),
+        ]
+        for ok, name, expected, got in checks:
+            if not ok:
+                raise ValueError(f"{name}: expected {expected}, got {got!r}")
+
+
+def disjoint_parts(n: int, parts: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """A random split of ``range(n)`` into ``parts`` disjoint, near-equal index sets.
+
+    Raises:
+        ValueError: when there are fewer items than parts.
+    """
+    if n < parts:
+        raise ValueError(f"fedkt: expected at least {parts} examples to split, got {n}")
+    return [np.sort(p) for p in np.array_split(rng.permutation(n), parts)]
+
+
+def vote_counts(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """Votes per class, ``[M voters, N] int labels → [N, C]`` float64 counts."""
+    if labels.ndim != 2:
+        raise ValueError(f"vote_counts: expected [voters, N] labels, got {tuple(labels.shape)}")
+    onehot = torch.nn.functional.one_hot(labels.long(), num_classes).to(torch.float64)
+    return onehot.sum(dim=0)
+
+
+def consistent_vote_counts(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """One client's consistent vote: s votes for the label its s students all give, else
+    none. ``[s, N] → [N, C]``."""
+    counts = vote_counts(labels, num_classes)
+    agree = (labels == labels[:1]).all(dim=0)
+    return counts * agree.unsqueeze(-1).to(counts.dtype)
+
+
+def noisy_argmax(counts: torch.Tensor, gamma: float, rng: np.random.Generator) -> torch.Tensor:
+    """argmax_c (counts_c + Lap(1/γ)) per row (no noise when γ = 0; ties: lowest class)."""
+    if gamma > 0:
+        noise = rng.laplace(0.0, 1.0 / gamma, size=tuple(counts.shape))
+        counts = counts + torch.from_numpy(noise)
+    return counts.argmax(dim=-1)
+
+
+def query_indices(n: int, fraction: float, seed: int) -> torch.Tensor:
+    """The public samples PATE queries: a seeded subset of ``fraction·n`` (all when 1)."""
+    if fraction >= 1:
+        return torch.arange(n)
+    size = max(1, round(fraction * n))
+    chosen = numpy_rng(seed, "fedkt", "queries").choice(n, size=size, replace=False)
+    return torch.from_numpy(np.sort(chosen))
+
+
+@register_method("fedkt", "FedKT: two-tier PATE voting (teachers → students → server vote)")
+class FedKT(Method[FedKTConfig]):
+    """FedKT (Li, He, Song 2021): per-client teacher votes → students; server student vote."""
+
+    Config = FedKTConfig
+    requires = Requires(public_data=True)
+
+    def _student_prefix(self, j: int) -> str:
+        return f"student{j}"
+
+    def payload_spec(self, dims: WireDims) -> PayloadSpec:
+        return PayloadSpec(
+            models=tuple(ModelSpec(self._student_prefix(j)) for j in range(self.config.partitions)),
+            scalars=(ScalarSpec("n_examples", int, 1),),
+        )
+
+    def client_update(self, ctx: ClientContext) -> Payload:
+        if ctx.public is None:
+            raise ValueError("fedkt needs a public pool: set public_size > 0")
+        parts = {
+            "recipe": "fedkt",
+            "config": dataclasses.asdict(self.config),
+            "data": ctx.data_fingerprint,
+            "public": len(ctx.public),
+            "arch": ctx.arch,
+            "task": [ctx.task.num_classes, ctx.task.in_channels, ctx.task.image_size],
+            "train": ctx.train_config.as_dict(),
+            "seed": ctx.seed,
+            "client": ctx.client_id,
+        }
+        payload, hit = ctx.store.get_or_make(
+            "fedkt_students",
+            parts,
+            lambda: self._students(ctx),
+            label=f"client {ctx.client_id} fedkt students",
+        )
+        ctx.notes["cache_hit"] = hit
+        ctx.notes["train_seconds"] = float(payload.scalars.get("train_seconds", 0.0))
+        kept = {k: v for k, v in payload.scalars.items() if k != "train_seconds"}
+        return Payload(payload.arrays, kept)
+
+    def _students(self, ctx: ClientContext) -> Payload:
+        assert ctx.public is not None
+        cfg, seconds = self.config, 0.0
+        queries = query_indices(len(ctx.public), cfg.query_fraction, ctx.seed)
+        public_x = ctx.public.x[queries]
+        student_cfg = dataclasses.replace(
+            ctx.train_config, epochs=cfg.student_epochs or ctx.train_config.epochs
+        )
+        out = Payload({}, {"n_examples": len(ctx.data)})
+        for j in range(cfg.partitions):
+            rng = numpy_rng(ctx.seed, "fedkt", ctx.client_id, "split", j)
+            votes = []
+            for i, idx in enumerate(disjoint_parts(len(ctx.data), cfg.teachers, rng)):
+                teacher = self._model(ctx, "teacher", j, i)
+                part = torch.from_numpy(idx)
+                stats = train_classifier(
+                    teacher,
+                    LabelledData(ctx.data.x[part], ctx.data.y[part]),
+                    ctx.train_config,
+                    torch_generator(ctx.seed, "fedkt", ctx.client_id, "teacher", j, i),
+                    ctx.device,
+                    tracker=ctx.tracker,
+                    description=f"client {ctx.client_id} fedkt teacher {j}.{i}",
+                )
+                seconds += stats.seconds
+                votes.append(predict_logits(teacher, public_x, ctx.device).argmax(dim=-1))
+            counts = vote_counts(torch.stack(votes), ctx.task.num_classes)
+            noise_rng = numpy_rng(ctx.seed, "fedkt", ctx.client_id, "noise", j)
+            labels = noisy_argmax(counts, cfg.client_noise_gamma, noise_rng)
+            student = self._model(ctx, "student", j, 0)
+            stats = train_classifier(
+                student,
+                LabelledData(public_x, labels),
+                student_cfg,
+                torch_generator(ctx.seed, "fedkt", ctx.client_id, "student", j),
+                ctx.device,
+                tracker=ctx.tracker,
+                description=f"client {ctx.client_id} fedkt student {j}",
+            )
+            seconds += stats.seconds
+            out = out.merged(model_fields(student.cpu(), self._student_prefix(j)))
+        return out.merged(Payload({}, {"train_seconds": seconds}))
+
+    @staticmethod
+    def _model(ctx: ClientContext, role: str, j: int, i: int) -> torch.nn.Module:
+        """A fresh model of the client's architecture, its own seeded initialisation."""
+        with seeded_torch(ctx.seed, "fedkt", ctx.client_id, role, j, i):
+            model = create_model(
+                ctx.arch, ctx.task.in_channels, ctx.task.num_classes, ctx.task.image_size
+            )
+        return model.to(ctx.device)
+
+    def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
+        if ctx.public is None:
+            raise ValueError("fedkt needs a public pool: set public_size > 0")
+        cfg, ids = self.config, sorted(payloads)
+        num_classes = ctx.task.num_classes
+        queries = query_indices(len(ctx.public), cfg.query_fraction, ctx.seed)
+        public_x = ctx.public.x[queries]
+        counts = torch.zeros(len(queries), num_classes, dtype=torch.float64)
+        for c in ids:
+            labels = torch.stack(
+                [
+                    predict_logits(
+                        model_from_fields(payloads[c], ctx.dims, self._student_prefix(j)),
+                        public_x,
+                        ctx.device,
+                    ).argmax(dim=-1)
+                    for j in range(cfg.partitions)
+                ]
+            )
+            vote = consistent_vote_counts if cfg.consistent_voting else vote_counts
+            counts += vote(labels, num_classes)
+        labels = noisy_argmax(
+            counts, cfg.server_noise_gamma, numpy_rng(ctx.seed, "fedkt", "server")
+        )
+        keep = (
+            counts.sum(dim=-1) > 0
+            if cfg.server_noise_gamma == 0
+            else torch.ones(len(labels), dtype=torch.bool)
+        )
+        if not keep.any():
+            raise ValueError(
+                "fedkt: no public sample got a vote (every client's students disagree)"
+            )
+        arch = ctx.server_arch or str(payloads[ids[0]].scalars[f"{self._student_prefix(0)}.arch"])
+        final = initial_model(arch, ctx.task, ctx.seed)
+        train_classifier(
+            final,
+            LabelledData(public_x[keep], labels[keep]),
+            ctx.train_config,
+            torch_generator(ctx.seed, "fedkt", "final"),
+            ctx.device,
+            tracker=ctx.tracker,
+            description="fedkt final model",
+        )
+        info: dict[str, Any] = {
+            "final_arch": arch,
+            "labelled_fraction": float(keep.double().mean()),
+            "label_histogram": torch.bincount(labels[keep], minlength=num_classes).tolist(),
+        }
+        return GlobalModel(final.eval(), info)
