@@ -96,3 +96,79 @@ def test_report_keeps_runs_that_differ_in_more_than_the_seed_apart() -> None:
     assert report.settings == ["dirichlet α=0.1 · clients=10", "dirichlet α=0.1 · clients=20"]
     mean, std = report.cells[("dirichlet α=0.1 · clients=10", "fedavg")].mean_std()
     assert mean == 0.6 and abs(std - 0.1414) < 1e-3
+
+
+def test_sweep_groups_and_seed_order() -> None:
+    from oneshotfl.runner.sweep import select_seeds
+
+    sweep = parse_sweep(
+        {
+            "base": {"dataset": "digits", "methods": ["local"]},
+            "grid": {"partition": "dirichlet", "alpha": [0.1, 1.0]},
+            "groups": {
+                "models": {"model": "mlp", "methods": ["fedavg"]},
+                "predictions": {"model": "mlp,cnn", "server_model": "mlp", "methods": ["fedol"]},
+            },
+            "seeds": [0, 1],
+        }
+    )
+    ids = [r.run_id for r in sweep.runs]
+    assert len(ids) == 8 and len(set(ids)) == 8
+    assert ids[:2] == [
+        "group=models_partition=dirichlet_alpha=0.1_seed=0",
+        "group=predictions_partition=dirichlet_alpha=0.1_seed=0",
+    ]
+    assert [r.config.seed for r in sweep.runs] == [0] * 4 + [1] * 4  # seed-major
+    first, second = sweep.runs[0].config, sweep.runs[1].config
+    assert (first.group, first.model, first.methods) == ("models", "mlp", ("fedavg",))
+    assert (second.group, second.server_model, second.methods) == ("predictions", "mlp", ("fedol",))
+    assert [r.config.seed for r in select_seeds(sweep.runs, "1")] == [1] * 4
+    with pytest.raises(ConfigError, match="expected some of \\[0, 1\\]"):
+        select_seeds(sweep.runs, "2")
+    with pytest.raises(ConfigError, match="comma-separated integers"):
+        select_seeds(sweep.runs, "a")
+    with pytest.raises(ConfigError, match="groups must map"):
+        parse_sweep({"groups": ["models"]})
+
+
+def test_report_merges_groups_into_one_setting() -> None:
+    from oneshotfl.runner.report import collect
+
+    def doc(group: str, model: str, seed: int, keys: list[str]) -> dict[str, object]:
+        config = {"partition": "dirichlet", "alpha": 0.1, "group": group, "model": model}
+        config["seed"] = seed
+        methods = [{"key": k, "accuracy": 0.5, "upload_bytes_mean": 1.0} for k in keys]
+        return {"config": config, "methods": methods}
+
+    docs = [
+        doc("models", "cnn", 0, ["fedavg", "ensemble"]),
+        doc("predictions", "cnn,mlp", 0, ["fedol", "ensemble"]),
+        doc("models", "cnn", 1, ["fedavg", "ensemble"]),
+    ]
+    report = collect(docs)
+    assert report.settings == ["dirichlet α=0.1"]  # model differs only between groups
+    assert report.methods == ["fedavg", "ensemble [models]", "fedol", "ensemble [predictions]"]
+    assert len(report.cells[("dirichlet α=0.1", "ensemble [models]")].accuracy) == 2
+    with pytest.raises(ValueError, match="two results for 'fedol'"):
+        collect([*docs, doc("predictions", "cnn,mlp", 0, ["fedol"])])
+
+
+def test_sweep_shards_keep_the_groups_of_a_point_together() -> None:
+    from oneshotfl.runner.sweep import select_shard
+
+    sweep = parse_sweep(
+        {
+            "grid": {"partition": "dirichlet", "alpha": [0.1, 0.5, 1.0]},
+            "groups": {"a": {"model": "mlp"}, "b": {"model": "cnn"}},
+            "seeds": [0, 1],
+        }
+    )
+    shards = [select_shard(sweep.runs, f"{k}/2") for k in range(2)]
+    assert sorted(r.run_id for s in shards for r in s) == sorted(r.run_id for r in sweep.runs)
+    for shard in shards:
+        points = {(r.config.seed, r.config.alpha) for r in shard}
+        assert len(shard) == 2 * len(points)  # both groups of every point it holds
+    assert select_shard(sweep.runs, None) == sweep.runs
+    for bad in ("2/2", "x", "1/0"):
+        with pytest.raises(ConfigError, match="--shard"):
+            select_shard(sweep.runs, bad)

@@ -35,7 +35,7 @@ from oneshotfl.runner.federation import build_federation
 from oneshotfl.runner.report import human_bytes, setting_label, splice_markdown, write_report
 from oneshotfl.runner.results import atomic_write_text, write_result
 from oneshotfl.runner.simulation import QuorumError, run_experiment
-from oneshotfl.runner.sweep import load_sweep, select_seeds
+from oneshotfl.runner.sweep import load_sweep, select_seeds, select_shard
 from oneshotfl.training.progress import RichTracker
 
 app = typer.Typer(
@@ -281,13 +281,17 @@ def sweep(
         str | None,
         typer.Option(help="run only these seeds, e.g. 0,1 (shards a sweep across processes)"),
     ] = None,
+    shard: Annotated[
+        str | None,
+        typer.Option(help="run only shard K/N of the grid points (parallel processes)"),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run every point of a sweep grid; finished runs are skipped (resume)."""
     _setup_logging(verbose)
     try:
         spec = load_sweep(file)
-        runs = select_seeds(spec.runs, seeds)
+        runs = select_shard(select_seeds(spec.runs, seeds), shard)
     except USER_ERRORS as exc:
         _fail(exc)
     root = out or Path("runs") / spec.name
@@ -315,7 +319,9 @@ def sweep(
         "wall_time_s_this_invocation": elapsed,
         "argv": sys.argv[1:],
     }
-    name = "sweep.json" if seeds is None else f"sweep-seeds-{seeds.replace(',', '-')}.json"
+    parts = [f"seeds-{seeds.replace(',', '-')}" if seeds else "", f"shard-{shard}" if shard else ""]
+    suffix = "_".join(p.replace("/", "of") for p in parts if p)
+    name = f"sweep-{suffix}.json" if suffix else "sweep.json"
     atomic_write_text(root / name, json.dumps(meta, indent=2) + "\n")
     console.print(f"sweep {spec.name}: {done} run(s) in {elapsed / 60:.1f} min → {root}")
 

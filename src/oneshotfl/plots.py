@@ -9,6 +9,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+import matplotlib.ticker
 import numpy as np
 
 
@@ -71,5 +72,59 @@ def line_plot(
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+#: One multi-round method in one setting: ``(round, mean, std, cumulative upload bytes)``.
+RoundsCurve = Sequence[tuple[float, float, float, float]]
+
+
+def rounds_plot(
+    panels: Mapping[str, tuple[Mapping[str, RoundsCurve], Mapping[str, tuple[float, float]]]],
+    path: Path,
+    title: str = "",
+    xfmt: Callable[[float], str] = "{:g}".format,
+) -> Path:
+    """Accuracy against rounds (top row) and against cumulative upload bytes per client
+    (bottom row), one column per setting.
+
+    Each panel is ``(curves, one_shot)``: multi-round methods as curves with error bars, and
+    one-shot methods as ``name → (mean accuracy, upload bytes)``, drawn as dashed horizontal
+    lines on top and as single points (one round's bytes) below.
+    """
+    n = len(panels)
+    fig, axes = plt.subplots(2, n, figsize=(4.2 * n, 7.0), squeeze=False)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for col, (setting, (curves, one_shot)) in enumerate(panels.items()):
+        top, bottom = axes[0][col], axes[1][col]
+        for i, (name, curve) in enumerate(sorted(one_shot.items())):
+            colour = colours[(i + len(curves)) % len(colours)]
+            top.axhline(curve[0], ls="--", lw=1, color=colour, label=name)
+            bottom.plot([curve[1]], [curve[0]], ls="none", marker="s", color=colour, label=name)
+        for i, (name, points) in enumerate(sorted(curves.items())):
+            rounds, means, stds, sizes = (
+                np.array(v, dtype=float) for v in zip(*points, strict=True)
+            )
+            colour = colours[i % len(colours)]
+            top.errorbar(rounds, means, yerr=stds, marker="o", capsize=3, color=colour, label=name)
+            bottom.errorbar(
+                sizes, means, yerr=stds, marker="o", capsize=3, color=colour, label=name
+            )
+        top.set_title(setting, fontsize=9)
+        top.set_xlabel("communication rounds")
+        bottom.set_xlabel("upload bytes per client (cumulative)")
+        bottom.set_xscale("log")
+        bottom.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: xfmt(v)))
+        bottom.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        top.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        for ax in (top, bottom):
+            ax.set_ylabel("test accuracy")
+            ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from oneshotfl.plots import line_plot
+from oneshotfl.plots import RoundsCurve, line_plot, rounds_plot
 from oneshotfl.runner.results import atomic_write_text, iter_results, write_csv
 
 
@@ -79,6 +79,8 @@ class Cell:
 
     accuracy: list[float] = field(default_factory=list)
     upload_bytes: list[float] = field(default_factory=list)
+    histories: list[list[dict[str, Any]]] = field(default_factory=list)
+    method: str = ""
 
     def mean_std(self) -> tuple[float, float]:
         values = np.asarray(self.accuracy, dtype=float)
@@ -130,9 +132,11 @@ def collect(docs: Iterable[Mapping[str, Any]]) -> Report:
             seen.add(marker)
             if key not in report.methods:
                 report.methods.append(key)
-            cell = report.cells.setdefault((setting, key), Cell())
+            cell = report.cells.setdefault((setting, key), Cell(method=result.get("method", key)))
             cell.accuracy.append(float(result["accuracy"]))
             cell.upload_bytes.append(float(result["upload_bytes_mean"]))
+            if result.get("rounds_history"):
+                cell.histories.append(list(result["rounds_history"]))
     return report
 
 
@@ -242,6 +246,11 @@ def _plots(report: Report, out_dir: Path, title: str) -> dict[str, Path]:
             title,
             logx=True,
         )
+    panels = rounds_panels(report)
+    if panels:
+        plots["accuracy vs rounds"] = rounds_plot(
+            panels, out_dir / "accuracy_vs_rounds.png", title, xfmt=human_bytes
+        )
     points: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
     for method in report.methods:
         cells = [c for (s, m), c in report.cells.items() if m == method]
@@ -260,6 +269,38 @@ def _plots(report: Report, out_dir: Path, title: str) -> dict[str, Path]:
             xfmt=human_bytes,
         )
     return plots
+
+
+#: One-shot methods drawn as references in the rounds plot (FedOL's Fig. 2 legend).
+ROUNDS_REFERENCES = ("fedol", "fedavg", "fedprox", "feddf", "fedhkt", "fedet", "mine")
+
+
+def rounds_panels(
+    report: Report, references: tuple[str, ...] = ROUNDS_REFERENCES
+) -> dict[str, tuple[dict[str, RoundsCurve], dict[str, tuple[float, float]]]]:
+    """Per setting with a multi-round method: its curves (mean ± std over seeds of every
+    round) and the one-shot reference methods' mean accuracy and upload bytes."""
+    panels: dict[str, tuple[dict[str, RoundsCurve], dict[str, tuple[float, float]]]] = {}
+    for setting in report.settings:
+        curves: dict[str, RoundsCurve] = {}
+        one_shot: dict[str, tuple[float, float]] = {}
+        for (s, key), cell in report.cells.items():
+            if s != setting:
+                continue
+            if cell.histories:
+                rounds = min(len(h) for h in cell.histories)
+                curve = []
+                for r in range(rounds):
+                    accs = np.array([h[r]["accuracy"] for h in cell.histories], dtype=float)
+                    sizes = np.mean([h[r]["upload_bytes_mean"] for h in cell.histories])
+                    std = float(accs.std(ddof=1)) if len(accs) > 1 else 0.0
+                    curve.append((float(r + 1), float(accs.mean()), std, float(sizes)))
+                curves[key] = curve
+            elif cell.method in references:
+                one_shot[key] = (cell.mean_std()[0], float(np.mean(cell.upload_bytes)))
+        if curves:
+            panels[setting] = (curves, one_shot)
+    return panels
 
 
 def splice_markdown(document: Path, section: str, body: str) -> None:

@@ -44,6 +44,7 @@ class SweepRun:
 
     run_id: str
     config: ExperimentConfig
+    point: int = 0
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def parse_sweep(data: Mapping[str, Any], default_name: str = "sweep") -> Sweep:
     runs, seen = [], set()
     points = [point for subgrid in grid for point in _expand(subgrid)]
     for seed in seeds:  # seed-major: a partial sweep already covers every grid point
-        for point in points:
+        for index, point in enumerate(points):
             for group, overrides in groups.items():
                 full = {**point, "seed": seed}
                 labelled = {"group": group, **full} if group else full
@@ -97,7 +98,7 @@ def parse_sweep(data: Mapping[str, Any], default_name: str = "sweep") -> Sweep:
                 values = {**base, **point, **overrides, "seed": seed}
                 if group:
                     values["group"] = str(group)
-                runs.append(SweepRun(run_id, make_config(values)))
+                runs.append(SweepRun(run_id, make_config(values), index + len(points) * seed))
     return Sweep(str(data.get("name", default_name)), tuple(runs))
 
 
@@ -130,3 +131,21 @@ def select_seeds(runs: tuple[SweepRun, ...], seeds: str | None) -> tuple[SweepRu
     if not wanted or missing:
         raise ConfigError(f"--seeds: expected some of {sorted(have)}, got {seeds!r}")
     return tuple(run for run in runs if run.config.seed in wanted)
+
+
+def select_shard(runs: tuple[SweepRun, ...], shard: str | None) -> tuple[SweepRun, ...]:
+    """Shard ``K/N`` of the runs: the grid points (with every group of a point, so a point's
+    groups share cached client models in one process) whose index is K modulo N.
+
+    Raises:
+        ConfigError: for a malformed shard or K outside 0…N−1.
+    """
+    if shard is None:
+        return runs
+    try:
+        k, n = (int(v) for v in shard.split("/"))
+    except ValueError:
+        raise ConfigError(f"--shard: expected K/N such as 0/2, got {shard!r}") from None
+    if not 0 <= k < n:
+        raise ConfigError(f"--shard: expected 0 <= K < N, got {shard!r}")
+    return tuple(run for run in runs if run.point % n == k)
