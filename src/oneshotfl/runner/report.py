@@ -169,6 +169,22 @@ def markdown_table(report: Report) -> str:
     return "\n".join(lines)
 
 
+def bytes_table(report: Report) -> str:
+    """Upload bytes per client for every method (mean over all its runs), with the ratio to
+    the smallest non-zero upload: predictions against models at a glance."""
+    uploads: dict[str, float] = {}
+    for method in report.methods:
+        values = [b for (_, m), c in report.cells.items() if m == method for b in c.upload_bytes]
+        uploads[method] = float(np.mean(values))
+    positive = [v for v in uploads.values() if v > 0]
+    smallest = min(positive) if positive else 0.0
+    lines = ["| method | upload / client | × smallest |", "|---|---:|---:|"]
+    for method, value in sorted(uploads.items(), key=lambda kv: (kv[1], kv[0])):
+        ratio = f"{value / smallest:.1f}" if value > 0 and smallest > 0 else "–"
+        lines.append(f"| {method} | {human_bytes(value)} | {ratio} |")
+    return "\n".join(lines)
+
+
 def summary_rows(report: Report) -> list[dict[str, Any]]:
     rows = []
     for (setting, method), cell in report.cells.items():
@@ -222,7 +238,11 @@ def write_report(
                 f"; the sweep invocation `{argv}` ran {meta.get('ran_now')} of them in "
                 f"{sweep_minutes:.1f} min"
             )
-        return f"{markdown_table(report)}\n\n{links}\n\n{timing}.\n"
+        return (
+            f"{markdown_table(report)}\n\nUpload per client (bytes counted on the wire, summed "
+            f"over rounds for multi-round methods):\n\n{bytes_table(report)}\n\n{links}\n\n"
+            f"{timing}.\n"
+        )
 
     atomic_write_text(out_dir / "table.md", render(out_dir))
     text = render(link_from or out_dir)
