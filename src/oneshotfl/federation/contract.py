@@ -96,6 +96,7 @@ class ClientContext:
         tracker: progress display.
         notes: facts a recipe records for the result file (``train_seconds``,
             ``cache_hit``); never sent anywhere.
+        encoder: the shared frozen encoder (``Encoder``), when the federation has one.
         round: the communication round, from 0 (always 0 for one-shot methods).
         broadcast: the server's validated message of this round (multi-round methods
             only; ``None`` in one-shot methods, whose clients hear nothing from the server).
@@ -113,6 +114,7 @@ class ClientContext:
     store: ArtefactStore = field(default_factory=ArtefactStore)
     tracker: Tracker = field(default_factory=NullTracker)
     notes: dict[str, float | bool] = field(default_factory=dict)
+    encoder: Any = None
     round: int = 0
     broadcast: Payload | None = None
 
@@ -143,6 +145,7 @@ class ServerContext:
         seed: the model-seed root.
         store: artefact cache.
         tracker: progress display.
+        encoder: the shared frozen encoder (``Encoder``), when the federation has one.
     """
 
     task: TaskInfo
@@ -156,6 +159,7 @@ class ServerContext:
     seed: int
     store: ArtefactStore = field(default_factory=ArtefactStore)
     tracker: Tracker = field(default_factory=NullTracker)
+    encoder: Any = None
 
     @property
     def dims(self) -> WireDims:

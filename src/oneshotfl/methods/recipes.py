@@ -131,3 +131,25 @@ class SendsTrainedModel(Method[ConfigT]):
     def client_update(self, ctx: ClientContext) -> Payload:
         model = trained_local_model(ctx)
         return model_fields(model.cpu()).merged(Payload({}, {"n_examples": len(ctx.data)}))
+
+
+def client_embeddings(ctx: ClientContext) -> torch.Tensor:
+    """E(x) for the client's training data through the shared frozen encoder, ``[n, d]``
+    float32 on the CPU — computed once and cached under the encoder's fingerprint.
+
+    Raises:
+        ValueError: when the federation has no shared encoder.
+    """
+    if ctx.encoder is None:
+        raise ValueError("this method needs a shared frozen encoder: set encoder")
+    parts = {"recipe": "embed", "encoder": ctx.encoder.fingerprint, "data": ctx.data_fingerprint}
+
+    def make() -> Payload:
+        z = ctx.encoder.embed(ctx.data.x, ctx.device)
+        return Payload({"z": z.numpy()})
+
+    payload, hit = ctx.store.get_or_make(
+        "embeddings", parts, make, label=f"client {ctx.client_id} embeddings"
+    )
+    ctx.notes["embed_cache_hit"] = hit
+    return torch.from_numpy(payload.arrays["z"].copy())

@@ -45,6 +45,8 @@ class ExperimentConfig:
         clients: number of clients.
         model: client architectures (see module docs).
         server_model: server architecture for methods that train a server model.
+        encoder: the shared frozen encoder of encoder-based methods (FedAGE), an encoder spec
+            such as ``random:dim=64`` or ``torchvision:arch=resnet18:weights=PATH``.
         local_epochs, batch_size, lr, optimizer, momentum, weight_decay: client training.
         server_epochs, server_batch_size, server_lr, server_optimizer: server training.
         seed: model/training seed root.
@@ -70,6 +72,7 @@ class ExperimentConfig:
     clients: int = 10
     model: str = "cnn"
     server_model: str | None = None
+    encoder: str | None = None
     local_epochs: int = 5
     batch_size: int = 64
     lr: float = 0.01

@@ -23,6 +23,7 @@ import torch
 import oneshotfl
 from oneshotfl.data.datasets import load_dataset
 from oneshotfl.devices import resolve_device
+from oneshotfl.encoders import Encoder, EncoderError, build_encoder
 from oneshotfl.federation.artefacts import ArtefactStore
 from oneshotfl.federation.contract import ClientContext, Method, ServerContext, Topology
 from oneshotfl.federation.outcome import Outcome
@@ -60,6 +61,7 @@ class Setup:
     store: ArtefactStore
     tracker: Tracker
     trained: set[int] = field(default_factory=set)
+    encoder: Encoder | None = None
 
 
 def resolve_methods(specs: Sequence[str]) -> list[tuple[str, Method[Any]]]:
@@ -94,8 +96,8 @@ def check_requirements(methods: Sequence[tuple[str, Method[Any]]], setup: Setup)
             )
         if req.server_model and cfg.server_model is None:
             problems.append(f"{key} needs a server architecture: set server_model")
-        if req.shared_encoder:
-            problems.append(f"{key} needs a shared frozen encoder, which this runner lacks")
+        if req.shared_encoder and setup.encoder is None:
+            problems.append(f"{key} needs a shared frozen encoder: set encoder (e.g. random)")
         if req.topology is not Topology.STAR:
             problems.append(f"{key} needs a {req.topology} topology; this runner is star-only")
         if cfg.clients < req.min_clients:
@@ -118,6 +120,7 @@ def client_context(setup: Setup, cid: int) -> ClientContext:
         seed=setup.cfg.seed,
         store=setup.store,
         tracker=setup.tracker,
+        encoder=setup.encoder,
     )
 
 
@@ -134,6 +137,7 @@ def server_context(setup: Setup) -> ServerContext:
         seed=setup.cfg.seed,
         store=setup.store,
         tracker=setup.tracker,
+        encoder=setup.encoder,
     )
 
 
@@ -291,8 +295,20 @@ def prepare(cfg: ExperimentConfig, tracker: Tracker | None = None) -> Setup:
     dataset = load_dataset(cfg.dataset, cfg.data_root, cfg.download)
     federation = build_federation(dataset, cfg)
     store = ArtefactStore(Path(cfg.cache_dir) if cfg.cache_dir else None)
+    encoder = None
+    if cfg.encoder:
+        try:
+            encoder = build_encoder(cfg.encoder, federation.task, cfg.seed)
+        except EncoderError as exc:
+            raise ConfigError(str(exc)) from None
     return Setup(
-        cfg, federation, archs, resolve_device(cfg.device), store, tracker or NullTracker()
+        cfg,
+        federation,
+        archs,
+        resolve_device(cfg.device),
+        store,
+        tracker or NullTracker(),
+        encoder=encoder,
     )
 
 
@@ -318,6 +334,14 @@ def run_experiment(cfg: ExperimentConfig, tracker: Tracker | None = None) -> dic
             "threads": torch.get_num_threads(),
         },
         "config": cfg.to_dict(),
+        "encoder": None
+        if setup.encoder is None
+        else {
+            "spec": setup.encoder.spec,
+            "fingerprint": setup.encoder.fingerprint,
+            "dim": setup.encoder.dim,
+            **setup.encoder.info,
+        },
         "data": {
             "dataset": fed.task.dataset,
             "num_classes": fed.task.num_classes,

@@ -1,0 +1,181 @@
+"""The encoder contract and registry.
+
+An encoder maps a batch of (dataset-normalised) images ``[N, C, H, W]`` to embeddings
+``[N, d]``. It is frozen everywhere: parameters never require gradients, it always runs in
+eval mode, and its :attr:`Encoder.fingerprint` — a SHA-256 over its spec, preprocessing and
+every parameter and buffer — lets clients and the server check they hold the same one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from oneshotfl.data.datasets import DATASETS
+from oneshotfl.federation.contract import TaskInfo
+from oneshotfl.registry import Registry
+
+
+class EncoderError(ValueError):
+    """An encoder spec that cannot be built (unknown option, missing weights, bad value)."""
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """What an encoder needs done to dataset-normalised images before its first layer.
+
+    Attributes:
+        size: resize (bilinear) to ``size × size``; ``None`` keeps the dataset's size.
+        channels: repeat a grey channel to this many (``None`` keeps the dataset's).
+        mean, std: renormalise [0, 1] pixels with these per-channel constants (``None``:
+            keep the dataset normalisation).
+    """
+
+    size: int | None = None
+    channels: int | None = None
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+
+
+def _channel_tensor(values: tuple[float, ...], channels: int) -> torch.Tensor:
+    t = torch.tensor(values, dtype=torch.float32)
+    if t.numel() == 1 and channels > 1:
+        t = t.repeat(channels)
+    return t.view(1, -1, 1, 1)
+
+
+def preprocess_images(x: torch.Tensor, pre: Preprocess, task: TaskInfo) -> torch.Tensor:
+    """Undo the dataset normalisation when the encoder has its own, repeat grey channels,
+    resize; returns a new tensor."""
+    if pre.mean is not None and pre.std is not None:
+        spec = DATASETS.get(task.dataset)
+        channels = x.shape[1]
+        x = x * _channel_tensor(spec.std, channels) + _channel_tensor(spec.mean, channels)
+    if pre.channels is not None and x.shape[1] != pre.channels:
+        if x.shape[1] != 1:
+            raise EncoderError(
+                f"encoder expects {pre.channels} channels; cannot convert {x.shape[1]}"
+            )
+        x = x.repeat(1, pre.channels, 1, 1)
+    if pre.size is not None and x.shape[-1] != pre.size:
+        x = F.interpolate(x, size=(pre.size, pre.size), mode="bilinear", align_corners=False)
+    if pre.mean is not None and pre.std is not None:
+        channels = x.shape[1]
+        x = (x - _channel_tensor(pre.mean, channels)) / _channel_tensor(pre.std, channels)
+    return x
+
+
+def module_fingerprint(module: nn.Module, extra: str = "") -> str:
+    """SHA-256 over ``extra`` and every parameter and buffer (names, shapes, bytes)."""
+    digest = hashlib.sha256(extra.encode())
+    for name, tensor in sorted(module.state_dict().items()):
+        array = np.ascontiguousarray(tensor.detach().cpu().numpy())
+        digest.update(f"{name}:{array.dtype}:{array.shape}".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+@dataclass
+class Encoder:
+    """A frozen feature extractor.
+
+    Attributes:
+        spec: the spec string it was built from.
+        module: the frozen network, images → ``[N, d]``.
+        dim: embedding size d.
+        preprocess: input preprocessing.
+        task: the task whose images it embeds (for the dataset normalisation).
+        fingerprint: content hash (spec, preprocessing, weights).
+        info: facts for result files (source file, parameter count).
+    """
+
+    spec: str
+    module: nn.Module
+    dim: int
+    preprocess: Preprocess
+    task: TaskInfo
+    fingerprint: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.module.eval()
+        for p in self.module.parameters():
+            p.requires_grad_(False)
+        if not self.fingerprint:
+            self.fingerprint = module_fingerprint(self.module, f"{self.spec}|{self.preprocess}")
+        self.info.setdefault("parameters", sum(p.numel() for p in self.module.parameters()))
+
+    @torch.no_grad()
+    def embed(self, x: torch.Tensor, device: torch.device, batch_size: int = 256) -> torch.Tensor:
+        """Embeddings ``[N, d]`` float32 on the CPU."""
+        self.module.to(device).eval()
+        out = []
+        for chunk in x.split(batch_size):
+            images = preprocess_images(chunk, self.preprocess, self.task).to(device)
+            out.append(self.module(images).flatten(1).float().cpu())
+        if not out:
+            return torch.empty(0, self.dim)
+        z = torch.cat(out)
+        if z.shape[1] != self.dim:
+            raise EncoderError(f"encoder {self.spec}: expected {self.dim}-d output, got {z.shape}")
+        return z
+
+
+#: Builds an encoder from its options, the task and the model seed.
+EncoderFactory = Callable[[Mapping[str, str], TaskInfo, int, str], Encoder]
+
+ENCODERS: Registry[EncoderFactory] = Registry("encoder")
+
+
+def parse_encoder_spec(text: str) -> tuple[str, dict[str, str]]:
+    """``name`` or ``name:key=value:...`` → (name, options).
+
+    Raises:
+        EncoderError: for an empty name or an option without ``=``.
+    """
+    name, *rest = text.strip().split(":")
+    if not name:
+        raise EncoderError(f"encoder spec {text!r}: expected 'name[:key=value...]', got no name")
+    options: dict[str, str] = {}
+    for item in rest:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise EncoderError(f"encoder spec {text!r}: expected key=value, got {item!r}")
+        options[key.strip()] = value.strip()
+    return name, options
+
+
+def build_encoder(spec: str, task: TaskInfo, seed: int) -> Encoder:
+    """Build the encoder ``spec`` names for ``task`` (raises :class:`EncoderError`)."""
+    name, options = parse_encoder_spec(spec)
+    if name not in ENCODERS:
+        raise EncoderError(
+            f"unknown encoder {name!r}; expected one of: {', '.join(ENCODERS.names())}"
+        )
+    return ENCODERS.get(name)(options, task, seed, spec)
+
+
+def take_options(
+    spec: str, options: Mapping[str, str], allowed: Mapping[str, Callable[[str], Any]]
+) -> dict[str, Any]:
+    """Convert ``options`` with the converters in ``allowed``; unknown keys and bad values
+    raise :class:`EncoderError` naming what was expected."""
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise EncoderError(
+            f"encoder {spec!r}: unknown option(s) {unknown}; expected some of {sorted(allowed)}"
+        )
+    values: dict[str, Any] = {}
+    for key, raw in options.items():
+        try:
+            values[key] = allowed[key](raw)
+        except ValueError:
+            raise EncoderError(f"encoder {spec!r}: option {key}={raw!r} is not valid") from None
+    return values

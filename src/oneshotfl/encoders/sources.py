@@ -1,0 +1,110 @@
+"""Registered encoder sources: a random frozen control and ImageNet torchvision backbones."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+import torchvision
+from torch import nn
+
+from oneshotfl.encoders.base import ENCODERS, Encoder, EncoderError, Preprocess, take_options
+from oneshotfl.federation.contract import TaskInfo
+from oneshotfl.seeding import seeded_torch
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+@ENCODERS.register("random", "a randomly initialised 2-conv net, frozen (the control)")
+def random_encoder(options: Mapping[str, str], task: TaskInfo, seed: int, spec: str) -> Encoder:
+    """Two 3×3 conv layers (``width`` then ``dim`` channels) with ReLU, max-pooling between
+    them and global average pooling: a d = ``dim`` embedding that knows nothing of any data.
+    Its weights come from the model seed, so every party derives the same ones."""
+    opts = take_options(spec, options, {"dim": int, "width": int})
+    dim, width = int(opts.get("dim", 64)), int(opts.get("width", 32))
+    if dim < 1 or width < 1:
+        raise EncoderError(f"encoder {spec!r}: expected dim >= 1 and width >= 1")
+    with seeded_torch(seed, "encoder", "random", dim, width):
+        module = nn.Sequential(
+            nn.Conv2d(task.in_channels, width, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(width, dim, 3, padding=1),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+        )
+    return Encoder(spec, module, dim, Preprocess(), task)
+
+
+#: The backbones of FedAGE's Table 3: embedding size and how to cut the classifier off.
+TORCHVISION_BACKBONES: dict[str, int] = {
+    "resnet18": 512,
+    "mobilenet_v2": 1280,
+    "squeezenet1_1": 512,
+    "vgg19": 512,
+}
+
+
+def _feature_extractor(arch: str, model: nn.Module) -> nn.Module:
+    if arch == "resnet18":  # every block up to and including the global average pool
+        return nn.Sequential(*list(model.children())[:-1], nn.Flatten())
+    features = model.features  # mobilenet_v2, squeezenet1_1, vgg19
+    if not isinstance(features, nn.Module):
+        raise EncoderError(f"torchvision {arch}: expected a 'features' module")
+    return nn.Sequential(features, nn.AdaptiveAvgPool2d(1), nn.Flatten())
+
+
+def cached_weights_path(arch: str) -> Path:
+    """Where ``torchvision`` keeps the ImageNet weights of ``arch`` (the torch hub cache,
+    ``$TORCH_HOME/hub/checkpoints``)."""
+    url = torchvision.models.get_model_weights(arch).DEFAULT.url
+    return Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(url)
+
+
+@ENCODERS.register(
+    "torchvision", "ImageNet backbone (resnet18, mobilenet_v2, squeezenet1_1, vgg19), frozen"
+)
+def torchvision_encoder(
+    options: Mapping[str, str], task: TaskInfo, seed: int, spec: str
+) -> Encoder:
+    """The convolutional part of an ImageNet-pretrained torchvision backbone.
+
+    Options: ``arch`` (one of :data:`TORCHVISION_BACKBONES`), ``weights`` (a local state-dict
+    file; default: the torch hub cache, see :func:`cached_weights_path`), ``size`` (input
+    resize, default 224). Grey images are repeated to 3 channels; pixels are renormalised
+    from the dataset's constants to ImageNet's. Nothing is downloaded.
+    """
+    opts = take_options(spec, options, {"arch": str, "weights": str, "size": int})
+    arch = str(opts.get("arch", "resnet18"))
+    if arch not in TORCHVISION_BACKBONES:
+        raise EncoderError(
+            f"encoder {spec!r}: expected arch in {sorted(TORCHVISION_BACKBONES)}, got {arch!r}"
+        )
+    path = Path(opts["weights"]).expanduser() if "weights" in opts else cached_weights_path(arch)
+    if not path.is_file():
+        raise EncoderError(
+            f"encoder {spec!r}: ImageNet weights for {arch} not found at {path}. Pass "
+            f"weights=PATH to a state-dict file, or place torchvision's file there (on a "
+            f"machine with a network: torchvision.models.{arch}(weights='DEFAULT') fills "
+            f"the cache {path.parent})"
+        )
+    model = torchvision.models.get_model(arch, weights=None)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        model.load_state_dict(state)
+    except (RuntimeError, OSError, KeyError, TypeError) as exc:
+        raise EncoderError(
+            f"encoder {spec!r}: {path} is not a {arch} state dict ({exc.__class__.__name__}: "
+            f"{str(exc)[:200]})"
+        ) from None
+    size = int(opts.get("size", 224))
+    if size < 16:
+        raise EncoderError(f"encoder {spec!r}: expected size >= 16, got {size}")
+    pre = Preprocess(size=size, channels=3, mean=IMAGENET_MEAN, std=IMAGENET_STD)
+    encoder = Encoder(spec, _feature_extractor(arch, model), TORCHVISION_BACKBONES[arch], pre, task)
+    encoder.info["weights"] = str(path)
+    return encoder

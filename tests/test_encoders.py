@@ -1,0 +1,144 @@
+"""Shared frozen encoders: the registry, the real weight-loading path, preprocessing, caching."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torchvision
+
+from oneshotfl.data.datasets import DATASETS
+from oneshotfl.encoders import EncoderError, build_encoder, parse_encoder_spec
+from oneshotfl.encoders.base import Preprocess, preprocess_images
+from oneshotfl.encoders.sources import IMAGENET_MEAN, IMAGENET_STD, cached_weights_path
+from oneshotfl.federation.contract import Method, Requires, TaskInfo
+from oneshotfl.methods.recipes import client_embeddings
+from oneshotfl.runner.config import ConfigError
+from oneshotfl.runner.simulation import (
+    RequirementError,
+    check_requirements,
+    client_context,
+    prepare,
+)
+
+TASK = TaskInfo("digits", 10, 1, 8)
+
+
+def test_random_encoder_is_frozen_seeded_and_shaped() -> None:
+    a, b = build_encoder("random", TASK, 0), build_encoder("random", TASK, 0)
+    assert a.fingerprint == b.fingerprint and len(a.fingerprint) == 64
+    assert build_encoder("random", TASK, 1).fingerprint != a.fingerprint
+    assert all(not p.requires_grad for p in a.module.parameters())
+    z = a.embed(torch.randn(5, 1, 8, 8), torch.device("cpu"), batch_size=2)
+    assert z.shape == (5, 64) and z.dtype == torch.float32
+    assert build_encoder("random:dim=16:width=4", TASK, 0).embed(
+        torch.randn(3, 1, 8, 8), torch.device("cpu")
+    ).shape == (3, 16)
+
+
+@pytest.mark.parametrize(
+    ("spec", "match"),
+    [
+        ("nope", "unknown encoder 'nope'; expected one of: random, torchvision"),
+        ("random:depth=3", "unknown option\\(s\\) \\['depth'\\]"),
+        ("random:dim=big", "option dim='big' is not valid"),
+        ("random:dim", "expected key=value, got 'dim'"),
+        ("torchvision:arch=alexnet", "expected arch in"),
+    ],
+)
+def test_bad_encoder_specs_say_what_was_expected(spec: str, match: str) -> None:
+    with pytest.raises(EncoderError, match=match):
+        build_encoder(spec, TASK, 0)
+
+
+def test_parse_encoder_spec() -> None:
+    assert parse_encoder_spec("torchvision:arch=vgg19:size=64") == (
+        "torchvision",
+        {"arch": "vgg19", "size": "64"},
+    )
+
+
+def test_preprocessing_renormalises_to_imagenet() -> None:
+    spec = DATASETS.get("fashion_mnist")
+    task = TaskInfo("fashion_mnist", 10, 1, 28)
+    value = (0.5 - spec.mean[0]) / spec.std[0]  # a dataset-normalised grey pixel of 0.5
+    x = torch.full((1, 1, 28, 28), value)
+    pre = Preprocess(size=32, channels=3, mean=IMAGENET_MEAN, std=IMAGENET_STD)
+    out = preprocess_images(x, pre, task)
+    assert out.shape == (1, 3, 32, 32)
+    expected = [(0.5 - m) / s for m, s in zip(IMAGENET_MEAN, IMAGENET_STD, strict=True)]
+    assert torch.allclose(out[0, :, 5, 5], torch.tensor(expected), atol=1e-5)
+
+
+@pytest.fixture
+def resnet18_weights(tmp_path: Path) -> Path:
+    torch.manual_seed(0)
+    path = tmp_path / "resnet18.pth"
+    torch.save(torchvision.models.resnet18(weights=None).state_dict(), path)
+    return path
+
+
+def test_torchvision_encoder_loads_a_local_weights_file(resnet18_weights: Path) -> None:
+    spec = f"torchvision:arch=resnet18:weights={resnet18_weights}:size=32"
+    encoder = build_encoder(spec, TASK, 0)
+    z = encoder.embed(torch.randn(4, 1, 8, 8), torch.device("cpu"))
+    assert z.shape == (4, 512) and encoder.dim == 512
+    assert encoder.info["weights"] == str(resnet18_weights)
+    assert build_encoder(spec, TASK, 0).fingerprint == encoder.fingerprint
+    state = torch.load(resnet18_weights, weights_only=True)
+    state["fc.bias"] += 1.0
+    other = resnet18_weights.with_name("other.pth")
+    torch.save(state, other)
+    changed = build_encoder(f"torchvision:arch=resnet18:weights={other}:size=32", TASK, 0)
+    assert changed.fingerprint != encoder.fingerprint  # the weights are part of the hash
+
+
+def test_torchvision_encoder_errors_name_the_file(resnet18_weights: Path, tmp_path: Path) -> None:
+    missing = tmp_path / "missing.pth"
+    with pytest.raises(EncoderError, match=r"not found at .*missing\.pth"):
+        build_encoder(f"torchvision:arch=resnet18:weights={missing}", TASK, 0)
+    with pytest.raises(EncoderError, match="is not a mobilenet_v2 state dict"):
+        build_encoder(f"torchvision:arch=mobilenet_v2:weights={resnet18_weights}", TASK, 0)
+
+
+def test_torchvision_encoder_finds_the_torch_cache(
+    resnet18_weights: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    cached = cached_weights_path("resnet18")
+    assert cached.name == "resnet18-f37072fd.pth"
+    with pytest.raises(EncoderError, match="torch"):
+        build_encoder("torchvision:arch=resnet18:size=32", TASK, 0)
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(resnet18_weights.read_bytes())
+    assert build_encoder("torchvision:arch=resnet18:size=32", TASK, 0).dim == 512
+
+
+class NeedsEncoder(Method[Any]):
+    requires = Requires(shared_encoder=True)
+
+    def payload_spec(self, dims: Any) -> Any:
+        raise NotImplementedError
+
+    def client_update(self, ctx: Any) -> Any:
+        raise NotImplementedError
+
+    def aggregate(self, payloads: Any, ctx: Any) -> Any:
+        raise NotImplementedError
+
+
+def test_runner_builds_the_encoder_and_caches_embeddings(tiny_config: Any) -> None:
+    setup = prepare(tiny_config(methods=["local"]))
+    with pytest.raises(RequirementError, match="needs a shared frozen encoder"):
+        check_requirements([("x", NeedsEncoder())], setup)
+    setup = prepare(tiny_config(methods=["local"], encoder="random:dim=8"))
+    check_requirements([("x", NeedsEncoder())], setup)
+    ctx = client_context(setup, 0)
+    z = client_embeddings(ctx)
+    assert z.shape == (len(ctx.data), 8) and ctx.notes["embed_cache_hit"] is False
+    again = client_context(setup, 0)
+    assert torch.equal(client_embeddings(again), z) and again.notes["embed_cache_hit"] is True
+    with pytest.raises(ConfigError, match="unknown encoder"):
+        prepare(tiny_config(methods=["local"], encoder="imagenet"))
