@@ -17,7 +17,7 @@ from oneshotfl.federation.spec import PayloadSpec, model_fields
 from oneshotfl.methods import METHODS, build_method, parse_method_spec
 from oneshotfl.methods.fedavg import weighted_average
 from oneshotfl.models import create_model
-from oneshotfl.runner.simulation import prepare, run_method
+from oneshotfl.runner.simulation import prepare, run_method, wire_dims
 
 TASK = TaskInfo("digits", 10, 1, 8)
 
@@ -43,8 +43,10 @@ def test_every_method_honours_the_contract(name: str, tiny_config: Any) -> None:
         needs["public_size"] = 100
     if cls.requires.server_model:
         needs["server_model"] = "mlp"
+    if cls.requires.shared_encoder:
+        needs["encoder"] = "random:dim=16"
     setup = prepare(tiny_config(methods=[name], server_epochs=1, **needs))
-    assert isinstance(method.payload_spec(setup.federation.task.dims()), PayloadSpec)
+    assert isinstance(method.payload_spec(wire_dims(setup)), PayloadSpec)
     result = run_method(name, method, setup)
     assert 0.0 <= result["accuracy"] <= 1.0
     assert result["clients_used"] == [0, 1, 2] and result["rejected"] == {}

@@ -20,21 +20,25 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 @ENCODERS.register("random", "a randomly initialised 2-conv net, frozen (the control)")
 def random_encoder(options: Mapping[str, str], task: TaskInfo, seed: int, spec: str) -> Encoder:
-    """Two 3×3 conv layers (``width`` then ``dim`` channels) with ReLU, max-pooling between
-    them and global average pooling: a d = ``dim`` embedding that knows nothing of any data.
-    Its weights come from the model seed, so every party derives the same ones."""
+    """Two 3×3 conv layers (``width`` then ``dim``/4 channels) with ReLU and max-pooling
+    between them, then average pooling to a 2×2 grid: a d = ``dim`` embedding that keeps
+    coarse spatial layout but knows nothing of any data. Its weights come from the model
+    seed, so every party derives the same ones."""
     opts = take_options(spec, options, {"dim": int, "width": int})
     dim, width = int(opts.get("dim", 64)), int(opts.get("width", 32))
-    if dim < 1 or width < 1:
-        raise EncoderError(f"encoder {spec!r}: expected dim >= 1 and width >= 1")
+    if dim < 4 or dim % 4 or width < 1:
+        raise EncoderError(
+            f"encoder {spec!r}: expected dim a positive multiple of 4 and width >= 1, "
+            f"got dim={dim}, width={width}"
+        )
     with seeded_torch(seed, "encoder", "random", dim, width):
         module = nn.Sequential(
             nn.Conv2d(task.in_channels, width, 3, padding=1),
             nn.ReLU(),
             nn.MaxPool2d(2),
-            nn.Conv2d(width, dim, 3, padding=1),
+            nn.Conv2d(width, dim // 4, 3, padding=1),
             nn.ReLU(),
-            nn.AdaptiveAvgPool2d(1),
+            nn.AdaptiveAvgPool2d(2),
             nn.Flatten(),
         )
     return Encoder(spec, module, dim, Preprocess(), task)

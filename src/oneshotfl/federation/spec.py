@@ -64,11 +64,21 @@ class ModelSpec:
         prefix: field prefix (``"model"``).
         extra_outputs: outputs beyond the class count (1 for an abstention class).
         archs: allowed architectures; empty means any registered model.
+        input_dims: ``(in_channels, image_size)`` of the model's input when it is not the
+            task's images — a head on d-dimensional embeddings is ``(d, 1)``.
     """
 
     prefix: str = "model"
     extra_outputs: int = 0
     archs: tuple[str, ...] = ()
+    input_dims: tuple[int, int] | None = None
+
+    def model_dims(self, dims: WireDims) -> WireDims:
+        """``dims`` with the input replaced by :attr:`input_dims` when set."""
+        if self.input_dims is None:
+            return dims
+        channels, size = self.input_dims
+        return WireDims(dims.num_classes, channels, size, dims.public_size, dims.extra)
 
     @property
     def arch_key(self) -> str:
@@ -206,7 +216,7 @@ def _check_model(payload: Payload, spec: ModelSpec, dims: WireDims, client: int 
     allowed = spec.archs or tuple(MODELS.names())
     if not isinstance(arch, str) or arch not in allowed:
         raise PayloadError(spec.arch_key, f"an architecture in {list(allowed)}", repr(arch), client)
-    reference = reference_state(arch, dims, spec.extra_outputs)
+    reference = reference_state(arch, spec.model_dims(dims), spec.extra_outputs)
     got = {k[len(spec.prefix) + 1 :]: v for k, v in payload.arrays.items() if spec.owns(k)}
     for key in sorted(set(reference) - set(got)):
         raise PayloadError(f"{spec.prefix}.{key}", f"a tensor of {arch}", "nothing", client)

@@ -3,6 +3,7 @@
 from oneshotfl.methods import (  # noqa: F401  (importing registers)
     centralized,
     ensemble,
+    fedage,
     fedavg,
     fedavg_rounds,
     feddf,

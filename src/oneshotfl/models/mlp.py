@@ -52,3 +52,21 @@ class MLP(ClassifierModel):
 def mlp(in_channels: int, num_classes: int, image_size: int) -> MLP:
     """The McMahan et al. (2017) 2NN: hidden layers of 200 and 200 units."""
     return MLP(in_channels, num_classes, image_size, hidden=(200, 200))
+
+
+@MODELS.register("head_mlp", "classifier head on embeddings: d → 128 → C (FedAGE's Classifier 1)")
+def head_mlp(in_channels: int, num_classes: int, image_size: int) -> MLP:
+    """A light head for ``[N, d]`` embeddings (build with ``in_channels=d, image_size=1``)."""
+    return MLP(in_channels, num_classes, image_size, hidden=(128,))
+
+
+@MODELS.register("head_mlp2", "classifier head on embeddings: d → 128 → 32 → C (Classifier 2)")
+def head_mlp2(in_channels: int, num_classes: int, image_size: int) -> MLP:
+    """FedAGE's Classifier 2 (Appendix B.2)."""
+    return MLP(in_channels, num_classes, image_size, hidden=(128, 32))
+
+
+@MODELS.register("head_mlp3", "classifier head on embeddings: d → 128 → 32 → 16 → C (Classifier 3)")
+def head_mlp3(in_channels: int, num_classes: int, image_size: int) -> MLP:
+    """FedAGE's Classifier 3 (Appendix B.2)."""
+    return MLP(in_channels, num_classes, image_size, hidden=(128, 32, 16))

@@ -8,6 +8,7 @@ and the result document. Methods run in the order given and share trained client
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import platform
 import time
@@ -28,7 +29,7 @@ from oneshotfl.federation.artefacts import ArtefactStore
 from oneshotfl.federation.contract import ClientContext, Method, ServerContext, Topology
 from oneshotfl.federation.outcome import Outcome
 from oneshotfl.federation.payload import Payload, WireError, encode
-from oneshotfl.federation.spec import PayloadError
+from oneshotfl.federation.spec import PayloadError, WireDims
 from oneshotfl.federation.wire import receive
 from oneshotfl.methods import METHODS, MethodSpec, build_method, parse_method_spec
 from oneshotfl.methods.recipes import trained_local_model
@@ -141,6 +142,16 @@ def server_context(setup: Setup) -> ServerContext:
     )
 
 
+def wire_dims(setup: Setup) -> WireDims:
+    """The public facts payload shapes resolve against; ``D`` is the shared encoder's
+    embedding size when the federation has one."""
+    fed = setup.federation
+    dims = fed.task.dims(0 if fed.public is None else len(fed.public))
+    if setup.encoder is not None:
+        dims = dataclasses.replace(dims, extra={"D": setup.encoder.dim})
+    return dims
+
+
 @dataclass
 class RoundTraffic:
     """What one round of one method put on the wire, and what arrived."""
@@ -159,7 +170,7 @@ def run_round(
     """One round: the server's broadcast (if any) through the wire, then every client's
     update through the wire. Rejected payloads are logged and still counted in bytes."""
     fed = setup.federation
-    dims = fed.task.dims(0 if fed.public is None else len(fed.public))
+    dims = wire_dims(setup)
     spec = method.payload_spec(dims)
     broadcast, download = None, 0
     message = method.server_message(round_index, previous, server_context(setup))

@@ -1,0 +1,107 @@
+"""FedAGE: the distillation losses by hand, the wire (latents + a head on embeddings), runs."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from oneshotfl.federation.payload import Payload
+from oneshotfl.federation.spec import PayloadError, WireDims, model_fields, validate_payload
+from oneshotfl.methods import build_method
+from oneshotfl.methods.fedage import FedAGEConfig, ensemble_loss, kd_loss
+from oneshotfl.models import create_model
+from oneshotfl.runner.simulation import (
+    RequirementError,
+    check_requirements,
+    client_context,
+    prepare,
+    resolve_methods,
+    run_method,
+)
+
+DIMS = WireDims(10, 1, 8, 0, {"D": 16})
+
+
+def test_kd_loss_by_hand() -> None:
+    logits = torch.zeros(2, 2)  # student uniform at any τ
+    hard = torch.tensor([0, 1])
+    soft = torch.tensor([[1.0, 0.0], [0.5, 0.5]])
+    weight = torch.tensor([0.8, 0.5])
+    # CE = log 2 for both; KL(soft ‖ uniform) = log 2 and 0
+    expected = 0.25 * math.log(2) + 0.75 * (0.8 * math.log(2) + 0.5 * 0.0) / 2
+    got = kd_loss(logits, hard, soft, weight, beta=0.25, tau=2.0)
+    assert math.isclose(float(got), expected, rel_tol=1e-6)
+    only_hard = kd_loss(logits, hard, soft, weight, beta=1.0, tau=2.0)
+    assert math.isclose(float(only_hard), math.log(2), rel_tol=1e-6)
+
+
+def test_ensemble_loss_uses_the_temperature() -> None:
+    logits = torch.tensor([[2.0, 0.0]])
+    target = torch.tensor([[0.5, 0.5]])
+    q = torch.softmax(logits / 2.0, dim=-1)
+    expected = float((target * (target.log() - q.log())).sum())
+    assert math.isclose(float(ensemble_loss(logits, target, torch.ones(1), 2.0)), expected)
+
+
+@pytest.mark.parametrize(
+    ("params", "match"),
+    [
+        ({"beta": 1.5}, "beta"),
+        ({"gamma": -0.1}, "gamma"),
+        ({"head": "head_mlp,nope"}, "unknown 'nope'"),
+        ({"previous": "frozen"}, "previous"),
+        ({"order": "alphabetical"}, "order"),
+    ],
+)
+def test_fedage_config_validation(params: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        FedAGEConfig(**params)
+
+
+def test_heads_cycle_over_clients() -> None:
+    cfg = FedAGEConfig(head="head_mlp,head_mlp2")
+    assert [cfg.client_head(c) for c in range(3)] == ["head_mlp", "head_mlp2", "head_mlp"]
+
+
+def test_payload_holds_latents_and_a_head_on_embeddings() -> None:
+    spec = build_method("fedage").payload_spec(DIMS)
+    head = create_model("head_mlp", 16, 10, 1)
+    good = Payload({"latents": np.zeros((5, 16), np.float32)}, {"n_examples": 5}).merged(
+        model_fields(head, "head")
+    )
+    validate_payload(good, spec, DIMS, 0)
+    wrong_d = Payload({"latents": np.zeros((5, 16), np.float32)}, {"n_examples": 5}).merged(
+        model_fields(create_model("head_mlp", 8, 10, 1), "head")
+    )
+    with pytest.raises(PayloadError, match=r"head\.features\.1\.weight"):
+        validate_payload(wrong_d, spec, DIMS, 0)
+    bad_latents = Payload({"latents": np.zeros((5, 15), np.float32)}, {"n_examples": 5}).merged(
+        model_fields(head, "head")
+    )
+    with pytest.raises(PayloadError, match="latents"):
+        validate_payload(bad_latents, spec, DIMS, 0)
+
+
+def test_fedage_needs_the_encoder(tiny_config: Any) -> None:
+    setup = prepare(tiny_config(methods=["fedage"]))
+    with pytest.raises(RequirementError, match="shared frozen encoder"):
+        check_requirements(resolve_methods(["fedage"]), setup)
+
+
+def test_tiny_fedage_runs_learn_and_send_no_labels(tiny_config: Any) -> None:
+    specs = ["fedage:lr=0.01:epochs=20", "fedage:lr=0.01:epochs=20:previous=live:order=random"]
+    cfg = tiny_config(methods=specs, encoder="random:dim=32", local_epochs=1)
+    setup = prepare(cfg)
+    results = {key: run_method(key, method, setup) for key, method in resolve_methods(specs)}
+    for key, result in results.items():
+        assert result["rejected"] == {} and result["accuracy"] > 0.5, (key, result["accuracy"])
+        total = sum(len(c.train) for c in setup.federation.clients)
+        assert result["diagnostics"]["latents"] == total
+    [method] = [m for _, m in resolve_methods(specs[:1])]
+    payload = method.client_update(client_context(setup, 0))
+    assert set(payload.arrays) - {k for k in payload.arrays if k.startswith("head.")} == {"latents"}
+    assert payload.arrays["latents"].shape[1] == 32
