@@ -105,3 +105,24 @@ def test_tiny_fedage_runs_learn_and_send_no_labels(tiny_config: Any) -> None:
     payload = method.client_update(client_context(setup, 0))
     assert set(payload.arrays) - {k for k in payload.arrays if k.startswith("head.")} == {"latents"}
     assert payload.arrays["latents"].shape[1] == 32
+
+
+def test_head_baselines(tiny_config: Any) -> None:
+    specs = [
+        "head_avg:lr=0.01:epochs=20",
+        "head_avg:lr=0.01:epochs=20:weighting=size",
+        "head_ensemble:lr=0.01:epochs=20",
+        "centralized_head:lr=0.01:epochs=20",
+    ]
+    setup = prepare(tiny_config(methods=specs, encoder="random:dim=32", local_epochs=1))
+    results = [run_method(key, method, setup) for key, method in resolve_methods(specs)]
+    for result in results:
+        assert result["rejected"] == {} and 0.0 <= result["accuracy"] <= 1.0, result["key"]
+    assert results[2]["outcome"] == "Ensemble"
+    assert results[3]["accuracy"] > 0.8  # one head on all embeddings and labels
+    head_bytes = results[0]["upload_bytes_per_client"]
+    raw = results[3]["upload_bytes_per_client"]
+    sizes = [len(c.train) for c in setup.federation.clients]
+    for n, b in zip(sizes, raw, strict=True):
+        assert n * (32 * 4 + 8) < b < n * (32 * 4 + 8) + 1024  # latents + int64 labels
+    assert len(set(head_bytes)) == 1  # a head is the same size on every client

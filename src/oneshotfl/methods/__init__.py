@@ -13,6 +13,7 @@ from oneshotfl.methods import (  # noqa: F401  (importing registers)
     fedkt,
     fedol,
     fedprox,
+    heads,
     local,
     mine,
 )

@@ -166,6 +166,32 @@ def ensemble_loss(
     return (weight * kl).mean()
 
 
+def head_train_config(epochs: int, lr: float, batch_size: int) -> TrainConfig:
+    """Adam for heads and server heads (the paper's optimiser)."""
+    return TrainConfig(epochs, batch_size, lr, "adam")
+
+
+def train_client_head(
+    ctx: ClientContext, arch: str, epochs: int, lr: float
+) -> tuple[nn.Module, torch.Tensor]:
+    """Algorithm 2: embed the client's data once (cached) and train the head ``arch`` on
+    (E(x), y) with cross-entropy. Returns the head (on the CPU) and the embeddings."""
+    z = client_embeddings(ctx)
+    with seeded_torch(ctx.seed, "fedage", "head", ctx.client_id):
+        head = create_model(arch, z.shape[1], ctx.task.num_classes, 1)
+    stats = train_classifier(
+        head,
+        LabelledData(z, ctx.data.y),
+        head_train_config(epochs, lr, ctx.train_config.batch_size),
+        torch_generator(ctx.seed, "fedage", "client", ctx.client_id),
+        ctx.device,
+        tracker=ctx.tracker,
+        description=f"client {ctx.client_id} head ({arch})",
+    )
+    ctx.notes["train_seconds"] = stats.seconds
+    return head.cpu().eval(), z
+
+
 def head_dims(dims: WireDims, dim: int) -> WireDims:
     """Wire dims of a head on ``dim``-dimensional embeddings."""
     return WireDims(dims.num_classes, dim, 1, dims.public_size, dims.extra)
@@ -188,24 +214,9 @@ class FedAGE(Method[FedAGEConfig]):
             scalars=(ScalarSpec("n_examples", int, 1),),
         )
 
-    def _train_config(self, batch_size: int) -> TrainConfig:
-        return TrainConfig(self.config.epochs, batch_size, self.config.lr, "adam")
-
     def client_update(self, ctx: ClientContext) -> Payload:
-        z = client_embeddings(ctx)
-        arch = self.config.client_head(ctx.client_id)
-        with seeded_torch(ctx.seed, "fedage", "head", ctx.client_id):
-            head = create_model(arch, z.shape[1], ctx.task.num_classes, 1)
-        stats = train_classifier(
-            head,
-            LabelledData(z, ctx.data.y),
-            self._train_config(ctx.train_config.batch_size),
-            torch_generator(ctx.seed, "fedage", "client", ctx.client_id),
-            ctx.device,
-            tracker=ctx.tracker,
-            description=f"client {ctx.client_id} fedage head ({arch})",
-        )
-        ctx.notes["train_seconds"] = stats.seconds
+        cfg = self.config
+        head, z = train_client_head(ctx, cfg.client_head(ctx.client_id), cfg.epochs, cfg.lr)
         return Payload({"latents": z.numpy()}, {"n_examples": len(z)}).merged(
             model_fields(head.cpu(), "head")
         )
@@ -220,7 +231,7 @@ class FedAGE(Method[FedAGEConfig]):
         heads = {c: model_from_fields(payloads[c], dims, "head").eval() for c in ids}
         with seeded_torch(ctx.seed, "fedage", "server"):
             student = create_model(cfg.server_head, encoder.dim, ctx.task.num_classes, 1)
-        train = self._train_config(ctx.train_config.batch_size)
+        train = head_train_config(cfg.epochs, cfg.lr, ctx.train_config.batch_size)
         order = self._order(ids, latents, ctx.seed)
         for step, c in enumerate(order):  # phase 1: sequential, confidence-weighted KD
             p_i = self._probs(heads[c], latents[c])
