@@ -126,3 +126,36 @@ def test_head_baselines(tiny_config: Any) -> None:
     for n, b in zip(sizes, raw, strict=True):
         assert n * (32 * 4 + 8) < b < n * (32 * 4 + 8) + 1024  # latents + int64 labels
     assert len(set(head_bytes)) == 1  # a head is the same size on every client
+
+
+def test_local_dp_on_latents_and_the_privacy_report(tiny_config: Any, tmp_path: Any) -> None:
+    from oneshotfl.methods.recipes import client_embeddings
+    from oneshotfl.privacy import analytic_gaussian_sigma, clip_rows
+    from oneshotfl.runner.results import write_result
+    from oneshotfl.runner.simulation import run_experiment
+
+    setup = prepare(tiny_config(methods=["fedage"], encoder="random:dim=32"))
+    ctx = client_context(setup, 0)
+    clean = clip_rows(client_embeddings(ctx), 0.5)
+    private = build_method("fedage:dp_epsilon=1:clip=0.5").client_update(client_context(setup, 0))
+    noise = torch.from_numpy(private.arrays["latents"]) - clean
+    sigma = analytic_gaussian_sigma(1.0, 1e-5, 1.0)  # sensitivity 2C = 1
+    assert abs(float(noise.std()) / sigma - 1) < 0.1
+    loose = build_method("fedage:dp_epsilon=1e6:clip=0.5").client_update(client_context(setup, 0))
+    assert torch.allclose(torch.from_numpy(loose.arrays["latents"]), clean, atol=5e-3)
+
+    report = FedAGEConfig(dp_epsilon=2.0, clip=3.0).privacy_report()
+    assert report["latents"]["covered"] and report["latents"]["sensitivity_l2"] == 6.0
+    assert report["latents"]["sigma"] == analytic_gaussian_sigma(2.0, 1e-5, 6.0)
+    assert not report["head"]["covered"] and "labels" in report["head"]["why"]
+    assert not FedAGEConfig().privacy_report()["latents"]["covered"]
+
+    doc = run_experiment(
+        tiny_config(methods=["fedage:dp_epsilon=4", "head_ensemble"], encoder="random:dim=32")
+    )
+    write_result(tmp_path / "run", doc)
+    import json
+
+    written = json.loads((tmp_path / "run" / "privacy.json").read_text())
+    assert list(written) == ["fedage:dp_epsilon=4"]
+    assert written["fedage:dp_epsilon=4"]["latents"]["epsilon"] == 4.0

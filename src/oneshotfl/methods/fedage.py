@@ -63,6 +63,7 @@ from oneshotfl.federation.spec import (
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.recipes import client_embeddings
 from oneshotfl.models import MODELS, create_model
+from oneshotfl.privacy import analytic_gaussian_sigma, gaussian_release
 from oneshotfl.seeding import numpy_rng, seeded_torch, torch_generator
 from oneshotfl.training.loop import Batch, TrainConfig, fit, train_classifier
 
@@ -82,6 +83,13 @@ class FedAGEConfig:
         previous: P_s^(i−1) from a frozen ``snapshot`` or the ``live`` server head.
         order: client order of phase 1: ``id``, ``size`` (largest first) or ``random``.
         ensemble_weighting: phase-2 confidence weight, ``none`` (Eq. 4) or ``confidence``.
+        dp_epsilon: local DP on the uploaded latents: clip each to L2 ≤ ``clip`` and add
+            analytic-Gaussian noise for (ε, ``dp_delta``) per record (None = no DP).
+        dp_delta: δ of the latents' guarantee.
+        clip: the L2 bound C (sensitivity 2C under replace-one adjacency).
+        head_source: with DP, train the head on the ``noised`` latents (default) or the
+            ``clean`` ones; either way the head also sees the clean labels, so it is not
+            covered by the guarantee (see the privacy report).
     """
 
     head: str = "head_mlp"
@@ -94,13 +102,17 @@ class FedAGEConfig:
     previous: Literal["snapshot", "live"] = "snapshot"
     order: Literal["id", "size", "random"] = "id"
     ensemble_weighting: Literal["none", "confidence"] = "none"
+    dp_epsilon: float | None = None
+    dp_delta: float = 1e-5
+    clip: float = 1.0
+    head_source: Literal["noised", "clean"] = "noised"
 
     def __post_init__(self) -> None:
         heads = [h.strip() for h in self.head.split(",")]
         for name in [*heads, self.server_head]:
             if name not in MODELS:
                 raise ValueError(f"head: expected registered models, got unknown {name!r}")
-        checks = [
+        checks: list[tuple[bool, str, str, object]] = [
             (self.epochs >= 1, "epochs", ">= 1", self.epochs),
             (self.lr > 0, "lr", "> 0", self.lr),
             (self.tau > 0, "tau", "> 0", self.tau),
@@ -115,9 +127,53 @@ class FedAGEConfig:
                 self.ensemble_weighting,
             ),
         ]
+        checks += [
+            (
+                self.dp_epsilon is None or self.dp_epsilon > 0,
+                "dp_epsilon",
+                "> 0 or None",
+                self.dp_epsilon,
+            ),
+            (0 < self.dp_delta < 1, "dp_delta", "in (0, 1)", self.dp_delta),
+            (self.clip > 0, "clip", "> 0", self.clip),
+            (
+                self.head_source in ("noised", "clean"),
+                "head_source",
+                "noised|clean",
+                self.head_source,
+            ),
+        ]
         for ok, name, expected, got in checks:
             if not ok:
                 raise ValueError(f"{name}: expected {expected}, got {got!r}")
+
+    def privacy_report(self) -> dict[str, Any]:
+        """Every uploaded field: covered by the (ε, δ) guarantee or not, and why."""
+        if self.dp_epsilon is None:
+            none = {"covered": False, "why": "no DP configured (dp_epsilon unset)"}
+            return {"latents": none, "head": none, "n_examples": none}
+        sigma = analytic_gaussian_sigma(self.dp_epsilon, self.dp_delta, 2 * self.clip)
+        if self.head_source == "noised":
+            source = "the noised latents (post-processing)"
+        else:
+            source = "the clean latents"
+        return {
+            "latents": {
+                "covered": True,
+                "epsilon": self.dp_epsilon,
+                "delta": self.dp_delta,
+                "mechanism": "analytic Gaussian (Balle & Wang 2018), per record",
+                "clip_l2": self.clip,
+                "sensitivity_l2": 2 * self.clip,
+                "adjacency": "replace one record",
+                "sigma": sigma,
+            },
+            "head": {
+                "covered": False,
+                "why": f"trained on {source} and the clean labels; labels are not privatised",
+            },
+            "n_examples": {"covered": False, "why": "the exact example count"},
+        }
 
     def client_head(self, client_id: int) -> str:
         heads = [h.strip() for h in self.head.split(",")]
@@ -172,11 +228,12 @@ def head_train_config(epochs: int, lr: float, batch_size: int) -> TrainConfig:
 
 
 def train_client_head(
-    ctx: ClientContext, arch: str, epochs: int, lr: float
+    ctx: ClientContext, arch: str, epochs: int, lr: float, latents: torch.Tensor | None = None
 ) -> tuple[nn.Module, torch.Tensor]:
     """Algorithm 2: embed the client's data once (cached) and train the head ``arch`` on
-    (E(x), y) with cross-entropy. Returns the head (on the CPU) and the embeddings."""
-    z = client_embeddings(ctx)
+    (E(x), y) with cross-entropy — or on (``latents``, y) when given (e.g. noised ones).
+    Returns the head (on the CPU) and the latents it was trained on."""
+    z = client_embeddings(ctx) if latents is None else latents
     with seeded_torch(ctx.seed, "fedage", "head", ctx.client_id):
         head = create_model(arch, z.shape[1], ctx.task.num_classes, 1)
     stats = train_classifier(
@@ -216,8 +273,17 @@ class FedAGE(Method[FedAGEConfig]):
 
     def client_update(self, ctx: ClientContext) -> Payload:
         cfg = self.config
-        head, z = train_client_head(ctx, cfg.client_head(ctx.client_id), cfg.epochs, cfg.lr)
-        return Payload({"latents": z.numpy()}, {"n_examples": len(z)}).merged(
+        released = None
+        if cfg.dp_epsilon is not None:
+            generator = torch_generator(ctx.seed, "fedage", "dp", ctx.client_id)
+            released, _ = gaussian_release(
+                client_embeddings(ctx), cfg.clip, cfg.dp_epsilon, cfg.dp_delta, generator
+            )
+        train_on = released if cfg.head_source == "noised" else None
+        arch = cfg.client_head(ctx.client_id)
+        head, z = train_client_head(ctx, arch, cfg.epochs, cfg.lr, latents=train_on)
+        upload = z if released is None else released
+        return Payload({"latents": upload.numpy()}, {"n_examples": len(z)}).merged(
             model_fields(head.cpu(), "head")
         )
 
@@ -264,7 +330,11 @@ class FedAGE(Method[FedAGEConfig]):
             ctx.tracker,
             "fedage server phase 2 (ensemble)",
         )
-        info: dict[str, Any] = {"order": order, "latents": len(all_z)}
+        info: dict[str, Any] = {
+            "order": order,
+            "latents": len(all_z),
+            "privacy": cfg.privacy_report(),
+        }
         return GlobalModel(EncodedClassifier(encoder, student.cpu().eval()).eval(), info)
 
     def _probs(self, head: nn.Module, z: torch.Tensor) -> torch.Tensor:

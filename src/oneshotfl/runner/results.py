@@ -73,6 +73,13 @@ def write_result(out_dir: Path, doc: dict[str, Any]) -> Path:
     atomic_write_text(path, json.dumps(doc, indent=2, default=_json_default) + "\n")
     write_csv(out_dir / "methods.csv", doc["methods"], METHOD_COLUMNS)
     write_csv(out_dir / "clients.csv", doc["clients"], CLIENT_COLUMNS)
+    privacy = {
+        m["key"]: m["diagnostics"]["privacy"]
+        for m in doc["methods"]
+        if isinstance(m.get("diagnostics"), dict) and "privacy" in m["diagnostics"]
+    }
+    if privacy:  # per method: every uploaded field, covered by a DP guarantee or not
+        atomic_write_text(out_dir / "privacy.json", json.dumps(privacy, indent=2) + "\n")
     return path
 
 
