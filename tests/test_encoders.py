@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ def test_random_encoder_is_frozen_seeded_and_shaped() -> None:
 @pytest.mark.parametrize(
     ("spec", "match"),
     [
-        ("nope", "unknown encoder 'nope'; expected one of: random, torchvision"),
+        ("nope", "unknown encoder 'nope'; expected one of: file, random, torchvision"),
         ("random:depth=3", "unknown option\\(s\\) \\['depth'\\]"),
         ("random:dim=big", "option dim='big' is not valid"),
         ("random:dim", "expected key=value, got 'dim'"),
@@ -142,3 +143,94 @@ def test_runner_builds_the_encoder_and_caches_embeddings(tiny_config: Any) -> No
     assert torch.equal(client_embeddings(again), z) and again.notes["embed_cache_hit"] is True
     with pytest.raises(ConfigError, match="unknown encoder"):
         prepare(tiny_config(methods=["local"], encoder="imagenet"))
+
+
+def test_simclr_pieces() -> None:
+    from oneshotfl.encoders.pretrain import augment, nt_xent
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 1, 8, 8)
+    a, b = augment(x, g), augment(x, g)
+    assert a.shape == x.shape and not torch.allclose(a, b)
+    z = torch.randn(4, 3)
+    aligned = nt_xent(z, z, 0.5)  # both views identical: the easiest case
+    shuffled = nt_xent(z, z[torch.tensor([1, 2, 3, 0])], 0.5)
+    assert float(aligned) < float(shuffled)
+
+
+def test_pretrain_save_load_and_hash_checks(tmp_path: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    from oneshotfl.encoders.pretrain import (
+        PretrainConfig,
+        pretrain_encoder,
+        read_metadata,
+        save_encoder,
+    )
+
+    images = torch.randn(40, 1, 8, 8)
+    cfg = PretrainConfig(dim=8, width=4, epochs=2, batch_size=16)
+    module, losses = pretrain_encoder(images, TASK, cfg, torch.device("cpu"))
+    assert len(losses) == 2 and all(math.isfinite(v) for v in losses)
+    path = tmp_path / "enc.safetensors"
+    digest = save_encoder(module, path, {"arch": "conv", "dim": 8, "width": 4, "in_channels": 1})
+    assert read_metadata(path)["content_hash"] == digest
+    encoder = build_encoder(f"file:path={path}:sha256={digest}", TASK, 0)
+    assert encoder.fingerprint == digest and encoder.dim == 8
+    x = torch.randn(3, 1, 8, 8)
+    with torch.no_grad():
+        assert torch.allclose(encoder.embed(x, torch.device("cpu")), module(x))
+    with pytest.raises(EncoderError, match="requested hash"):
+        build_encoder(f"file:path={path}:sha256=0000", TASK, 0)
+    state = load_file(str(path))
+    state[sorted(state)[0]] += 1.0  # tamper with the weights, keep the metadata
+    tampered = tmp_path / "tampered.safetensors"
+    save_file(state, str(tampered), metadata=_raw_meta(path))
+    with pytest.raises(EncoderError, match="stored hash"):
+        build_encoder(f"file:path={tampered}", TASK, 0)
+    with pytest.raises(EncoderError, match="built for 1 input channels, the task has 3"):
+        build_encoder(f"file:path={path}", TaskInfo("cifar10", 10, 3, 32), 0)
+    with pytest.raises(EncoderError, match="expected path=FILE"):
+        build_encoder("file", TASK, 0)
+
+
+def _raw_meta(path: Path) -> dict[str, str]:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as handle:
+        return dict(handle.metadata() or {})
+
+
+def test_encoder_cli_pretrain_then_probe(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from oneshotfl.cli import app
+
+    out = tmp_path / "enc.safetensors"
+    args = ["dataset=digits", "public_size=200", f"cache_dir={tmp_path / 'cache'}"]
+    done = CliRunner().invoke(
+        app, ["encoder", "pretrain", "--out", str(out), "--epochs", "1", "--dim", "8", *args]
+    )
+    assert done.exit_code == 0, done.output
+    assert "encoder=file:path=" in done.output and out.is_file()
+    probe = tmp_path / "probe.json"
+    done = CliRunner().invoke(
+        app,
+        [
+            "encoder",
+            "probe",
+            "--encoder",
+            f"file:path={out}",
+            "--epochs",
+            "2",
+            "--out",
+            str(probe),
+            *args,
+        ],
+    )
+    assert done.exit_code == 0, done.output
+    import json
+
+    assert 0.0 <= json.loads(probe.read_text())["linear_probe_accuracy"] <= 1.0
+    bad = CliRunner().invoke(app, ["encoder", "pretrain", "--out", str(out), "dataset=digits"])
+    assert bad.exit_code == 2 and "public_size > 0" in bad.output

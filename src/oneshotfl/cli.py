@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import numpy as np
+import torch
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
@@ -34,7 +35,7 @@ from oneshotfl.runner.config import ConfigError, load_config, make_config
 from oneshotfl.runner.federation import build_federation
 from oneshotfl.runner.report import human_bytes, setting_label, splice_markdown, write_report
 from oneshotfl.runner.results import atomic_write_text, write_result
-from oneshotfl.runner.simulation import QuorumError, run_experiment
+from oneshotfl.runner.simulation import QuorumError, prepare, run_experiment
 from oneshotfl.runner.sweep import load_sweep, select_seeds, select_shard
 from oneshotfl.training.progress import RichTracker
 
@@ -350,6 +351,106 @@ def report(
         _fail(exc)
     console.print(text, markup=False)
     console.print(f"report: {out_dir}", markup=False)
+
+
+encoder_app = typer.Typer(help="Shared frozen encoders: pretrain one, probe one.")
+app.add_typer(encoder_app, name="encoder")
+
+
+@encoder_app.command("pretrain")
+def encoder_pretrain(
+    out: Annotated[Path, typer.Option(help="the safetensors file to write")],
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="key=value experiment overrides (data, pool)")
+    ] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML config")] = None,
+    epochs: Annotated[int, typer.Option(help="SimCLR epochs over the public pool")] = 20,
+    dim: Annotated[int, typer.Option(help="embedding size (multiple of 4)")] = 64,
+    width: Annotated[int, typer.Option(help="first conv layer's channels")] = 32,
+    batch_size: Annotated[int, typer.Option(help="images per batch")] = 256,
+    temperature: Annotated[float, typer.Option(help="NT-Xent temperature")] = 0.5,
+) -> None:
+    """Train the conv encoder with SimCLR on the experiment's public pool only (no labels)."""
+    from oneshotfl.encoders.pretrain import PretrainConfig, pretrain_encoder, save_encoder
+    from oneshotfl.federation.artefacts import tensor_fingerprint
+
+    _setup_logging(False)
+    try:
+        cfg = load_config(config, overrides or [], {})
+        if cfg.public_size < 1:
+            raise ConfigError("encoder pretrain: expected public_size > 0 (it trains on the pool)")
+        pre = PretrainConfig(dim, width, epochs, batch_size, temperature=temperature, seed=cfg.seed)
+        setup = prepare(dataclasses.replace(cfg, encoder=None))
+    except (*USER_ERRORS, ValueError) as exc:
+        _fail(exc)
+    public = setup.federation.public
+    assert public is not None
+    start = time.perf_counter()
+    with RichTracker(err_console) as tracker:
+        task = setup.federation.task
+        module, losses = pretrain_encoder(public.x, task, pre, setup.device, tracker)
+    metadata = {
+        "arch": "conv",
+        "objective": "simclr",
+        **dataclasses.asdict(pre),
+        "in_channels": setup.federation.task.in_channels,
+        "dataset": cfg.dataset,
+        "public_size": len(public),
+        "public_fingerprint": tensor_fingerprint(public.x),
+        "losses": [round(v, 5) for v in losses],
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+    digest = save_encoder(module, out, metadata)
+    console.print(f"encoder: {out}  (SimCLR loss {losses[0]:.3f} → {losses[-1]:.3f})")
+    console.print(f"use it with: encoder=file:path={out}:sha256={digest}", markup=False)
+
+
+@encoder_app.command("probe")
+def encoder_probe(
+    encoder: Annotated[str, typer.Option(help="encoder spec, e.g. random or file:path=…")],
+    overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides")] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML config")] = None,
+    epochs: Annotated[int, typer.Option(help="linear probe epochs")] = 30,
+    out: Annotated[Path | None, typer.Option(help="write the result as JSON here")] = None,
+) -> None:
+    """Linear-probe accuracy: a linear layer on the frozen embeddings of the clients' data
+    (labels used here only to measure the encoder), tested on the test split."""
+    from oneshotfl.data.types import LabelledData
+    from oneshotfl.seeding import torch_generator
+    from oneshotfl.training.loop import TrainConfig, accuracy, train_classifier
+
+    _setup_logging(False)
+    try:
+        cfg = load_config(config, overrides or [], {"encoder": encoder})
+        setup = prepare(cfg)
+    except (*USER_ERRORS, ValueError) as exc:
+        _fail(exc)
+    enc, fed = setup.encoder, setup.federation
+    assert enc is not None
+    x = torch.cat([c.train.x for c in fed.clients])
+    y = torch.cat([c.train.y for c in fed.clients])
+    z, z_test = enc.embed(x, setup.device), enc.embed(fed.test.x, setup.device)
+    mean, std = z.mean(0), z.std(0).clamp_min(1e-6)  # standardise: a linear probe's usual step
+    probe = torch.nn.Linear(enc.dim, fed.task.num_classes)
+    train_classifier(
+        probe,
+        LabelledData((z - mean) / std, y),
+        TrainConfig(epochs, 256, 1e-2, "adam"),
+        torch_generator(cfg.seed, "probe"),
+        setup.device,
+    )
+    acc = accuracy(probe((z_test - mean) / std), fed.test.y)
+    result = {
+        "encoder": enc.spec,
+        "fingerprint": enc.fingerprint,
+        "dim": enc.dim,
+        "train_examples": len(z),
+        "epochs": epochs,
+        "linear_probe_accuracy": acc,
+    }
+    if out is not None:
+        atomic_write_text(out, json.dumps(result, indent=2) + "\n")
+    console.print(f"linear probe accuracy of {enc.spec}: {100 * acc:.2f}%", markup=False)
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -6,6 +6,7 @@
 content fingerprint every party can compare.
 """
 
+from oneshotfl.encoders import pretrain as _pretrain  # noqa: F401  (importing registers)
 from oneshotfl.encoders import sources as _sources  # noqa: F401  (importing registers)
 from oneshotfl.encoders.base import (
     ENCODERS,

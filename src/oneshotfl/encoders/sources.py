@@ -18,6 +18,21 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
+def conv_encoder(in_channels: int, dim: int, width: int) -> nn.Module:
+    """The small conv encoder of the ``random`` control and of ``encoder pretrain``: two 3×3
+    convs (``width``, then ``dim``/4 channels) with ReLU and a max-pool between them, then
+    average pooling to 2×2 and flattening to ``dim``."""
+    return nn.Sequential(
+        nn.Conv2d(in_channels, width, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(width, dim // 4, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(2),
+        nn.Flatten(),
+    )
+
+
 @ENCODERS.register("random", "a randomly initialised 2-conv net, frozen (the control)")
 def random_encoder(options: Mapping[str, str], task: TaskInfo, seed: int, spec: str) -> Encoder:
     """Two 3×3 conv layers (``width`` then ``dim``/4 channels) with ReLU and max-pooling
@@ -32,15 +47,7 @@ def random_encoder(options: Mapping[str, str], task: TaskInfo, seed: int, spec: 
             f"got dim={dim}, width={width}"
         )
     with seeded_torch(seed, "encoder", "random", dim, width):
-        module = nn.Sequential(
-            nn.Conv2d(task.in_channels, width, 3, padding=1),
-            nn.ReLU(),
-            nn.MaxPool2d(2),
-            nn.Conv2d(width, dim // 4, 3, padding=1),
-            nn.ReLU(),
-            nn.AdaptiveAvgPool2d(2),
-            nn.Flatten(),
-        )
+        module = conv_encoder(task.in_channels, dim, width)
     return Encoder(spec, module, dim, Preprocess(), task)
 
 

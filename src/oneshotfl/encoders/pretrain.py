@@ -1,0 +1,205 @@
+"""Label-free encoder pretraining on the public pool (SimCLR), and the saved-encoder source.
+
+``oneshotfl encoder pretrain`` trains the registry's small conv encoder (the architecture of
+the ``random`` control) with SimCLR (Chen et al. 2020, "A Simple Framework for Contrastive
+Learning of Visual Representations", ICML): two random views of every public image — a
+random resized crop (scale 0.6–1, aspect 3/4–4/3) with a horizontal flip, then Gaussian pixel
+noise — pass through the encoder and a 2-layer projection head; the NT-Xent loss (temperature
+``temperature``) pulls the two views of an image together and pushes the other 2B−2 images of
+the batch away. Only the public pool's *images* are used: no labels exist there.
+
+The result is a safetensors file holding the encoder's weights and, as metadata, its
+architecture, embedding size, objective, the fingerprint of the public pool it saw, and a
+SHA-256 ``content_hash`` over the weights. The ``file`` encoder source recomputes that hash
+on load and, when the spec names one (``file:path=…:sha256=…``), checks it: every client and
+the server then provably hold the same encoder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from oneshotfl.encoders.base import ENCODERS, Encoder, EncoderError, Preprocess, take_options
+from oneshotfl.encoders.sources import conv_encoder
+from oneshotfl.federation.contract import TaskInfo
+from oneshotfl.seeding import seeded_torch, torch_generator
+from oneshotfl.training.progress import NullTracker, Tracker
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    """SimCLR settings.
+
+    Attributes:
+        dim: embedding size (a multiple of 4).
+        width: channels of the first conv layer.
+        epochs: passes over the public pool.
+        batch_size: images per batch (2× views).
+        lr: Adam learning rate.
+        temperature: NT-Xent temperature.
+        seed: initialisation and augmentation seed.
+    """
+
+    dim: int = 64
+    width: int = 32
+    epochs: int = 20
+    batch_size: int = 256
+    lr: float = 1e-3
+    temperature: float = 0.5
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.dim < 4 or self.dim % 4:
+            raise ValueError(f"dim: expected a positive multiple of 4, got {self.dim}")
+        for name in ("width", "epochs", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")
+        if self.batch_size < 2:
+            raise ValueError(f"batch_size: expected >= 2 (negatives), got {self.batch_size}")
+        if not self.lr > 0 or not self.temperature > 0:
+            raise ValueError("lr and temperature: expected > 0")
+
+
+def augment(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """A random resized crop with horizontal flip (one affine warp) plus Gaussian noise."""
+    n = len(x)
+    scale = torch.empty(n).uniform_(0.6, 1.0, generator=generator).sqrt()
+    log_aspect = torch.empty(n).uniform_(math.log(3 / 4), math.log(4 / 3), generator=generator)
+    aspect = torch.exp(log_aspect)
+    sx, sy = scale * aspect.sqrt(), scale / aspect.sqrt()
+    tx = (1 - sx) * (2 * torch.rand(n, generator=generator) - 1)
+    ty = (1 - sy) * (2 * torch.rand(n, generator=generator) - 1)
+    flip = torch.where(torch.rand(n, generator=generator) < 0.5, -1.0, 1.0)
+    theta = torch.zeros(n, 2, 3)
+    theta[:, 0, 0], theta[:, 0, 2] = sx * flip, tx
+    theta[:, 1, 1], theta[:, 1, 2] = sy, ty
+    grid = F.affine_grid(theta, list(x.shape), align_corners=False)
+    warped = F.grid_sample(x, grid, padding_mode="border", align_corners=False)
+    return warped + 0.1 * torch.randn(x.shape, generator=generator)
+
+
+def nt_xent(a: torch.Tensor, b: torch.Tensor, temperature: float) -> torch.Tensor:
+    """SimCLR's NT-Xent loss for the projections ``a``, ``b`` of two views ``[B, k]``."""
+    z = F.normalize(torch.cat([a, b]), dim=1)
+    sim = z @ z.T / temperature
+    sim.fill_diagonal_(float("-inf"))
+    n = len(a)
+    targets = torch.cat([torch.arange(n, 2 * n), torch.arange(n)])
+    return F.cross_entropy(sim, targets)
+
+
+def content_hash(state: Mapping[str, torch.Tensor]) -> str:
+    """SHA-256 over names, shapes, dtypes and bytes of a state dict."""
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        array = np.ascontiguousarray(state[name].detach().cpu().numpy())
+        digest.update(f"{name}:{array.dtype}:{array.shape}".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def pretrain_encoder(
+    images: torch.Tensor,
+    task: TaskInfo,
+    cfg: PretrainConfig,
+    device: torch.device,
+    tracker: Tracker | None = None,
+) -> tuple[nn.Module, list[float]]:
+    """Train the conv encoder with SimCLR on ``images`` (no labels); returns it (CPU, eval)
+    and the mean loss of every epoch."""
+    if len(images) < 2:
+        raise ValueError(f"pretraining needs at least 2 public images, got {len(images)}")
+    with seeded_torch(cfg.seed, "pretrain", "init"):
+        encoder = conv_encoder(task.in_channels, cfg.dim, cfg.width)
+        projector = nn.Sequential(nn.Linear(cfg.dim, 128), nn.ReLU(), nn.Linear(128, 64))
+    encoder.to(device).train()
+    projector.to(device).train()
+    params = [*encoder.parameters(), *projector.parameters()]
+    optimizer = torch.optim.Adam(params, lr=cfg.lr)
+    generator = torch_generator(cfg.seed, "pretrain", "batches")
+    augment_gen = torch_generator(cfg.seed, "pretrain", "augment")
+    batch = min(cfg.batch_size, len(images))
+    steps = len(images) // batch
+    losses: list[float] = []
+    progress = (tracker or NullTracker()).task("encoder pretraining (SimCLR)", cfg.epochs * steps)
+    with progress as advance:
+        for _ in range(cfg.epochs):
+            order = torch.randperm(len(images), generator=generator)
+            total = 0.0
+            for s in range(steps):
+                x = images[order[s * batch : (s + 1) * batch]]
+                a, b = augment(x, augment_gen).to(device), augment(x, augment_gen).to(device)
+                loss = nt_xent(projector(encoder(a)), projector(encoder(b)), cfg.temperature)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                total += float(loss.detach())
+                advance(1)
+            losses.append(total / steps)
+    return encoder.cpu().eval(), losses
+
+
+def save_encoder(module: nn.Module, path: Path, metadata: Mapping[str, Any]) -> str:
+    """Write the encoder weights and metadata as safetensors; returns the content hash."""
+    state = {k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()}
+    digest = content_hash(state)
+    meta = {k: json.dumps(v) for k, v in {**metadata, "content_hash": digest}.items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file(state, str(path), metadata=meta)
+    return digest
+
+
+def read_metadata(path: Path) -> dict[str, Any]:
+    """The metadata of a saved encoder file."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as handle:
+        raw = handle.metadata() or {}
+    return {k: json.loads(v) for k, v in raw.items()}
+
+
+@ENCODERS.register("file", "an encoder saved by `oneshotfl encoder pretrain` (hash-checked)")
+def file_encoder(options: Mapping[str, str], task: TaskInfo, seed: int, spec: str) -> Encoder:
+    """Options: ``path`` (required), ``sha256`` (the expected content hash; checked)."""
+    opts = take_options(spec, options, {"path": str, "sha256": str})
+    if "path" not in opts:
+        raise EncoderError(f"encoder {spec!r}: expected path=FILE")
+    path = Path(opts["path"]).expanduser()
+    if not path.is_file():
+        raise EncoderError(f"encoder {spec!r}: no encoder file at {path}")
+    try:
+        meta = read_metadata(path)
+        state = load_file(str(path))
+    except Exception as exc:  # safetensors raises its own error types
+        raise EncoderError(f"encoder {spec!r}: {path} is not an encoder file ({exc})") from None
+    if meta.get("arch") != "conv":
+        raise EncoderError(f"encoder {spec!r}: expected arch 'conv', got {meta.get('arch')!r}")
+    actual = content_hash(state)
+    for name, wanted in (("stored", meta.get("content_hash")), ("requested", opts.get("sha256"))):
+        if wanted is not None and wanted != actual:
+            raise EncoderError(
+                f"encoder {spec!r}: content hash {actual[:16]}… does not match the {name} "
+                f"hash {str(wanted)[:16]}… (a different or corrupted file)"
+            )
+    if int(meta.get("in_channels", -1)) != task.in_channels:
+        raise EncoderError(
+            f"encoder {spec!r}: built for {meta.get('in_channels')} input channels, the task "
+            f"has {task.in_channels}"
+        )
+    module = conv_encoder(task.in_channels, int(meta["dim"]), int(meta["width"]))
+    module.load_state_dict(state)
+    encoder = Encoder(spec, module, int(meta["dim"]), Preprocess(), task, fingerprint=actual)
+    encoder.info.update({"file": str(path), "objective": meta.get("objective")})
+    return encoder
