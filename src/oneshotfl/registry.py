@@ -81,3 +81,25 @@ class Registry(Generic[T]):
 def _first_doc_line(obj: object) -> str:
     doc = getattr(obj, "__doc__", None) or ""
     return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+def parse_spec(text: str, what: str) -> tuple[str, dict[str, str]]:
+    """Parse a registry spec ``name`` or ``name:key=value:key=value`` (the CLI form).
+
+    Args:
+        text: the spec.
+        what: what it names ("method", "encoder"), for the error message.
+
+    Raises:
+        ValueError: for an empty name or an option without ``=``.
+    """
+    name, *rest = text.strip().split(":")
+    if not name:
+        raise ValueError(f"{what} spec {text!r}: expected 'name[:key=value...]', got no name")
+    options: dict[str, str] = {}
+    for item in rest:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{what} spec {text!r}: expected key=value, got {item!r}")
+        options[key.strip()] = value.strip()
+    return name, options

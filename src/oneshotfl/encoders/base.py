@@ -20,7 +20,7 @@ from torch import nn
 
 from oneshotfl.data.datasets import DATASETS
 from oneshotfl.federation.contract import TaskInfo
-from oneshotfl.registry import Registry
+from oneshotfl.registry import Registry, parse_spec
 
 
 class EncoderError(ValueError):
@@ -140,16 +140,10 @@ def parse_encoder_spec(text: str) -> tuple[str, dict[str, str]]:
     Raises:
         EncoderError: for an empty name or an option without ``=``.
     """
-    name, *rest = text.strip().split(":")
-    if not name:
-        raise EncoderError(f"encoder spec {text!r}: expected 'name[:key=value...]', got no name")
-    options: dict[str, str] = {}
-    for item in rest:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise EncoderError(f"encoder spec {text!r}: expected key=value, got {item!r}")
-        options[key.strip()] = value.strip()
-    return name, options
+    try:
+        return parse_spec(text, "encoder")
+    except ValueError as exc:
+        raise EncoderError(str(exc)) from None
 
 
 def build_encoder(spec: str, task: TaskInfo, seed: int) -> Encoder:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oneshotfl.federation.contract import Method, coerce_config
-from oneshotfl.registry import Registry
+from oneshotfl.registry import Registry, parse_spec
 
 METHODS: Registry[type[Method[Any]]] = Registry("method")
 
@@ -47,15 +47,7 @@ def parse_method_spec(text: str) -> MethodSpec:
     Raises:
         ValueError: for an empty name or a parameter without ``=``.
     """
-    name, *rest = text.strip().split(":")
-    if not name:
-        raise ValueError(f"method spec {text!r}: expected 'name[:key=value...]', got no name")
-    params: dict[str, str] = {}
-    for item in rest:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"method spec {text!r}: expected key=value, got {item!r}")
-        params[key.strip()] = value.strip()
+    name, params = parse_spec(text, "method")
     return MethodSpec(name, params)
 
 
