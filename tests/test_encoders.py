@@ -42,7 +42,7 @@ def test_random_encoder_is_frozen_seeded_and_shaped() -> None:
 @pytest.mark.parametrize(
     ("spec", "match"),
     [
-        ("nope", "unknown encoder 'nope'; expected one of: file, random, torchvision"),
+        ("nope", "unknown encoder 'nope'; expected one of: file, identity, random, torchvision"),
         ("random:depth=3", "unknown option\\(s\\) \\['depth'\\]"),
         ("random:dim=big", "option dim='big' is not valid"),
         ("random:dim", "expected key=value, got 'dim'"),

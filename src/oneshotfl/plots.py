@@ -128,3 +128,29 @@ def rounds_plot(
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def image_grid(rows: Mapping[str, np.ndarray], path: Path, title: str = "") -> Path:
+    """One row per label of ``[N, C, H, W]`` images in [0, 1] (grey or RGB)."""
+    labels = list(rows)
+    n = max(len(v) for v in rows.values())
+    fig, axes = plt.subplots(
+        len(labels), n, figsize=(1.1 * n + 1.2, 1.15 * len(labels)), squeeze=False
+    )
+    for r, label in enumerate(labels):
+        for c in range(n):
+            ax = axes[r][c]
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if c < len(rows[label]):
+                img = np.transpose(rows[label][c], (1, 2, 0))
+                shown = img.squeeze(-1) if img.shape[-1] == 1 else img
+                ax.imshow(shown, cmap="gray", vmin=0, vmax=1)
+            if c == 0:
+                ax.set_ylabel(label, fontsize=8, rotation=0, ha="right", va="center")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

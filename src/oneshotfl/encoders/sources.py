@@ -51,6 +51,15 @@ def random_encoder(options: Mapping[str, str], task: TaskInfo, seed: int, spec: 
     return Encoder(spec, module, dim, Preprocess(), task)
 
 
+@ENCODERS.register("identity", "the flattened image (positive control of the inversion audit)")
+def identity_encoder(options: Mapping[str, str], task: TaskInfo, seed: int, spec: str) -> Encoder:
+    """z = x flattened (d = C·H·W): trivially invertible, so an inversion attack that fails
+    on it is broken. Not for learning — for auditing the attack."""
+    take_options(spec, options, {})
+    dim = task.in_channels * task.image_size * task.image_size
+    return Encoder(spec, nn.Flatten(), dim, Preprocess(), task)
+
+
 #: The backbones of FedAGE's Table 3: embedding size and how to cut the classifier off.
 TORCHVISION_BACKBONES: dict[str, int] = {
     "resnet18": 512,
