@@ -27,6 +27,13 @@ Choices and deviations (``FedETConfig`` fields):
   early stopping (the server has no labelled data).
 * ``form=predictions`` lets clients send only s_k(x) on the public pool instead of their
   models (what the server computes from a model is all it uses), for a bytes comparison.
+
+Known differences from the one public reimplementation we could read (FedProphet's
+``FedET_Server``; the paper's method section was not available here): it takes the variance of
+the *logits* (ours: of the softmax), forms the consensus from α-weighted logits, uses
+λ = 0.05 (ours 0.5) and SGD (lr 5e-3, 128 steps), and initialises the server's last layer as
+the average of the clients' last layers (impossible here: client and server architectures
+differ). To be reconciled in a later revision; the benchmark used the defaults above.
 """
 
 from __future__ import annotations

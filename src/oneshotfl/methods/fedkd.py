@@ -24,6 +24,14 @@ Choices where the paper leaves room: the public pool is carved from the training
 benchmark's hygiene rule) rather than drawn from another domain; uniform ensemble weights;
 no early stopping (no labelled server data); noise is added to the aggregate (central) not
 by each client; no privacy accountant is run, so no ε is reported.
+
+Known differences from the official code (github.com/gong-xuan/FedKD; the paper's own text
+was not available here), to be reconciled: it averages *logits* weighted per class by the
+clients' class counts (which it thereby shares), quantises logits to ≈ 200 levels scaled by
+the largest |logit|, adds Laplace noise (scale 1) to the aggregated logits afresh at every
+distillation step, and distils with an L1 loss on logits (KL with T = 3 as an option), with
+augmentation, for 200 epochs. Ours: uniform mean of softmaxes, KL, no augmentation, the
+federation's server budget. The benchmark used the defaults above.
 """
 
 from __future__ import annotations

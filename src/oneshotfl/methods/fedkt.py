@@ -30,6 +30,13 @@ Choices where the paper leaves room (``FedKTConfig`` fields):
 * Privacy accounting (the moments accountant of PATE) is not computed: the noise is applied
   as the paper specifies, but no ε is reported.
 * A client with fewer examples than teachers raises an error naming both numbers.
+
+Compared with the official code (github.com/QinbinLi/FedKT): the structure, consistent
+voting and Laplace(1/γ) report-noisy-max at either tier match (its ``dp_level=1`` is our
+``server_noise_gamma``, ``dp_level=2`` our ``client_noise_gamma``); its defaults differ —
+100 epochs for teachers, students and the final model with Adam (lr 1e-3), and half of the
+public data queried (``query_fraction=0.5`` here) — where ours reuse the federation's short
+client and server training budgets.
 """
 
 from __future__ import annotations
