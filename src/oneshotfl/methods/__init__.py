@@ -6,6 +6,7 @@ from oneshotfl.methods import (  # noqa: F401  (importing registers)
     fedage,
     fedavg,
     fedavg_rounds,
+    fedcvae,
     feddf,
     fedet,
     fedhkt,
