@@ -135,3 +135,16 @@ def test_fedhkt_distils_the_entropy_weighted_mixture(tiny_config: Any) -> None:
     setup = prepare(tiny_config(public_size=120, server_model="mlp", server_epochs=2))
     result = run_method("fedhkt", build_method("fedhkt"), setup)
     assert result["rejected"] == {} and result["accuracy"] > 0.1
+
+
+def test_negative_votes_never_change_the_pseudo_label() -> None:
+    """Eq. (13) normalises each class by Σ_m C²_m,c, so G_c with ±1 votes is 2·A_c − 1 where
+    A_c is the same sum with 0/1 votes: a monotone map per class, hence the same argmax.
+    (The ablation in docs/benchmarks.md shows identical accuracy with and without them.)"""
+    g = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        probs = torch.softmax(torch.randn(4, 50, 6, generator=g) * 2, dim=-1)
+        conf = torch.rand(4, 6, generator=g) + 0.01
+        with_neg = pseudo_labels(probs, conf, 0.5, negative_votes=True)
+        without = pseudo_labels(probs, conf, 0.5, negative_votes=False)
+        assert torch.equal(with_neg, without)

@@ -22,6 +22,12 @@ temperature 1 (the paper uses plain softmax); the CE term is averaged over all o
 excluded samples (ŷ = 0) contributing zero, which is Eq. (7) read literally; ties in argmax go
 to the lowest class index. Ablation switches: ``rho_step=0`` (no curriculum),
 ``negative_votes=False`` (y_m ∈ {0, 1}), ``weighting=uniform`` (λ_k = 1/K), ``server_vote=False``.
+
+Note on Eq. (12)-(13) as read here: G is normalised per class by Σ_m C²_m,c, so with ±1 votes
+G_c = 2·A_c − 1 where A_c is the same weighted share with 0/1 votes — a monotone map of each
+class, hence the same argmax. The negative votes therefore never change a pseudo-label
+(tested, and the ablation in docs/benchmarks.md measures identical accuracy); they would
+matter only under a normalisation that is not per class, which the paper does not state.
 """
 
 from __future__ import annotations
