@@ -114,7 +114,7 @@ def rounds_plot(
         top.set_title(setting, fontsize=9)
         top.set_xlabel("communication rounds")
         bottom.set_xlabel("upload bytes per client (cumulative)")
-        bottom.set_xscale("log")
+        bottom.set_xscale("log", base=2)  # bytes: ticks at 256 KiB, 512 KiB, 1 MiB, …
         bottom.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: xfmt(v)))
         bottom.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         top.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
