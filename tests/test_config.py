@@ -172,3 +172,28 @@ def test_sweep_shards_keep_the_groups_of_a_point_together() -> None:
     for bad in ("2/2", "x", "1/0"):
         with pytest.raises(ConfigError, match="--shard"):
             select_shard(sweep.runs, bad)
+
+
+def test_report_finds_one_parameter_sweeps() -> None:
+    from oneshotfl.runner.report import collect, parameter_series
+
+    def result(key: str, acc: float, **params: object) -> dict[str, object]:
+        full = {"gamma": 0.75, "beta": 0.5, "dp_epsilon": None} | params
+        return {"key": key, "method": "fedage", "params": full, "accuracy": acc,
+                "upload_bytes_mean": 1.0}  # fmt: skip
+
+    methods = [
+        result("fedage", 0.8),
+        result("fedage:gamma=0", 0.5, gamma=0.0),
+        result("fedage:gamma=0.25", 0.6, gamma=0.25),
+        result("fedage:dp_epsilon=1", 0.3, dp_epsilon=1.0),  # one point: no sweep
+        result("fedage:gamma=0:beta=0", 0.1, gamma=0.0, beta=0.0),  # two changes: ignored
+    ]
+    doc = {"config": {"partition": "dirichlet", "alpha": 0.05, "seed": 0}, "methods": methods}
+    series = parameter_series(collect([doc]))
+    assert list(series) == [("fedage", "gamma")]
+    assert sorted(series[("fedage", "gamma")]["dirichlet α=0.05"]) == [
+        (0.0, 0.5, 0.0),
+        (0.25, 0.6, 0.0),
+        (0.75, 0.8, 0.0),
+    ]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import torch
 from torch import nn
 
@@ -40,3 +43,26 @@ def test_frozen_encoder_plus_head_costs_less_than_full_training() -> None:
     assert curve[-1]["fedage_gflops"] < curve[-1]["full_gflops"]
     step = curve[1]["fedage_gflops"] - curve[0]["fedage_gflops"]
     assert abs(step - head_step / 1e9) < 1e-15
+
+
+def test_cost_command_writes_json_and_plot(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from oneshotfl.cli import app
+
+    out = tmp_path / "cost"
+    args = ["encoder", "cost", "--encoder", "random:dim=16", "--out", str(out), "--full", "mlp"]
+    result = CliRunner().invoke(app, [*args, "--backbone", "resnet18@32", "dataset=digits"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((out / "cost.json").read_text())
+    assert (out / "cost.png").stat().st_size > 0
+    assert doc["encoder"]["trainable_parameters"] == 0
+    fedage, full = doc["fedage"]["total_gflops_per_sample"], doc["full"]["mlp"]
+    head_step = doc["head"]["train_step_flops_per_sample"]
+    enc = doc["encoder"]["forward_flops_per_sample"]
+    assert abs(fedage - (enc + 7 * head_step) / 1e9) < 1e-15  # encoder once, 7 head epochs
+    assert doc["ratio_full_over_fedage"]["mlp"] == full["total_gflops_per_sample"] / fedage
+    assert len(doc["curves"]["mlp"]) == 7  # max(head epochs 7, local epochs 5)
+    assert doc["backbones"]["resnet18@32"]["forward_flops_per_sample"] > enc
+    bad = CliRunner().invoke(app, [*args, "--backbone", "resnet99", "dataset=digits"])
+    assert bad.exit_code != 0 and "resnet99" in bad.output

@@ -42,7 +42,10 @@ def test_random_encoder_is_frozen_seeded_and_shaped() -> None:
 @pytest.mark.parametrize(
     ("spec", "match"),
     [
-        ("nope", "unknown encoder 'nope'; expected one of: file, identity, random, torchvision"),
+        (
+            "nope",
+            "unknown encoder 'nope'; expected one of: file, identity, random, simclr, torchvision",
+        ),
         ("random:depth=3", "unknown option\\(s\\) \\['depth'\\]"),
         ("random:dim=big", "option dim='big' is not valid"),
         ("random:dim", "expected key=value, got 'dim'"),
@@ -192,6 +195,29 @@ def test_pretrain_save_load_and_hash_checks(tmp_path: Path) -> None:
         build_encoder(f"file:path={path}", TaskInfo("cifar10", 10, 3, 32), 0)
     with pytest.raises(EncoderError, match="expected path=FILE"):
         build_encoder("file", TASK, 0)
+
+
+def test_simclr_source_pretrains_on_the_public_pool_once(tmp_path: Path) -> None:
+    from oneshotfl.encoders.pretrain import PretrainConfig, pretrain_encoder
+    from oneshotfl.federation.artefacts import ArtefactStore
+
+    pool = torch.randn(32, 1, 8, 8)
+    spec = "simclr:dim=8:width=4:epochs=2:batch_size=16"
+    store = ArtefactStore(tmp_path / "cache")
+    a = build_encoder(spec, TASK, 3, public=pool, store=store)
+    assert (store.misses, store.hits) == (1, 0) and a.info["pretrain_cache_hit"] is False
+    b = build_encoder(spec, TASK, 3, public=pool, store=ArtefactStore(tmp_path / "cache"))
+    assert b.info["pretrain_cache_hit"] is True and b.fingerprint == a.fingerprint
+    same = PretrainConfig(dim=8, width=4, epochs=2, batch_size=16, seed=3)
+    reference, _ = pretrain_encoder(pool, TASK, same, torch.device("cpu"))
+    x = torch.randn(4, 1, 8, 8)
+    with torch.no_grad():
+        assert torch.allclose(b.embed(x, torch.device("cpu")), reference(x))
+    assert build_encoder(spec, TASK, 4, public=pool).fingerprint != a.fingerprint  # model seed
+    with pytest.raises(EncoderError, match="expected public_size >= 2, got 0"):
+        build_encoder(spec, TASK, 3)
+    with pytest.raises(EncoderError, match="multiple of 4"):
+        build_encoder("simclr:dim=6", TASK, 3, public=pool)
 
 
 def _raw_meta(path: Path) -> dict[str, str]:

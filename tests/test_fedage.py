@@ -55,6 +55,8 @@ def test_ensemble_loss_uses_the_temperature() -> None:
         ({"head": "head_mlp,nope"}, "unknown 'nope'"),
         ({"previous": "frozen"}, "previous"),
         ({"order": "alphabetical"}, "order"),
+        ({"schedule": "shuffled"}, "schedule"),
+        ({"ensemble_epochs": -1}, "ensemble_epochs"),
     ],
 )
 def test_fedage_config_validation(params: dict[str, Any], match: str) -> None:
@@ -105,6 +107,32 @@ def test_tiny_fedage_runs_learn_and_send_no_labels(tiny_config: Any) -> None:
     payload = method.client_update(client_context(setup, 0))
     assert set(payload.arrays) - {k for k in payload.arrays if k.startswith("head.")} == {"latents"}
     assert payload.arrays["latents"].shape[1] == 32
+
+
+def test_phase_schedule_and_phase_two_knobs(tiny_config: Any) -> None:
+    from oneshotfl.methods.fedage import FedAGE
+    from oneshotfl.runner.simulation import server_context
+
+    setup = prepare(tiny_config(methods=["fedage"], encoder="random:dim=16", local_epochs=1))
+    first = FedAGE(FedAGEConfig(epochs=1))
+    payloads = {c.client_id: first.client_update(client_context(setup, c.client_id))
+                for c in setup.federation.clients}  # fmt: skip
+
+    def head(cfg: FedAGEConfig) -> dict[str, torch.Tensor]:
+        outcome = FedAGE(cfg).aggregate(payloads, server_context(setup))
+        return {k: v.clone() for k, v in outcome.model.head.state_dict().items()}
+
+    def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+        return all(torch.equal(a[k], b[k]) for k in a)
+
+    one_epoch = head(FedAGEConfig(epochs=1))
+    # one epoch: a single cycle over the clients either way
+    assert same(one_epoch, head(FedAGEConfig(epochs=1, schedule="interleaved")))
+    assert same(one_epoch, head(FedAGEConfig(epochs=1, ensemble_epochs=1)))
+    assert not same(one_epoch, head(FedAGEConfig(epochs=1, ensemble_epochs=0)))
+    assert not same(
+        head(FedAGEConfig(epochs=2)), head(FedAGEConfig(epochs=2, schedule="interleaved"))
+    )
 
 
 def test_head_baselines(tiny_config: Any) -> None:

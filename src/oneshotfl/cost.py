@@ -9,17 +9,32 @@ count what a client actually executes on a batch, divided by the batch size:
 * :func:`train_step_flops` — forward, cross-entropy and backward of one training step (the
   optimiser update itself is not counted: it is per parameter, not per sample);
 * :func:`client_gflops_curve` — cumulative GFLOPs per sample after each epoch for FedAGE
-  (encoder once + head steps) and for full-model training (full steps every epoch).
+  (encoder once + head steps) and for full-model training (full steps every epoch);
+* :func:`client_cost` — all of the above for one encoder, head and set of full models, as
+  ``oneshotfl encoder cost`` writes it; :func:`backbone_forward_flops` prices a torchvision
+  backbone from its architecture alone (FLOPs do not depend on weights).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
+import torchvision
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
+
+from oneshotfl.encoders.base import Encoder, Preprocess, preprocess_images
+from oneshotfl.encoders.sources import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    TORCHVISION_BACKBONES,
+    feature_extractor,
+)
+from oneshotfl.federation.contract import TaskInfo
+from oneshotfl.models import create_model
 
 
 def trainable_parameters(module: nn.Module) -> int:
@@ -60,3 +75,87 @@ def client_gflops_curve(
         }
         for e in range(1, epochs + 1)
     ]
+
+
+def encoder_forward_flops(encoder: Encoder, x: torch.Tensor) -> float:
+    """FLOPs per sample of the frozen encoder on raw images ``x`` (its preprocessing — resize,
+    channel repeat, normalisation — is applied first and not counted)."""
+    images = preprocess_images(x, encoder.preprocess, encoder.task)
+    return forward_flops(lambda b: encoder.module(b), images)
+
+
+def backbone_forward_flops(arch: str, size: int, task: TaskInfo, x: torch.Tensor) -> float:
+    """FLOPs per sample of a torchvision backbone's feature extractor at ``size`` px.
+
+    FLOPs do not depend on weight values, so the architecture is built without weights:
+    this prices the paper's ImageNet encoders where their weights cannot be loaded.
+    """
+    if arch not in TORCHVISION_BACKBONES:
+        raise ValueError(f"backbone: expected one of {sorted(TORCHVISION_BACKBONES)}, got {arch!r}")
+    module = feature_extractor(arch, torchvision.models.get_model(arch, weights=None)).eval()
+    pre = Preprocess(size=size, channels=3, mean=IMAGENET_MEAN, std=IMAGENET_STD)
+    return forward_flops(lambda b: module(b), preprocess_images(x, pre, task))
+
+
+def client_cost(
+    encoder: Encoder,
+    head_arch: str,
+    full_archs: Sequence[str],
+    x: torch.Tensor,
+    head_epochs: int,
+    full_epochs: int,
+) -> dict[str, Any]:
+    """What one client executes per training sample: FedAGE (encoder once, then
+    ``head_epochs`` head steps) against training each of ``full_archs`` for ``full_epochs``.
+
+    Args:
+        encoder: the shared frozen encoder.
+        head_arch: the client head's registered architecture.
+        full_archs: registered client models trained end to end by the other methods.
+        x: a batch of real images (the counts are per sample of this batch).
+        head_epochs: epochs of FedAGE's head training.
+        full_epochs: epochs of full-model local training.
+
+    Returns:
+        FLOPs per sample (forward of the encoder, one train step of head and of each full
+        model), trainable parameters, the cumulative GFLOPs-per-sample curve over epochs
+        1 … max(head_epochs, full_epochs), and the totals at the configured epochs.
+    """
+    task = encoder.task
+    enc = encoder_forward_flops(encoder, x)
+    head = create_model(head_arch, encoder.dim, task.num_classes, 1)
+    z = encoder.embed(x, torch.device("cpu"))
+    head_step = train_step_flops(head, z, task.num_classes)
+    full: dict[str, dict[str, float]] = {}
+    epochs = max(head_epochs, full_epochs)
+    curves: dict[str, list[dict[str, float]]] = {}
+    for arch in full_archs:
+        model = create_model(arch, task.in_channels, task.num_classes, task.image_size)
+        step = train_step_flops(model, x, task.num_classes)
+        full[arch] = {
+            "train_step_flops_per_sample": step,
+            "trainable_parameters": trainable_parameters(model),
+            "total_gflops_per_sample": full_epochs * step / 1e9,
+        }
+        curves[arch] = client_gflops_curve(enc, head_step, step, epochs)
+    fedage_total = (enc + head_epochs * head_step) / 1e9
+    return {
+        "unit": "FLOPs (a multiply-add counts 2), per training sample",
+        "encoder": {
+            "spec": encoder.spec,
+            "forward_flops_per_sample": enc,
+            "trainable_parameters": trainable_parameters(encoder.module),
+            "parameters": int(sum(p.numel() for p in encoder.module.parameters())),
+        },
+        "head": {
+            "arch": head_arch,
+            "train_step_flops_per_sample": head_step,
+            "trainable_parameters": trainable_parameters(head),
+        },
+        "fedage": {"epochs": head_epochs, "total_gflops_per_sample": fedage_total},
+        "full": {"epochs": full_epochs, **full},
+        "ratio_full_over_fedage": {
+            arch: v["total_gflops_per_sample"] / fedage_total for arch, v in full.items()
+        },
+        "curves": curves,
+    }

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from oneshotfl.data.datasets import DATASETS
+from oneshotfl.federation.artefacts import ArtefactStore
 from oneshotfl.federation.contract import TaskInfo
 from oneshotfl.registry import Registry, parse_spec
 
@@ -128,8 +129,30 @@ class Encoder:
         return z
 
 
-#: Builds an encoder from its options, the task and the model seed.
-EncoderFactory = Callable[[Mapping[str, str], TaskInfo, int, str], Encoder]
+@dataclass(frozen=True)
+class EncoderContext:
+    """What an encoder source may use to build the encoder.
+
+    Attributes:
+        task: the task whose images it embeds.
+        seed: the model seed (random and pretrained encoders derive their weights from it).
+        spec: the spec string (for messages and fingerprints).
+        public: the public pool's images, for sources that learn from them without labels
+            (``simclr``); ``None`` when the federation has no pool.
+        store: the artefact cache (a pretrained encoder is computed once per pool).
+        device: where to compute.
+    """
+
+    task: TaskInfo
+    seed: int
+    spec: str
+    public: torch.Tensor | None = None
+    store: ArtefactStore | None = None
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+
+
+#: Builds an encoder from its options and the :class:`EncoderContext`.
+EncoderFactory = Callable[[Mapping[str, str], EncoderContext], Encoder]
 
 ENCODERS: Registry[EncoderFactory] = Registry("encoder")
 
@@ -146,14 +169,26 @@ def parse_encoder_spec(text: str) -> tuple[str, dict[str, str]]:
         raise EncoderError(str(exc)) from None
 
 
-def build_encoder(spec: str, task: TaskInfo, seed: int) -> Encoder:
-    """Build the encoder ``spec`` names for ``task`` (raises :class:`EncoderError`)."""
+def build_encoder(
+    spec: str,
+    task: TaskInfo,
+    seed: int,
+    *,
+    public: torch.Tensor | None = None,
+    store: ArtefactStore | None = None,
+    device: torch.device | None = None,
+) -> Encoder:
+    """Build the encoder ``spec`` names for ``task`` (raises :class:`EncoderError`).
+
+    ``public``, ``store`` and ``device`` serve sources that learn from the public pool's
+    images (``simclr``); the others ignore them."""
     name, options = parse_encoder_spec(spec)
     if name not in ENCODERS:
         raise EncoderError(
             f"unknown encoder {name!r}; expected one of: {', '.join(ENCODERS.names())}"
         )
-    return ENCODERS.get(name)(options, task, seed, spec)
+    context = EncoderContext(task, seed, spec, public, store, device or torch.device("cpu"))
+    return ENCODERS.get(name)(options, context)
 
 
 def take_options(

@@ -17,6 +17,7 @@ the server then provably hold the same encoder.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -31,9 +32,18 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from oneshotfl.encoders.base import ENCODERS, Encoder, EncoderError, Preprocess, take_options
+from oneshotfl.encoders.base import (
+    ENCODERS,
+    Encoder,
+    EncoderContext,
+    EncoderError,
+    Preprocess,
+    take_options,
+)
 from oneshotfl.encoders.sources import conv_encoder
+from oneshotfl.federation.artefacts import ArtefactStore, tensor_fingerprint
 from oneshotfl.federation.contract import TaskInfo
+from oneshotfl.federation.payload import Payload
 from oneshotfl.seeding import seeded_torch, torch_generator
 from oneshotfl.training.progress import NullTracker, Tracker
 
@@ -171,8 +181,9 @@ def read_metadata(path: Path) -> dict[str, Any]:
 
 
 @ENCODERS.register("file", "an encoder saved by `oneshotfl encoder pretrain` (hash-checked)")
-def file_encoder(options: Mapping[str, str], task: TaskInfo, seed: int, spec: str) -> Encoder:
+def file_encoder(options: Mapping[str, str], ctx: EncoderContext) -> Encoder:
     """Options: ``path`` (required), ``sha256`` (the expected content hash; checked)."""
+    task, spec = ctx.task, ctx.spec
     opts = take_options(spec, options, {"path": str, "sha256": str})
     if "path" not in opts:
         raise EncoderError(f"encoder {spec!r}: expected path=FILE")
@@ -202,4 +213,58 @@ def file_encoder(options: Mapping[str, str], task: TaskInfo, seed: int, spec: st
     module.load_state_dict(state)
     encoder = Encoder(spec, module, int(meta["dim"]), Preprocess(), task, fingerprint=actual)
     encoder.info.update({"file": str(path), "objective": meta.get("objective")})
+    return encoder
+
+
+@ENCODERS.register(
+    "simclr", "the conv encoder pretrained with SimCLR on this federation's public pool (cached)"
+)
+def simclr_encoder(options: Mapping[str, str], ctx: EncoderContext) -> Encoder:
+    """The conv encoder trained by :func:`pretrain_encoder` on the federation's public pool —
+    its images only, no labels — from the model seed; computed once per pool and settings
+    and kept in the artefact cache. Options: the :class:`PretrainConfig` fields ``dim``,
+    ``width``, ``epochs``, ``batch_size``, ``lr``, ``temperature``.
+
+    Every party can derive the same encoder from the public pool and the seed; in a
+    deployment, ship the file of ``oneshotfl encoder pretrain`` instead (``file`` source).
+    """
+    fields = {"dim": int, "width": int, "epochs": int, "batch_size": int}
+    opts = take_options(ctx.spec, options, {**fields, "lr": float, "temperature": float})
+    if ctx.public is None or len(ctx.public) < 2:
+        raise EncoderError(
+            f"encoder {ctx.spec!r}: SimCLR pretrains on the public pool; expected "
+            f"public_size >= 2, got {0 if ctx.public is None else len(ctx.public)}"
+        )
+    try:
+        cfg = PretrainConfig(**opts, seed=ctx.seed)
+    except ValueError as exc:
+        raise EncoderError(f"encoder {ctx.spec!r}: {exc}") from None
+    images = ctx.public
+    parts = {
+        "recipe": "simclr-conv-v1",
+        "public": tensor_fingerprint(images),
+        "in_channels": ctx.task.in_channels,
+        **dataclasses.asdict(cfg),
+    }
+
+    def make() -> Payload:
+        module, losses = pretrain_encoder(images, ctx.task, cfg, ctx.device)
+        state = {k: v.detach().cpu().numpy() for k, v in module.state_dict().items()}
+        return Payload(state, {"losses": json.dumps([round(v, 5) for v in losses])})
+
+    store = ctx.store if ctx.store is not None else ArtefactStore()
+    payload, hit = store.get_or_make("encoder", parts, make, "SimCLR encoder")
+    module = conv_encoder(ctx.task.in_channels, cfg.dim, cfg.width)
+    module.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in payload.arrays.items()})
+    digest = content_hash(module.state_dict())
+    encoder = Encoder(ctx.spec, module, cfg.dim, Preprocess(), ctx.task, fingerprint=digest)
+    losses = json.loads(str(payload.scalars["losses"]))
+    encoder.info.update(
+        {
+            "objective": "simclr",
+            "public_fingerprint": parts["public"],
+            "pretrain_loss_first_last": [losses[0], losses[-1]],
+            "pretrain_cache_hit": hit,
+        }
+    )
     return encoder

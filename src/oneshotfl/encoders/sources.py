@@ -10,8 +10,14 @@ import torch
 import torchvision
 from torch import nn
 
-from oneshotfl.encoders.base import ENCODERS, Encoder, EncoderError, Preprocess, take_options
-from oneshotfl.federation.contract import TaskInfo
+from oneshotfl.encoders.base import (
+    ENCODERS,
+    Encoder,
+    EncoderContext,
+    EncoderError,
+    Preprocess,
+    take_options,
+)
 from oneshotfl.seeding import seeded_torch
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -34,11 +40,12 @@ def conv_encoder(in_channels: int, dim: int, width: int) -> nn.Module:
 
 
 @ENCODERS.register("random", "a randomly initialised 2-conv net, frozen (the control)")
-def random_encoder(options: Mapping[str, str], task: TaskInfo, seed: int, spec: str) -> Encoder:
+def random_encoder(options: Mapping[str, str], ctx: EncoderContext) -> Encoder:
     """Two 3×3 conv layers (``width`` then ``dim``/4 channels) with ReLU and max-pooling
     between them, then average pooling to a 2×2 grid: a d = ``dim`` embedding that keeps
     coarse spatial layout but knows nothing of any data. Its weights come from the model
     seed, so every party derives the same ones."""
+    task, seed, spec = ctx.task, ctx.seed, ctx.spec
     opts = take_options(spec, options, {"dim": int, "width": int})
     dim, width = int(opts.get("dim", 64)), int(opts.get("width", 32))
     if dim < 4 or dim % 4 or width < 1:
@@ -52,9 +59,10 @@ def random_encoder(options: Mapping[str, str], task: TaskInfo, seed: int, spec: 
 
 
 @ENCODERS.register("identity", "the flattened image (positive control of the inversion audit)")
-def identity_encoder(options: Mapping[str, str], task: TaskInfo, seed: int, spec: str) -> Encoder:
+def identity_encoder(options: Mapping[str, str], ctx: EncoderContext) -> Encoder:
     """z = x flattened (d = C·H·W): trivially invertible, so an inversion attack that fails
     on it is broken. Not for learning — for auditing the attack."""
+    task, spec = ctx.task, ctx.spec
     take_options(spec, options, {})
     dim = task.in_channels * task.image_size * task.image_size
     return Encoder(spec, nn.Flatten(), dim, Preprocess(), task)
@@ -69,7 +77,8 @@ TORCHVISION_BACKBONES: dict[str, int] = {
 }
 
 
-def _feature_extractor(arch: str, model: nn.Module) -> nn.Module:
+def feature_extractor(arch: str, model: nn.Module) -> nn.Module:
+    """The convolutional part of a torchvision classifier ``model``: images → ``[N, d]``."""
     if arch == "resnet18":  # every block up to and including the global average pool
         return nn.Sequential(*list(model.children())[:-1], nn.Flatten())
     features = model.features  # mobilenet_v2, squeezenet1_1, vgg19
@@ -88,9 +97,7 @@ def cached_weights_path(arch: str) -> Path:
 @ENCODERS.register(
     "torchvision", "ImageNet backbone (resnet18, mobilenet_v2, squeezenet1_1, vgg19), frozen"
 )
-def torchvision_encoder(
-    options: Mapping[str, str], task: TaskInfo, seed: int, spec: str
-) -> Encoder:
+def torchvision_encoder(options: Mapping[str, str], ctx: EncoderContext) -> Encoder:
     """The convolutional part of an ImageNet-pretrained torchvision backbone.
 
     Options: ``arch`` (one of :data:`TORCHVISION_BACKBONES`), ``weights`` (a local state-dict
@@ -98,6 +105,7 @@ def torchvision_encoder(
     resize, default 224). Grey images are repeated to 3 channels; pixels are renormalised
     from the dataset's constants to ImageNet's. Nothing is downloaded.
     """
+    task, spec = ctx.task, ctx.spec
     opts = take_options(spec, options, {"arch": str, "weights": str, "size": int})
     arch = str(opts.get("arch", "resnet18"))
     if arch not in TORCHVISION_BACKBONES:
@@ -125,6 +133,6 @@ def torchvision_encoder(
     if size < 16:
         raise EncoderError(f"encoder {spec!r}: expected size >= 16, got {size}")
     pre = Preprocess(size=size, channels=3, mean=IMAGENET_MEAN, std=IMAGENET_STD)
-    encoder = Encoder(spec, _feature_extractor(arch, model), TORCHVISION_BACKBONES[arch], pre, task)
+    encoder = Encoder(spec, feature_extractor(arch, model), TORCHVISION_BACKBONES[arch], pre, task)
     encoder.info["weights"] = str(path)
     return encoder

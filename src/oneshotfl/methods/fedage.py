@@ -27,6 +27,14 @@ Choices where the paper leaves room (``FedAGEConfig`` fields):
 * ``ensemble_weighting``: Eq. (4) and Algorithm 1 have no confidence weight in phase 2
   (``none``, default); the text says the weighting "is applied in both", so ``confidence``
   weights phase 2 by max P_ens(z).
+* ``schedule``: Algorithm 1 loops "for each client (sequentially)" and Section 3.3.1 says the
+  classifier "is trained over multiple rounds sequentially across all clients". The default
+  ``sequential`` reads this as blocks (every epoch on client 1, then on client 2, …);
+  ``interleaved`` as cycles (each epoch visits every client once, in order).
+* ``ensemble_epochs``: epochs of phase 2 (default: ``epochs``, as every phase in Table 5);
+  0 skips phase 2 — an ablation: under strong label skew the uniform teacher mean of Eq. (4)
+  is dominated by heads that never saw a sample's class, and phase 2, run last, pulls the
+  student towards it (see docs/benchmarks.md).
 * Optimiser: Adam for heads and server (the paper's), learning rate ``lr`` (Fashion-MNIST:
   1e-3 in Table 5), ``epochs`` per client head and per server phase step (7 in Table 5),
   batch size of the client training config. γ defaults to Table 5's Fashion-MNIST 0.75,
@@ -38,7 +46,7 @@ Choices where the paper leaves room (``FedAGEConfig`` fields):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -76,6 +84,9 @@ class FedAGEConfig:
         head: client head architecture(s), comma-separated to cycle over client ids.
         server_head: the server head architecture.
         epochs: epochs of client head training, of each phase-1 step and of phase 2.
+        ensemble_epochs: epochs of phase 2 when set (0 skips it; None = ``epochs``).
+        schedule: phase 1 as ``sequential`` blocks (all epochs on client 1, then client 2…)
+            or ``interleaved`` cycles (each epoch visits every client in order).
         lr: Adam learning rate of heads and server.
         tau: softmax temperature τ of teacher and student.
         beta: β, weight of the hard loss in Eq. (1).
@@ -95,6 +106,8 @@ class FedAGEConfig:
     head: str = "head_mlp"
     server_head: str = "head_mlp"
     epochs: int = 7
+    ensemble_epochs: int | None = None
+    schedule: Literal["sequential", "interleaved"] = "sequential"
     lr: float = 1e-3
     tau: float = 2.0
     beta: float = 0.5
@@ -114,10 +127,22 @@ class FedAGEConfig:
                 raise ValueError(f"head: expected registered models, got unknown {name!r}")
         checks: list[tuple[bool, str, str, object]] = [
             (self.epochs >= 1, "epochs", ">= 1", self.epochs),
+            (
+                self.ensemble_epochs is None or self.ensemble_epochs >= 0,
+                "ensemble_epochs",
+                ">= 0 or None",
+                self.ensemble_epochs,
+            ),
             (self.lr > 0, "lr", "> 0", self.lr),
             (self.tau > 0, "tau", "> 0", self.tau),
             (0 <= self.beta <= 1, "beta", "in [0, 1]", self.beta),
             (0 <= self.gamma <= 1, "gamma", "in [0, 1]", self.gamma),
+            (
+                self.schedule in ("sequential", "interleaved"),
+                "schedule",
+                "sequential|interleaved",
+                self.schedule,
+            ),
             (self.previous in ("snapshot", "live"), "previous", "snapshot|live", self.previous),
             (self.order in ("id", "size", "random"), "order", "id|size|random", self.order),
             (
@@ -299,14 +324,21 @@ class FedAGE(Method[FedAGEConfig]):
             student = create_model(cfg.server_head, encoder.dim, ctx.task.num_classes, 1)
         train = head_train_config(cfg.epochs, cfg.lr, ctx.train_config.batch_size)
         order = self._order(ids, latents, ctx.seed)
-        for step, c in enumerate(order):  # phase 1: sequential, confidence-weighted KD
-            p_i = self._probs(heads[c], latents[c])
-            soft, mix_live = p_i, False
-            if step > 0 and cfg.previous == "snapshot":  # P_s^(i−1): the head after i−1
-                soft = cfg.gamma * p_i + (1 - cfg.gamma) * self._probs(student, latents[c])
-            elif step > 0:
-                mix_live = True  # Eq. (5) against the head being trained, per batch
-            self._fit_kd(student, latents[c], p_i, soft, mix_live, train, ctx, step)
+        teachers = {c: self._probs(heads[c], latents[c]) for c in ids}  # P_i on Z_i
+        cycles, step_train = 1, train
+        if cfg.schedule == "interleaved":  # every epoch visits the clients in order
+            cycles, step_train = train.epochs, replace(train, epochs=1)
+        step = 0
+        for _ in range(cycles):  # phase 1: sequential, confidence-weighted KD
+            for c in order:
+                p_i = teachers[c]
+                soft, mix_live = p_i, False
+                if step > 0 and cfg.previous == "snapshot":  # P_s^(i−1): the head before i
+                    soft = cfg.gamma * p_i + (1 - cfg.gamma) * self._probs(student, latents[c])
+                elif step > 0:
+                    mix_live = True  # Eq. (5) against the head being trained, per batch
+                self._fit_kd(student, latents[c], p_i, soft, mix_live, step_train, ctx, step)
+                step += 1
         all_z = torch.cat([latents[c] for c in ids])
         p_ens = torch.stack([self._probs(heads[c], all_z) for c in ids]).mean(dim=0)  # Eq. (4)
         weight = (
@@ -320,11 +352,14 @@ class FedAGE(Method[FedAGEConfig]):
             z, target, w = batch
             return ensemble_loss(model(z), target, w, tau)
 
+        phase2 = (
+            train if cfg.ensemble_epochs is None else replace(train, epochs=cfg.ensemble_epochs)
+        )
         fit(
             student,
             (all_z, p_ens, weight),
             loss_fn,
-            train,
+            phase2,
             torch_generator(ctx.seed, "fedage", "ensemble"),
             ctx.device,
             ctx.tracker,

@@ -81,6 +81,7 @@ class Cell:
     upload_bytes: list[float] = field(default_factory=list)
     histories: list[list[dict[str, Any]]] = field(default_factory=list)
     method: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
 
     def mean_std(self) -> tuple[float, float]:
         values = np.asarray(self.accuracy, dtype=float)
@@ -132,7 +133,10 @@ def collect(docs: Iterable[Mapping[str, Any]]) -> Report:
             seen.add(marker)
             if key not in report.methods:
                 report.methods.append(key)
-            cell = report.cells.setdefault((setting, key), Cell(method=result.get("method", key)))
+            cell = report.cells.setdefault(
+                (setting, key),
+                Cell(method=result.get("method", key), params=dict(result.get("params", {}))),
+            )
             cell.accuracy.append(float(result["accuracy"]))
             cell.upload_bytes.append(float(result["upload_bytes_mean"]))
             if result.get("rounds_history"):
@@ -271,6 +275,15 @@ def _plots(report: Report, out_dir: Path, title: str) -> dict[str, Path]:
         plots["accuracy vs rounds"] = rounds_plot(
             panels, out_dir / "accuracy_vs_rounds.png", title, xfmt=human_bytes
         )
+    for (method, param), series in parameter_series(report).items():
+        plots[f"{method}: accuracy vs {param}"] = line_plot(
+            series,
+            out_dir / f"accuracy_vs_{method}_{param}.png",
+            f"{method} {param}",
+            "test accuracy",
+            title,
+            logx=param.endswith("epsilon"),
+        )
     points: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
     for method in report.methods:
         cells = [c for (s, m), c in report.cells.items() if m == method]
@@ -289,6 +302,35 @@ def _plots(report: Report, out_dir: Path, title: str) -> dict[str, Path]:
             xfmt=human_bytes,
         )
     return plots
+
+
+def parameter_series(
+    report: Report, minimum: int = 3
+) -> dict[tuple[str, str], dict[str, list[tuple[float, float, float]]]]:
+    """Sweeps of one hyper-parameter: for every method run as ``name`` and as several
+    ``name:param=value`` variants that differ from it in that one numeric parameter,
+    ``(name, param) → setting → [(value, mean, std)]`` (the plain ``name`` row sits at its
+    default value when that is a number). Kept when a setting has ``minimum`` points."""
+    out: dict[tuple[str, str], dict[str, list[tuple[float, float, float]]]] = defaultdict(dict)
+    for setting in report.settings:
+        cells = [(k, c) for (s, k), c in report.cells.items() if s == setting]
+        defaults = {c.method: c.params for k, c in cells if k == c.method}
+        found: dict[tuple[str, str], list[tuple[float, float, float]]] = defaultdict(list)
+        for key, cell in cells:
+            base = defaults.get(cell.method)
+            if base is None or key == cell.method:
+                continue
+            changed = [p for p in cell.params if cell.params[p] != base.get(p)]
+            value = cell.params[changed[0]] if len(changed) == 1 else None
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                found[(cell.method, changed[0])].append((float(value), *cell.mean_std()))
+        for (method, param), points in found.items():
+            default = defaults[method].get(param)
+            if isinstance(default, int | float) and not isinstance(default, bool):
+                points.append((float(default), *report.cells[(setting, method)].mean_std()))
+            if len(points) >= minimum:
+                out[(method, param)][setting] = points
+    return dict(out)
 
 
 #: One-shot methods drawn as references in the rounds plot (FedOL's Fig. 2 legend).
