@@ -1,9 +1,10 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
-.PHONY: setup data demo test lint bench-core bench-fedol bench-fedol-ablation clean-cache
+.PHONY: setup data demo test lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
+	bench-flower clean-cache
 VENV := .venv/bin
 
 setup:
-	@bash scripts/bootstrap.sh
+	@ONESHOTFL_EXTRAS=dev,flower bash scripts/bootstrap.sh
 
 data:
 	@bash scripts/ensure_fashion_mnist.sh
@@ -12,12 +13,14 @@ data:
 demo: setup data
 	$(VENV)/oneshotfl run --config configs/demo.yaml --out runs/demo
 
-## Lint, type-check, then the whole test suite (slow end-to-end tests included).
+## Lint, type-check, the whole test suite (slow end-to-end tests included), then Flower end
+## to end on loopback: a SuperLink and 3 SuperNodes, insecure and with TLS + node auth.
 test: setup data
 	$(VENV)/ruff check src tests
 	$(VENV)/ruff format --check src tests
 	$(VENV)/mypy
 	$(VENV)/python -m pytest -q
+	bash scripts/flower_e2e.sh
 
 ## The committed core benchmark (see docs/benchmarks.md).
 bench-core: setup data
@@ -43,6 +46,52 @@ bench-fedol-ablation: setup data
 	  --out benchmarks/results/fedol-ablation --shard 1/2; wait
 	$(VENV)/oneshotfl report benchmarks/results/fedol-ablation \
 	  --out docs/figures/fedol-ablation --markdown docs/benchmarks.md --section fedol-ablation
+
+## The FedAGE benchmark of issue 4 (see docs/benchmarks.md): linear probes of the SimCLR
+## encoder (pretrained without labels on each seed's public pool, cached) and of the random
+## control, the client cost in FLOPs, then the three sweeps and their reports.
+FEDAGE_DATA := max_train=20000 public_size=5000
+bench-fedage: setup data
+	for s in 0 1 2; do for e in simclr random; do \
+	  $(VENV)/oneshotfl encoder probe --encoder $$e $(FEDAGE_DATA) seed=$$s \
+	    --out benchmarks/results/encoder-probes/$$e-seed$$s.json || exit 1; \
+	done; done
+	$(VENV)/oneshotfl encoder cost --encoder simclr --full cnn --full mlp \
+	  --backbone resnet18@224 --out docs/figures/fedage-cost $(FEDAGE_DATA)
+	for e in identity simclr; do \
+	  $(VENV)/oneshotfl encoder attack --encoder $$e --epsilons none,16,4,1 \
+	    --out docs/figures/fedage-attack-$$e $(FEDAGE_DATA) || exit 1; \
+	done
+	for f in fedage-fmnist fedage-clients fedage-knobs; do \
+	  OMP_NUM_THREADS=1 $(VENV)/oneshotfl sweep benchmarks/$$f.yaml \
+	    --out benchmarks/results/$$f --shard 0/2 & \
+	  OMP_NUM_THREADS=1 $(VENV)/oneshotfl sweep benchmarks/$$f.yaml \
+	    --out benchmarks/results/$$f --shard 1/2; wait; \
+	  $(VENV)/oneshotfl report benchmarks/results/$$f --out docs/figures/$$f \
+	    --markdown docs/benchmarks.md --section $$f || exit 1; \
+	done
+
+## The Flower figures of issue 5 (docs/benchmarks.md): bytes on the wire and wall time per
+## method through 3 SuperNodes against the local simulation, then Flower's simulation engine at
+## 10/50/100 clients against the local run at 1 thread (results must be identical).
+FLOWER_OUT := benchmarks/results/flower
+FLOWER_BYTES := dataset=fashion_mnist clients=3 model=cnn local_epochs=1 max_train=6000 \
+  public_size=1000 server_model=cnn server_epochs=1 device=cpu
+FLOWER_SIM := dataset=fashion_mnist model=cnn local_epochs=1 methods=fedavg device=cpu
+bench-flower: setup data
+	mkdir -p $(FLOWER_OUT)
+	bash scripts/flower_measure.sh "$(FLOWER_BYTES)" local fedavg ensemble centralized fedhkt \
+	  > $(FLOWER_OUT)/deployment.jsonl
+	rm -f $(FLOWER_OUT)/simulation.jsonl $(FLOWER_OUT)/local.jsonl
+	for n in 10 50 100; do \
+	  bash scripts/flower_simulation.sh $$n "$(FLOWER_SIM)" $$PWD/runs/flower-sim-$$n \
+	    >> $(FLOWER_OUT)/simulation.jsonl || exit 1; \
+	  OMP_NUM_THREADS=1 /usr/bin/time -f '{"clients": '$$n', "local_wall_s": %e, "local_peak_rss_kib": %M}' \
+	    -a -o $(FLOWER_OUT)/local.jsonl \
+	    $(VENV)/oneshotfl run $(FLOWER_SIM) clients=$$n --out runs/local-sim-$$n || exit 1; \
+	  $(VENV)/oneshotfl flower compare runs/local-sim-$$n/result.json \
+	    runs/flower-sim-$$n/result.json || exit 1; \
+	done
 
 clean-cache:
 	rm -rf .cache/oneshotfl

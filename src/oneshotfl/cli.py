@@ -519,5 +519,83 @@ def encoder_attack(
     console.print(f"attack: {out}", markup=False)
 
 
+from oneshotfl.flower.cli import app as flower_app  # noqa: E402  (imports no flwr)
+
+app.add_typer(flower_app, name="flower")
+
+
+@encoder_app.command("cost")
+def encoder_cost(
+    encoder: Annotated[str, typer.Option(help="the shared encoder spec, e.g. random")],
+    out: Annotated[Path, typer.Option(help="directory for cost.json and cost.png")],
+    overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides")] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML config")] = None,
+    head: Annotated[str, typer.Option(help="FedAGE's client head architecture")] = "head_mlp",
+    full: Annotated[
+        list[str] | None, typer.Option(help="client model trained end to end (repeatable)")
+    ] = None,
+    head_epochs: Annotated[int, typer.Option(help="FedAGE head epochs")] = 7,
+    full_epochs: Annotated[int | None, typer.Option(help="full-model epochs")] = None,
+    backbone: Annotated[
+        list[str] | None,
+        typer.Option(help="also price a torchvision backbone, NAME@SIZE (repeatable)"),
+    ] = None,
+    samples: Annotated[int, typer.Option(help="images in the measured batch")] = 32,
+) -> None:
+    """Client cost, measured with FlopCounterMode: FedAGE (encoder once + head epochs) vs
+    training full client models, in GFLOPs per sample (FLOPs, not MACs)."""
+    from oneshotfl.cost import backbone_forward_flops, client_cost
+    from oneshotfl.plots import line_plot
+
+    _setup_logging(False)
+    try:
+        cfg = load_config(config, overrides or [], {"encoder": encoder})
+        setup = prepare(cfg)
+        if samples < 1 or head_epochs < 1 or (full_epochs is not None and full_epochs < 1):
+            raise ConfigError("samples, head-epochs and full-epochs: expected >= 1")
+        priced = [(b.partition("@")[0], int(b.partition("@")[2] or 224)) for b in backbone or []]
+    except (*USER_ERRORS, ValueError) as exc:
+        _fail(exc)
+    enc, fed = setup.encoder, setup.federation
+    assert enc is not None
+    x = fed.test.x[:samples]
+    epochs = cfg.local_epochs if full_epochs is None else full_epochs
+    try:
+        doc = client_cost(enc, head, full or [cfg.model], x, head_epochs, epochs)
+        doc["backbones"] = {
+            f"{arch}@{size}": {
+                "forward_flops_per_sample": backbone_forward_flops(arch, size, fed.task, x)
+            }
+            for arch, size in priced
+        }
+    except (RegistryError, ValueError) as exc:
+        _fail(exc)
+    atomic_write_text(out / "cost.json", json.dumps(doc, indent=2) + "\n")
+    series = {
+        f"full {arch}": [(c["epoch"], c["full_gflops"], 0.0) for c in curve]
+        for arch, curve in doc["curves"].items()
+    }
+    first = next(iter(doc["curves"].values()))
+    series["FedAGE (encoder once + head)"] = [(c["epoch"], c["fedage_gflops"], 0.0) for c in first]
+    line_plot(series, out / "cost.png", "epoch", "cumulative GFLOPs per sample", "client cost")
+    table = Table("client work", "GFLOPs / sample", "trainable parameters")
+    table.add_row(
+        f"FedAGE: {enc.spec} once + {head_epochs} epochs of {head}",
+        f"{doc['fedage']['total_gflops_per_sample']:.6f}",
+        str(doc["head"]["trainable_parameters"]),
+    )
+    for arch, row in doc["full"].items():
+        if isinstance(row, dict):
+            table.add_row(
+                f"{epochs} epochs of {arch}",
+                f"{row['total_gflops_per_sample']:.6f}",
+                str(row["trainable_parameters"]),
+            )
+    for name, row in doc["backbones"].items():
+        table.add_row(f"{name} forward (once)", f"{row['forward_flops_per_sample'] / 1e9:.4f}", "0")
+    console.print(table)
+    console.print(f"cost: {out}", markup=False)
+
+
 def main() -> None:  # pragma: no cover - console entry point
     app()

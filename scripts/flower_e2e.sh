@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# End-to-end test of the Flower adapter on loopback (127.0.0.1 only), as CI runs it.
+#
+#   1. the local simulation of a tiny experiment (the reference result);
+#   2. a SuperLink and 3 SuperNodes, insecure: flwr run, status from `flwr ls`, result compared;
+#   3. the same with TLS and CLI-managed SuperNode authentication: 3 registered nodes run,
+#      a 4th, unregistered node must be refused.
+#
+# Every process runs under `timeout`, in its own process group, and is killed by its PID on
+# exit. Exits non-zero on any failure. Needs the flower extra (scripts/bootstrap.sh with
+# ONESHOTFL_EXTRAS=dev,flower). Environment knobs: PYTHON_BIN (default .venv/bin), E2E_PORT
+# (first of 6 ports, default 19180), E2E_TIMEOUT (seconds per run, default 300), KEEP=1 keeps
+# the work directory.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${PYTHON_BIN:-$PWD/.venv/bin}
+PORT=${E2E_PORT:-19180}
+RUN_TIMEOUT=${E2E_TIMEOUT:-300}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/oneshotfl-flower-e2e.XXXXXX")
+export PATH="$BIN:$PATH" FLWR_HOME="$WORK/flwr-home" FLWR_TELEMETRY_ENABLED=0 \
+  FLWR_DISABLE_UPDATE_CHECK=1 RAY_USAGE_STATS_ENABLED=0 OMP_NUM_THREADS=1
+PIDS=()
+
+log() { echo "flower-e2e: $*" >&2; }
+fail() { log "FAILED: $*"; exit 1; }
+
+cleanup() {
+  local rc=$?
+  for pid in "${PIDS[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
+  sleep 2
+  for pid in "${PIDS[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
+  if [ "$rc" -ne 0 ]; then
+    for f in "$WORK"/logs/*.log; do [ -f "$f" ] && { log "--- tail of $f"; tail -n 25 "$f" >&2; }; done
+  fi
+  if [ "${KEEP:-0}" = 1 ]; then log "kept $WORK"; else rm -rf "$WORK"; fi
+  exit "$rc"
+}
+trap cleanup EXIT INT TERM
+
+# start NAME SECONDS CMD...: run CMD in its own process group under a timeout; remember its PID.
+start() {
+  local name=$1 limit=$2
+  shift 2
+  setsid timeout -k 5 "$limit" "$@" >"$WORK/logs/$name.log" 2>&1 &
+  PIDS+=("$!")
+  echo "$!" >"$WORK/logs/$name.pid"
+}
+
+stop_all() {
+  for pid in "${PIDS[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    kill -KILL -- "-$pid" 2>/dev/null || true
+  done
+  PIDS=()
+}
+
+json_get() {  # json_get FILE PYTHON-EXPRESSION-ON-d
+  "$BIN/python" -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"
+}
+
+wait_port() {
+  for _ in $(seq 100); do
+    if "$BIN/python" -c "import socket,sys; socket.create_connection(('127.0.0.1', int(sys.argv[1])), 1)" "$1" 2>/dev/null; then return 0; fi
+    sleep 0.3
+  done
+  fail "nothing listens on 127.0.0.1:$1"
+}
+
+mkdir -p "$WORK/logs" "$FLWR_HOME"
+cat >"$WORK/experiment.yaml" <<EOF
+dataset: digits
+clients: 3
+model: mlp
+local_epochs: 1
+batch_size: 32
+lr: 0.05
+alpha: 1.0
+min_samples: 5
+device: cpu
+methods: [fedavg, ensemble, "fedavg_rounds:rounds=2"]
+EOF
+"$BIN/oneshotfl" flower app-dir "$WORK/app" >/dev/null
+
+log "local simulation (reference)"
+timeout 300 "$BIN/oneshotfl" run --config "$WORK/experiment.yaml" "cache_dir=$WORK/cache-local" \
+  --out "$WORK/local" >"$WORK/logs/local.log" 2>&1 || fail "the local simulation failed"
+
+# flower_run NAME CONNECTION: submit the app, poll `flwr ls` (flwr run exits 0 even when the
+# run fails), require finished:completed, compare with the local result.
+flower_run() {
+  local name=$1 conn=$2 run_id status deadline
+  "$BIN/flwr" run "$WORK/app" "$conn" --format json \
+    --run-config "config='$WORK/experiment.yaml' out='$WORK/$name' node-timeout=60.0 reply-timeout=240.0" \
+    >"$WORK/$name-submit.json" 2>"$WORK/logs/$name-submit.log" || fail "$name: flwr run failed"
+  run_id=$(json_get "$WORK/$name-submit.json" "d['run-id']")
+  log "$name: run $run_id submitted"
+  deadline=$((SECONDS + RUN_TIMEOUT))
+  while :; do
+    timeout 60 "$BIN/flwr" ls "$conn" --run-id "$run_id" --format json >"$WORK/$name-ls.json" \
+      2>>"$WORK/logs/$name-submit.log" || fail "$name: flwr ls failed"
+    status=$(json_get "$WORK/$name-ls.json" "d['runs'][0]['status']")
+    case "$status" in finished:*) break ;; esac
+    [ "$SECONDS" -lt "$deadline" ] || fail "$name: run $run_id still '$status' after ${RUN_TIMEOUT}s"
+    sleep 3
+  done
+  [ "$status" = "finished:completed" ] || fail "$name: run $run_id ended '$status'"
+  "$BIN/oneshotfl" flower compare "$WORK/local/result.json" "$WORK/$name/result.json" \
+    || fail "$name: the result differs from the local simulation"
+  log "$name: bytes on the wire (flwr ls): $(json_get "$WORK/$name-ls.json" "d['runs'][0]['network-traffic']")"
+  log "$name: bytes we counted (uploads + downloads): $(json_get "$WORK/$name/result.json" \
+    "sum(sum(m['upload_bytes_per_client']) + m['download_bytes_per_client'] * 3 for m in d['methods'])")"
+}
+
+node_config() { echo "partition-id=$1 num-partitions=3 cache-dir='$WORK/cache-node-$1'"; }
+
+# --- 1. insecure ------------------------------------------------------------------------------
+cat >"$FLWR_HOME/config.toml" <<EOF
+[superlink]
+default = "insecure"
+
+[superlink.insecure]
+address = "127.0.0.1:$PORT"
+insecure = true
+
+[superlink.tls]
+address = "127.0.0.1:$((PORT + 1))"
+root-certificates = "$WORK/certs/ca.crt"
+EOF
+log "insecure: SuperLink on 127.0.0.1:$PORT and 3 SuperNodes"
+start superlink 600 flower-superlink --insecure --disable-runtime-dependency-installation \
+  --host 127.0.0.1 --port "$PORT" --database "$WORK/insecure.db"
+wait_port "$PORT"
+for i in 0 1 2; do
+  start "node-$i" 600 flower-supernode --insecure --superlink "127.0.0.1:$PORT" \
+    --port $((PORT + 2 + i)) --node-config "$(node_config "$i")"
+done
+flower_run insecure insecure
+
+# Dropout: node 2 goes away; with min_clients=2 the server aggregates the other two and names
+# client 2; with min_clients=3 the run must fail (and `flwr ls` must say so).
+kill -TERM -- "-$(cat "$WORK/logs/node-2.pid")"
+sleep 3
+submit_dropout() {  # submit_dropout NAME MIN_CLIENTS -> final status in $WORK/NAME-status
+  local name=$1 min=$2 run_id status
+  "$BIN/flwr" run "$WORK/app" insecure --format json --run-config \
+    "config='$WORK/experiment.yaml' overrides='methods=fedavg min_clients=$min cache_dir=$WORK/cache-drop' out='$WORK/$name' node-timeout=5.0 reply-timeout=30.0" \
+    >"$WORK/$name-submit.json" 2>>"$WORK/logs/$name-submit.log" || fail "$name: flwr run failed"
+  run_id=$(json_get "$WORK/$name-submit.json" "d['run-id']")
+  local deadline=$((SECONDS + RUN_TIMEOUT))
+  while :; do
+    timeout 60 "$BIN/flwr" ls insecure --run-id "$run_id" --format json >"$WORK/$name-ls.json" \
+      2>>"$WORK/logs/$name-submit.log" || fail "$name: flwr ls failed"
+    status=$(json_get "$WORK/$name-ls.json" "d['runs'][0]['status']")
+    case "$status" in finished:*) break ;; esac
+    [ "$SECONDS" -lt "$deadline" ] || fail "$name: run still '$status' after ${RUN_TIMEOUT}s"
+    sleep 3
+  done
+  echo "$status" >"$WORK/$name-status"
+}
+log "dropout: node 2 stopped, min_clients=2"
+submit_dropout dropout 2
+[ "$(cat "$WORK/dropout-status")" = "finished:completed" ] || fail "dropout: run ended $(cat "$WORK/dropout-status")"
+used=$(json_get "$WORK/dropout/result.json" "d['methods'][0]['clients_used']")
+missing=$(json_get "$WORK/dropout/result.json" "'client 2' in d['methods'][0]['no_reply']")
+[ "$used" = "[0, 1]" ] || fail "dropout: expected clients [0, 1] aggregated, got $used"
+[ "$missing" = True ] || fail "dropout: expected client 2 named in no_reply: $(json_get "$WORK/dropout/result.json" "d['methods'][0].get('no_reply')")"
+log "dropout: aggregated clients $used; no_reply: $(json_get "$WORK/dropout/result.json" "d['methods'][0]['no_reply']")"
+log "dropout: node 2 stopped, min_clients=3 (below the quorum)"
+submit_dropout quorum 3
+[ "$(cat "$WORK/quorum-status")" = "finished:failed" ] || fail "quorum: expected finished:failed, got $(cat "$WORK/quorum-status")"
+log "quorum: the run failed as it must"
+stop_all
+
+# --- 2. TLS + CLI-managed SuperNode authentication ----------------------------------------------
+"$BIN/oneshotfl" flower certs "$WORK/certs" --nodes 4 >/dev/null
+TLS_PORT=$((PORT + 1))
+log "tls: SuperLink on 127.0.0.1:$TLS_PORT with TLS and --enable-supernode-auth"
+start superlink-tls 600 flower-superlink --disable-runtime-dependency-installation \
+  --ssl-ca-certfile "$WORK/certs/ca.crt" --ssl-certfile "$WORK/certs/server.pem" \
+  --ssl-keyfile "$WORK/certs/server.key" --enable-supernode-auth \
+  --host 127.0.0.1 --port "$TLS_PORT" --database "$WORK/tls.db"
+wait_port "$TLS_PORT"
+for i in 0 1 2; do
+  timeout 60 "$BIN/flwr" supernode register "$WORK/certs/node-$i.pub" tls \
+    >>"$WORK/logs/register.log" 2>&1 || fail "tls: flwr supernode register node-$i failed"
+done
+for i in 0 1 2; do
+  start "node-tls-$i" 600 flower-supernode --superlink "127.0.0.1:$TLS_PORT" \
+    --root-certificates "$WORK/certs/ca.crt" --auth-supernode-private-key "$WORK/certs/node-$i" \
+    --port $((PORT + 2 + i)) --node-config "$(node_config "$i")"
+done
+# node-3 holds a key pair the SuperLink never registered: it must be refused.
+start node-unregistered 60 flower-supernode --superlink "127.0.0.1:$TLS_PORT" \
+  --root-certificates "$WORK/certs/ca.crt" --auth-supernode-private-key "$WORK/certs/node-3" \
+  --port $((PORT + 5)) --node-config "$(node_config 2)"
+flower_run tls tls
+timeout 60 "$BIN/flwr" supernode ls tls --format json >"$WORK/supernodes.json" 2>>"$WORK/logs/register.log" \
+  || fail "tls: flwr supernode ls failed"
+online=$(json_get "$WORK/supernodes.json" "sum(1 for n in d['nodes'] if str(n.get('status','')).lower() == 'online')")
+[ "$online" = 3 ] || fail "tls: expected exactly the 3 registered SuperNodes online, got $online"
+pid=$(cat "$WORK/logs/node-unregistered.pid")
+for _ in $(seq 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+kill -0 "$pid" 2>/dev/null && fail "tls: the unregistered SuperNode is still running"
+rc=0; wait "$pid" || rc=$?
+[ "$rc" -ne 0 ] || fail "tls: the unregistered SuperNode exited 0"
+grep -q "Failed to activate SuperNode" "$WORK/logs/node-unregistered.log" \
+  || fail "tls: the unregistered SuperNode did not report a refused activation"
+log "tls: the unregistered SuperNode was refused"
+stop_all
+log "PASSED: insecure and TLS + node auth runs equal the local simulation"

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Mode 1: a oneshotfl experiment on Flower's simulation engine (Ray), one machine, N clients.
+#
+#   scripts/flower_simulation.sh N ["key=value ..." [OUT]]
+#
+# Starts a SuperLink in simulation mode on 127.0.0.1 (under a timeout, in its own process
+# group, killed by PID at the end), submits the Flower app with options.num-supernodes=N,
+# polls `flwr ls` until the run ends and requires finished:completed. Prints one JSON line:
+# clients, status, wall seconds (submit → finished), Flower's elapsed and network traffic, and
+# the peak total resident memory of the SuperLink's process tree (Ray included), sampled each
+# second. The results directory is OUT (default runs/flower-sim-N-<timestamp>).
+# Environment knobs: PYTHON_BIN (default .venv/bin), SIM_PORT (default 19280), SIM_TIMEOUT
+# (seconds, default 3600), SIM_CPUS_PER_CLIENT (Ray CPUs per virtual node, default 1).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ $# -ge 1 ] || { echo "usage: $0 N [\"key=value ...\" [OUT]]" >&2; exit 2; }
+N=$1
+OVERRIDES=${2:-}
+OUT=$(realpath -m "${3:-runs/flower-sim-$N-$(date -u +%Y%m%d-%H%M%S)}")
+BIN=${PYTHON_BIN:-$PWD/.venv/bin}
+PORT=${SIM_PORT:-19280}
+LIMIT=${SIM_TIMEOUT:-3600}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/oneshotfl-flower-sim.XXXXXX")
+export PATH="$BIN:$PATH" FLWR_HOME="$WORK/flwr-home" FLWR_TELEMETRY_ENABLED=0 \
+  FLWR_DISABLE_UPDATE_CHECK=1 RAY_USAGE_STATS_ENABLED=0
+LINK_PID=""
+SAMPLER_PID=""
+
+cleanup() {
+  local rc=$?
+  [ -n "$SAMPLER_PID" ] && kill "$SAMPLER_PID" 2>/dev/null || true
+  if [ -n "$LINK_PID" ]; then
+    kill -TERM -- "-$LINK_PID" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$LINK_PID" 2>/dev/null || break; sleep 0.2; done
+    kill -KILL -- "-$LINK_PID" 2>/dev/null || true
+  fi
+  [ "$rc" -ne 0 ] && tail -n 40 "$WORK/superlink.log" >&2
+  [ "${KEEP:-0}" = 1 ] || rm -rf "$WORK"
+  exit "$rc"
+}
+trap cleanup EXIT INT TERM
+
+mkdir -p "$FLWR_HOME"
+cat >"$FLWR_HOME/config.toml" <<EOF
+[superlink]
+default = "sim"
+
+[superlink.sim]
+address = "127.0.0.1:$PORT"
+insecure = true
+options.num-supernodes = $N
+options.backend.client-resources.num-cpus = ${SIM_CPUS_PER_CLIENT:-1}
+EOF
+"$BIN/oneshotfl" flower app-dir "$WORK/app" >/dev/null
+setsid timeout -k 5 "$LIMIT" flower-superlink --insecure --simulation \
+  --disable-runtime-dependency-installation --host 127.0.0.1 --port "$PORT" \
+  --database "$WORK/sim.db" >"$WORK/superlink.log" 2>&1 &
+LINK_PID=$!
+
+# Peak resident memory (MiB) of the SuperLink's process tree, written to $WORK/peak_mib.
+"$BIN/python" - "$LINK_PID" "$WORK/peak_mib" <<'PY' &
+import subprocess, sys, time
+root, out, peak = int(sys.argv[1]), sys.argv[2], 0
+while True:
+    rows = subprocess.run(["ps", "-eo", "pid=,ppid=,rss="], capture_output=True, text=True).stdout
+    table = [tuple(map(int, r.split())) for r in rows.splitlines() if r.strip()]
+    tree, grew = {root}, True
+    while grew:
+        new = {p for p, pp, _ in table if pp in tree} - tree
+        tree |= new
+        grew = bool(new)
+    peak = max(peak, sum(rss for p, _, rss in table if p in tree) // 1024)
+    open(out, "w").write(str(peak))
+    time.sleep(1)
+PY
+SAMPLER_PID=$!
+
+for _ in $(seq 100); do
+  "$BIN/python" -c "import socket; socket.create_connection(('127.0.0.1', $PORT), 1)" 2>/dev/null && break
+  sleep 0.3
+done
+start=$(date +%s.%N)
+flwr run "$WORK/app" sim --format json \
+  --run-config "overrides='clients=$N $OVERRIDES' out='$OUT' node-timeout=120.0" \
+  >"$WORK/submit.json" 2>"$WORK/submit.log" || { cat "$WORK/submit.log" >&2; exit 1; }
+run_id=$("$BIN/python" -c "import json,sys; print(json.load(open(sys.argv[1]))['run-id'])" "$WORK/submit.json")
+deadline=$((SECONDS + LIMIT))
+while :; do
+  timeout 60 flwr ls sim --run-id "$run_id" --format json >"$WORK/ls.json" 2>>"$WORK/submit.log"
+  status=$("$BIN/python" -c "import json,sys; print(json.load(open(sys.argv[1]))['runs'][0]['status'])" "$WORK/ls.json")
+  case "$status" in finished:*) break ;; esac
+  [ "$SECONDS" -lt "$deadline" ] || { echo "run $run_id still '$status' after ${LIMIT}s" >&2; exit 1; }
+  sleep 2
+done
+end=$(date +%s.%N)
+"$BIN/python" - "$WORK/ls.json" "$N" "$start" "$end" "$WORK/peak_mib" "$OUT" <<'PY'
+import json, sys
+run = json.load(open(sys.argv[1]))["runs"][0]
+print(json.dumps({
+    "clients": int(sys.argv[2]),
+    "status": run["status"],
+    "wall_s": round(float(sys.argv[4]) - float(sys.argv[3]), 1),
+    "flower_elapsed_s": run["elapsed"],
+    "network_traffic": run["network-traffic"],
+    "peak_rss_mib": int(open(sys.argv[5]).read() or 0),
+    "results": sys.argv[6],
+}))
+PY
+[ "$status" = "finished:completed" ] || { echo "run $run_id ended '$status'" >&2; exit 1; }

@@ -1,0 +1,53 @@
+"""The Flower app: a ServerApp and a ClientApp that run any registered star-topology method.
+
+The components (``oneshotfl.flower.app:server_app`` and ``:client_app``) are what the Flower
+app project (``oneshotfl flower app-dir``) names; Flower's simulation engine and a
+SuperLink/SuperNode deployment load them alike. Both are thin: the ServerApp calls
+:func:`oneshotfl.flower.server.run_server`, the ClientApp
+:func:`oneshotfl.flower.node.run_update`; the methods themselves know nothing of Flower.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from flwr.app import Context, Message
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+
+from oneshotfl.flower.messages import read_instruction, reply_content
+from oneshotfl.flower.node import node_identity, node_state, run_update
+from oneshotfl.flower.server import run_server
+
+log = logging.getLogger(__name__)
+
+server_app = ServerApp()
+client_app = ClientApp()
+
+
+def _quiet_logging() -> None:
+    """Our INFO lines in Flower's logs (Flower configures the root logger's handlers)."""
+    logging.getLogger("oneshotfl").setLevel(logging.INFO)
+
+
+@server_app.main()
+def server_main(grid: Grid, context: Context) -> None:
+    """Run the configured experiment over the connected nodes and write its results."""
+    _quiet_logging()
+    mode = "simulation" if type(grid).__name__ == "InMemoryGrid" else "deployment"
+    run_server(grid, context.run_config, mode)
+
+
+@client_app.train("oneshotfl")
+def client_main(message: Message, context: Context) -> Message:
+    """Answer one instruction: this node's ``client_update`` for one method and round.
+
+    Any error (a bad node config, data that is not there, a server message that fails
+    validation) propagates: Flower returns it to the server as an error reply, and the
+    server names this node among those that did not deliver.
+    """
+    _quiet_logging()
+    instruction = read_instruction(message.content)
+    state = node_state(instruction.config, node_identity(context.node_config))
+    reply = run_update(state, instruction.method, instruction.round, instruction.payloads)
+    return Message(reply_content(reply), reply_to=message)

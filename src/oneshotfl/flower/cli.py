@@ -1,0 +1,168 @@
+"""``oneshotfl flower ...``: the Flower app directory, development certificates and node
+keys, and the comparison of a Flower run with the local simulation.
+
+Registered lazily by :mod:`oneshotfl.cli`; it imports no flwr itself (``cryptography`` comes
+with the ``flower`` extra), so ``oneshotfl --help`` works without Flower installed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+import oneshotfl
+
+app = typer.Typer(
+    help="Run oneshotfl on Flower (needs the 'flower' extra: pip install 'oneshotfl\\[flower]').",
+    no_args_is_help=True,
+)
+
+APP_PROJECT = """\
+# The Flower app of oneshotfl, written by `oneshotfl flower app-dir`.
+# Its components live in the installed oneshotfl package (every machine of the federation
+# needs oneshotfl[flower] installed); start the SuperLink with
+# --disable-runtime-dependency-installation.
+[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+
+[project]
+name = "oneshotfl-flower"
+version = "{version}"
+description = "Any registered oneshotfl method, one message per client, on Flower"
+license = "Apache-2.0"
+dependencies = ["oneshotfl[flower]=={version}"]
+
+[tool.hatch.build.targets.wheel]
+packages = ["."]
+
+[tool.flwr.app]
+publisher = "oneshotfl"
+
+[tool.flwr.app.components]
+serverapp = "oneshotfl.flower.app:server_app"
+clientapp = "oneshotfl.flower.app:client_app"
+
+[tool.flwr.app.config]
+# A YAML experiment config on the server ("" = defaults), then key=value overrides.
+config = ""
+overrides = ""
+# The results directory on the server ("" = runs/flower-<timestamp>); absolute is safest.
+out = ""
+# Seconds to wait for `clients` nodes to connect, and for one round's replies.
+node-timeout = 60.0
+reply-timeout = 600.0
+"""
+
+
+def write_app_dir(out: Path) -> Path:
+    """Write the Flower app project (``pyproject.toml``) into ``out``; return its path."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "pyproject.toml"
+    path.write_text(APP_PROJECT.format(version=oneshotfl.__version__))
+    return path
+
+
+@app.command("app-dir")
+def app_dir(
+    out: Annotated[Path, typer.Argument(help="directory to write the Flower app into")],
+) -> None:
+    """Write the Flower app project that `flwr run DIR ...` submits."""
+    path = write_app_dir(out)
+    typer.echo(f"Flower app: {path}")
+
+
+@app.command()
+def certs(
+    out: Annotated[Path, typer.Argument(help="directory for the certificates and keys")],
+    nodes: Annotated[int, typer.Option(help="SuperNode key pairs to create")] = 3,
+    host: Annotated[
+        list[str] | None,
+        typer.Option(help="SuperLink host name or IP (repeatable; default 127.0.0.1, localhost)"),
+    ] = None,
+) -> None:
+    """Create development TLS certificates for the SuperLink and SuperNode auth keys."""
+    try:
+        from oneshotfl.flower.credentials import write_certificates, write_node_keys
+    except ImportError as exc:
+        typer.echo(f"error: {exc}; install the extra: pip install 'oneshotfl[flower]'", err=True)
+        raise typer.Exit(2) from None
+    try:
+        paths = write_certificates(out, host or ["127.0.0.1", "localhost"])
+        pairs = write_node_keys(out, nodes)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"CA certificate:      {paths['ca']}  (give to every SuperNode and flwr CLI)")
+    typer.echo(f"SuperLink cert/key:  {paths['server_cert']}  {paths['server_key']}")
+    for private, public in pairs:
+        typer.echo(f"SuperNode key pair:  {private}  {public}")
+
+
+COMPARED = (
+    "key",
+    "accuracy",
+    "personal_accuracy",
+    "per_class_accuracy",
+    "client_accuracy",
+    "upload_bytes_per_client",
+    "download_bytes_per_client",
+    "clients_used",
+    "rejected",
+)
+
+
+def result_differences(local: dict[str, Any], flower: dict[str, Any]) -> list[str]:
+    """What differs between two result documents in what must be identical: every
+    method's metrics, byte counts and clients used, and the per-client rows (wall times,
+    dates and Flower's own facts are not compared)."""
+    diffs = []
+    keys = [[m["key"] for m in doc["methods"]] for doc in (local, flower)]
+    if keys[0] != keys[1]:
+        return [f"methods: {keys[0]} locally, {keys[1]} through Flower"]
+    for a, b in zip(local["methods"], flower["methods"], strict=True):
+        for name in COMPARED:
+            if a.get(name) != b.get(name):
+                diffs.append(
+                    f"{a['key']}.{name}: {a.get(name)!r} locally, {b.get(name)!r} via Flower"
+                )
+    if len(local["clients"]) != len(flower["clients"]):
+        return [*diffs, f"clients: {len(local['clients'])} locally, {len(flower['clients'])}"]
+    for a, b in zip(local["clients"], flower["clients"], strict=True):
+        for name in sorted(set(a) | set(b)):
+            if a.get(name) != b.get(name):
+                diffs.append(
+                    f"client {a.get('client')}.{name}: {a.get(name)!r} locally, "
+                    f"{b.get(name)!r} via Flower"
+                )
+    return diffs
+
+
+@app.command()
+def compare(
+    local: Annotated[Path, typer.Argument(help="result.json of the local simulation")],
+    flower: Annotated[Path, typer.Argument(help="result.json of the Flower run")],
+) -> None:
+    """Exit 1 unless a Flower run's results equal the local simulation's.
+
+    Training is bit-reproducible at a fixed number of torch threads per client: run the local
+    reference with the thread count the nodes use (OMP_NUM_THREADS; Flower's simulation
+    engine gives each virtual node its num-cpus).
+    """
+    docs = []
+    for path in (local, flower):
+        try:
+            docs.append(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError) as exc:
+            typer.echo(f"error: expected a result.json at {path}: {exc}", err=True)
+            raise typer.Exit(2) from None
+    diffs = result_differences(docs[0], docs[1])
+    for line in diffs:
+        typer.echo(f"differs: {line}", err=True)
+    if diffs:
+        raise typer.Exit(1)
+    methods = ", ".join(m["key"] for m in docs[0]["methods"])
+    typer.echo(f"identical: {methods} and {len(docs[0]['clients'])} clients")

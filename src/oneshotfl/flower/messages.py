@@ -1,0 +1,216 @@
+"""What crosses Flower: our wire bytes inside Flower records, and the facts around them.
+
+Every payload travels as the exact bytes of :func:`oneshotfl.federation.payload.encode`
+(safetensors, never pickle), stored as one ``uint8`` :class:`flwr.app.Array` in an
+:class:`flwr.app.ArrayRecord`, so Flower chunks large payloads like any array and the byte
+count we report is the count of what was sent. Decoding and validation on receipt are the
+simulation's own (:func:`oneshotfl.federation.wire.receive`), called by the runner.
+
+Message flow (one message per node per round, one reply):
+
+* **instruction** (server → node): ``oneshotfl.instruction`` (a ConfigRecord: protocol
+  version, method spec and key, round, the experiment config as JSON) and, when the server
+  sends something, ``oneshotfl.payloads`` holding wire bytes keyed by their sender
+  (``"server"`` for a multi-round broadcast). A peer-topology method (FOL) is relayed with
+  the same record: the server forwards each neighbour's bytes unchanged under
+  ``"client-<id>"`` and the receiving node validates each with the same ``receive``.
+* **reply** (node → server): ``oneshotfl.payloads`` with the node's bytes under
+  ``"client-<id>"`` and ``oneshotfl.reply`` (a ConfigRecord: client id, client wall and
+  training seconds, the local model's accuracies as JSON). The reply facts go into the
+  result file only; ``aggregate`` sees only validated payloads.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
+
+from oneshotfl.federation.payload import WireError
+from oneshotfl.runner.simulation import ClientReply
+
+PROTOCOL = 1
+INSTRUCTION = "oneshotfl.instruction"
+REPLY = "oneshotfl.reply"
+PAYLOADS = "oneshotfl.payloads"
+BYTES_STYPE = "oneshotfl.safetensors"
+SERVER = "server"
+
+
+class MessageError(WireError):
+    """A Flower message that does not hold what the oneshotfl protocol expects."""
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """What a node is asked to do: one round of one method.
+
+    Attributes:
+        method: the method spec (``name:key=value``), built by the node's registry.
+        key: the method's key in the result file.
+        round: the round, from 0.
+        config: the experiment config as a mapping (``ExperimentConfig.to_dict()``).
+        payloads: wire bytes the server sends, keyed by sender (``"server"``).
+    """
+
+    method: str
+    key: str
+    round: int
+    config: Mapping[str, Any]
+    payloads: Mapping[str, bytes]
+
+
+def sender(client_id: int) -> str:
+    """The payload name of a client's bytes."""
+    return f"client-{client_id}"
+
+
+def bytes_record(blobs: Mapping[str, bytes]) -> ArrayRecord:
+    """Wire bytes as an ArrayRecord of ``uint8`` arrays (no copy of the meaning, no pickle)."""
+    record = ArrayRecord()
+    for name, blob in blobs.items():
+        record[name] = Array(dtype="uint8", shape=(len(blob),), stype=BYTES_STYPE, data=blob)
+    return record
+
+
+def record_bytes(record: ArrayRecord) -> dict[str, bytes]:
+    """The wire bytes back out of :func:`bytes_record`.
+
+    Raises:
+        MessageError: for an array that was not written by :func:`bytes_record`.
+    """
+    out: dict[str, bytes] = {}
+    for name, array in record.items():
+        if array.stype != BYTES_STYPE or array.dtype != "uint8":
+            raise MessageError(
+                f"payload {name!r}: expected stype {BYTES_STYPE!r} with dtype uint8, "
+                f"got stype {array.stype!r} with dtype {array.dtype!r}"
+            )
+        if tuple(array.shape) != (len(array.data),):
+            raise MessageError(
+                f"payload {name!r}: shape {tuple(array.shape)} does not match its "
+                f"{len(array.data)} bytes"
+            )
+        out[name] = bytes(array.data)
+    return out
+
+
+def instruction_content(instruction: Instruction) -> RecordDict:
+    """The RecordDict of an instruction message."""
+    content = RecordDict()
+    content[INSTRUCTION] = ConfigRecord(
+        {
+            "protocol": PROTOCOL,
+            "method": instruction.method,
+            "key": instruction.key,
+            "round": instruction.round,
+            "config": json.dumps(dict(instruction.config), sort_keys=True),
+        }
+    )
+    if instruction.payloads:
+        content[PAYLOADS] = bytes_record(instruction.payloads)
+    return content
+
+
+def read_instruction(content: RecordDict) -> Instruction:
+    """Parse an instruction message's content.
+
+    Raises:
+        MessageError: for a message of another protocol or with missing fields.
+    """
+    record = _config_record(content, INSTRUCTION)
+    if record.get("protocol") != PROTOCOL:
+        raise MessageError(
+            f"expected oneshotfl protocol {PROTOCOL}, got {record.get('protocol')!r}: "
+            "server and node run different oneshotfl versions"
+        )
+    fields = _fields(record, INSTRUCTION, {"method": str, "key": str, "round": int, "config": str})
+    config = _json(fields["config"], f"{INSTRUCTION}.config")
+    if not isinstance(config, dict):
+        raise MessageError(f"{INSTRUCTION}.config: expected a JSON object, got {config!r}")
+    payloads = record_bytes(content.array_records[PAYLOADS]) if PAYLOADS in content else {}
+    return Instruction(fields["method"], fields["key"], fields["round"], config, payloads)
+
+
+def reply_content(reply: ClientReply) -> RecordDict:
+    """The RecordDict of a node's reply: its wire bytes and the facts for the result file."""
+    content = RecordDict()
+    content[PAYLOADS] = bytes_record({sender(reply.client_id): reply.data})
+    facts: dict[str, Any] = {
+        "client_id": reply.client_id,
+        "wall_s": reply.wall_s,
+        "local_stats": json.dumps(reply.local_stats, sort_keys=True),
+    }
+    if reply.train_s is not None:
+        facts["train_s"] = reply.train_s
+    content[REPLY] = ConfigRecord(facts)
+    return content
+
+
+def read_reply(content: RecordDict) -> ClientReply:
+    """Parse a node's reply into the :class:`ClientReply` the runner collects.
+
+    The payload bytes are returned as they came; the runner decodes and validates them.
+
+    Raises:
+        MessageError: for a reply without the expected records or fields.
+    """
+    record = _config_record(content, REPLY)
+    fields = _fields(record, REPLY, {"client_id": int, "wall_s": float, "local_stats": str})
+    cid = fields["client_id"]
+    if PAYLOADS not in content.array_records:
+        raise MessageError(f"reply of client {cid}: expected a {PAYLOADS!r} ArrayRecord, got none")
+    blobs = record_bytes(content.array_records[PAYLOADS])
+    if set(blobs) != {sender(cid)}:
+        raise MessageError(
+            f"reply of client {cid}: expected exactly the payload {sender(cid)!r}, "
+            f"got {sorted(blobs)}"
+        )
+    train = record.get("train_s")
+    if train is not None and (isinstance(train, bool) or not isinstance(train, int | float)):
+        raise MessageError(f"{REPLY}.train_s: expected seconds, got {train!r}")
+    stats = _json(fields["local_stats"], f"{REPLY}.local_stats")
+    if not isinstance(stats, dict) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in stats.values()
+    ):
+        raise MessageError(f"{REPLY}.local_stats: expected a JSON object of numbers, got {stats!r}")
+    return ClientReply(
+        cid,
+        blobs[sender(cid)],
+        float(fields["wall_s"]),
+        None if train is None else float(train),
+        {str(k): float(v) for k, v in stats.items()},
+    )
+
+
+def _json(text: str, name: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise MessageError(f"{name}: expected JSON, got {text[:80]!r} ({exc})") from None
+
+
+def _config_record(content: RecordDict, name: str) -> ConfigRecord:
+    if name not in content.config_records:
+        raise MessageError(
+            f"expected a {name!r} ConfigRecord, got records {sorted(content.keys())}"
+        )
+    return content.config_records[name]
+
+
+def _fields(record: ConfigRecord, name: str, types: Mapping[str, type]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for field_name, kind in types.items():
+        value = record.get(field_name)
+        ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            ok, value = True, float(value)
+        if not ok:
+            raise MessageError(
+                f"{name}.{field_name}: expected {kind.__name__}, got {type(value).__name__}"
+            )
+        out[field_name] = value
+    return out

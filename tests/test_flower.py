@@ -1,0 +1,234 @@
+"""The Flower adapter in process: a test double for the Grid drives the real ServerApp body
+and the real ClientApp handler, so the message flow, dropouts, quorum, rejection and the
+equality with the local simulation are tested without starting Flower's runtime."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+flwr = pytest.importorskip("flwr")
+
+from flwr.app import Array, ArrayRecord, Context, Error, Message, RecordDict  # noqa: E402
+from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
+
+from oneshotfl.federation.payload import Payload, decode, encode  # noqa: E402
+from oneshotfl.flower.app import client_main  # noqa: E402
+from oneshotfl.flower.messages import (  # noqa: E402
+    PAYLOADS,
+    REPLY,
+    MessageError,
+    bytes_record,
+    read_reply,
+    record_bytes,
+    reply_content,
+    sender,
+)
+from oneshotfl.flower.node import NodeIdentity, node_identity, node_state  # noqa: E402
+from oneshotfl.flower.server import ServerSettings, run_server  # noqa: E402
+from oneshotfl.runner.config import ConfigError, ExperimentConfig  # noqa: E402
+from oneshotfl.runner.simulation import (  # noqa: E402
+    ClientReply,
+    QuorumError,
+    prepare,
+    run_experiment,
+)
+
+Tamper = Callable[[int, Message, Message], Message | None]
+
+
+@pytest.fixture(autouse=True)
+def task_identity() -> Iterator[None]:
+    """Flower stamps messages with the running task's identity; the runtime sets it."""
+    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
+    yield
+    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
+
+
+class FakeGrid:
+    """Nodes ``100 + partition id``, each answering with the real ClientApp handler.
+
+    ``tamper(node, instruction, reply)`` may replace a reply or drop it (``None``: the node
+    is silent).
+    """
+
+    def __init__(self, clients: int, tamper: Tamper | None = None) -> None:
+        self.node_config = {100 + p: {"partition-id": p} for p in range(clients)}
+        self.tamper = tamper
+        self.sent: list[Message] = []
+
+    def get_node_ids(self) -> Iterable[int]:
+        return list(self.node_config)
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> Iterable[Message]:
+        replies = []
+        for message in messages:
+            message.metadata.__dict__["_message_id"] = f"m{len(self.sent)}"  # as Grids do
+            self.sent.append(message)
+            node = message.metadata.dst_node_id
+            ctx = Context(1, node, self.node_config[node], RecordDict(), {})
+            reply: Message | None = client_main(message, ctx)
+            if self.tamper is not None and reply is not None:
+                reply = self.tamper(node, message, reply)
+            if reply is not None:
+                replies.append(reply)
+        return replies
+
+
+def _core(doc: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return [
+        (m["key"], m["accuracy"], m["personal_accuracy"], m["upload_bytes_per_client"])
+        for m in doc["methods"]
+    ]
+
+
+def _run(tmp_path: Path, cfg: ExperimentConfig, grid: FakeGrid, name: str = "out") -> Any:
+    config = tmp_path / f"{name}.yaml"
+    config.write_text(yaml.safe_dump(cfg.to_dict()))
+    run_config = {"config": str(config), "out": str(tmp_path / name), "node-timeout": 1.0}
+    return run_server(grid, run_config, "test")
+
+
+def test_flower_gives_the_local_simulation_result(tiny_config: Any, tmp_path: Path) -> None:
+    cfg = tiny_config(methods=["local", "fedavg", "ensemble", "fedavg_rounds:rounds=2"])
+    local = run_experiment(cfg)
+    grid = FakeGrid(cfg.clients)
+    # a cache of its own: the nodes train their models again rather than reuse the local ones
+    flower = _run(tmp_path, dataclasses.replace(cfg, cache_dir=str(tmp_path / "nodes")), grid)
+    assert _core(flower) == _core(local)
+    assert flower["clients"] == local["clients"]
+    assert flower["flower"]["node_clients"] == {"100": 0, "101": 1, "102": 2}
+    assert flower["flower"]["no_reply"] == {}
+    for name in ("result.json", "methods.csv", "clients.csv"):
+        assert (tmp_path / "out" / name).is_file()
+    # one message per node per round: 3 methods x 1 round + 2 rounds, 3 nodes each
+    assert len(grid.sent) == 3 * (3 + 2)
+
+
+def test_a_silent_node_is_named_and_the_quorum_still_aggregates(
+    tiny_config: Any, tmp_path: Path
+) -> None:
+    cfg = tiny_config(methods=["fedavg"], min_clients=2)
+    grid = FakeGrid(cfg.clients, tamper=lambda node, _, reply: None if node == 101 else reply)
+    doc = _run(tmp_path, cfg, grid)
+    method = doc["methods"][0]
+    assert method["clients_used"] == [0, 2]
+    assert method["upload_bytes_per_client"][1] == 0
+    assert sorted(method["no_reply"]) == ["client 1", "node 101"]
+    assert "no reply within" in method["no_reply"]["node 101"]
+
+
+def test_below_the_quorum_the_run_fails_naming_the_missing_nodes(
+    tiny_config: Any, tmp_path: Path
+) -> None:
+    cfg = tiny_config(methods=["fedavg"], min_clients=3)
+
+    def fail(node: int, instruction: Message, reply: Message) -> Message | None:
+        if node != 102:
+            return reply
+        error = Message(Error(code=1, reason="out of memory"), reply_to=instruction)
+        error.metadata.__dict__["_src_node_id"] = 1  # errors the SuperLink writes come from it
+        return error
+
+    with pytest.raises(QuorumError, match=r"expected at least 3.*node 102.*out of memory"):
+        _run(tmp_path, cfg, FakeGrid(cfg.clients, tamper=fail))
+    assert not (tmp_path / "out" / "result.json").exists()
+
+
+def test_an_invalid_payload_is_rejected_like_in_simulation(
+    tiny_config: Any, tmp_path: Path
+) -> None:
+    cfg = tiny_config(methods=["fedavg"], min_clients=2)
+
+    def nan_weights(node: int, instruction: Message, reply: Message) -> Message | None:
+        if node != 101:
+            return reply
+        parsed = read_reply(reply.content)
+        payload = decode(parsed.data)
+        arrays = {
+            k: np.full_like(v, np.nan) if v.dtype.kind == "f" else v
+            for k, v in payload.arrays.items()
+        }
+        bad = ClientReply(1, encode(Payload(arrays, payload.scalars)), parsed.wall_s)
+        return Message(reply_content(bad), reply_to=instruction)
+
+    doc = _run(tmp_path, cfg, FakeGrid(cfg.clients, tamper=nan_weights))
+    method = doc["methods"][0]
+    assert method["clients_used"] == [0, 2]
+    assert "client 1" in method["rejected"]["1"] and "finite" in method["rejected"]["1"]
+    assert method["upload_bytes_per_client"][1] == method["upload_bytes_per_client"][0]
+
+
+def test_payload_bytes_cross_flower_records_unchanged() -> None:
+    blob = encode(Payload({"w": np.arange(6, dtype=np.float32).reshape(2, 3)}, {"n": 3}))
+    assert record_bytes(bytes_record({"client-0": blob})) == {"client-0": blob}
+    wrong = ArrayRecord({"client-0": Array(np.zeros(3, dtype=np.float32))})
+    with pytest.raises(MessageError, match=r"expected stype 'oneshotfl\.safetensors'"):
+        record_bytes(wrong)
+
+
+def test_a_reply_must_carry_its_own_client_payload() -> None:
+    reply = ClientReply(2, b"abc", 0.1)
+    content = reply_content(reply)
+    content[PAYLOADS] = bytes_record({sender(1): b"abc"})
+    with pytest.raises(MessageError, match="expected exactly the payload 'client-2'"):
+        read_reply(content)
+    assert read_reply(reply_content(reply)) == reply
+
+
+@pytest.mark.parametrize(
+    ("node_config", "fragment"),
+    [
+        ({}, "expected partition-id"),
+        ({"partition-id": "0"}, "expected partition-id"),
+        ({"partition-id": 0, "num-partitions": "3"}, "num-partitions must be an integer"),
+    ],
+)
+def test_bad_node_config_is_refused_clearly(node_config: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        node_identity(node_config)
+
+
+def test_bad_run_config_is_refused_clearly() -> None:
+    with pytest.raises(ConfigError, match=r"reply-timeout: expected seconds > 0, got -1"):
+        ServerSettings.from_run_config({"reply-timeout": -1})
+    settings = ServerSettings.from_run_config({"overrides": "clients=3 'model=mlp'"})
+    assert settings.overrides == ("clients=3", "model=mlp")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "fragment"),
+    [
+        ("local_stats", "{not json", "local_stats: expected JSON"),
+        ("local_stats", '{"local_test_accuracy": "high"}', "a JSON object of numbers"),
+        ("train_s", "soon", "train_s: expected seconds"),
+        ("client_id", "0", "client_id: expected int, got str"),
+    ],
+)
+def test_a_malformed_reply_is_refused_with_a_clear_error(
+    field: str, value: str, fragment: str
+) -> None:
+    content = reply_content(ClientReply(0, b"abc", 0.1, 1.0))
+    content.config_records[REPLY][field] = value
+    with pytest.raises(MessageError, match=fragment):
+        read_reply(content)
+
+
+def test_a_node_holds_only_its_own_shard(tiny_config: Any) -> None:
+    cfg = tiny_config()
+    local = prepare(cfg)
+    state = node_state(cfg.to_dict(), NodeIdentity(partition_id=1, num_partitions=3))
+    (shard,) = state.setup.federation.clients
+    assert shard.client_id == 1
+    assert np.array_equal(shard.indices, local.federation.clients[1].indices)
+    with pytest.raises(ConfigError, match="num-partitions=4, but the experiment has clients=3"):
+        node_state(cfg.to_dict(), NodeIdentity(partition_id=1, num_partitions=4))
