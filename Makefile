@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
 .PHONY: setup data demo test lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
-	bench-flower clean-cache
+	bench-flower bench-flower-deploy bench-flower-sim clean-cache
 VENV := .venv/bin
 
 setup:
@@ -73,17 +73,25 @@ bench-fedage: setup data
 
 ## The Flower figures of issue 5 (docs/benchmarks.md): bytes on the wire and wall time per
 ## method through 3 SuperNodes against the local simulation, then Flower's simulation engine at
-## 10/50/100 clients against the local run at 1 thread (results must be identical).
+## 10/50/100 clients against the local run at 1 thread (results must be identical; no cache,
+## so both sides train every client).
 FLOWER_OUT := benchmarks/results/flower
 FLOWER_BYTES := dataset=fashion_mnist clients=3 model=cnn local_epochs=1 max_train=6000 \
   public_size=1000 server_model=cnn server_epochs=1 device=cpu
-FLOWER_SIM := dataset=fashion_mnist model=cnn local_epochs=1 methods=fedavg device=cpu
-bench-flower: setup data
+FLOWER_SIM := dataset=fashion_mnist model=cnn local_epochs=1 methods=fedavg device=cpu cache_dir=
+bench-flower: bench-flower-deploy bench-flower-sim
+	$(VENV)/python scripts/flower_report.py $(FLOWER_OUT) docs/benchmarks.md
+
+bench-flower-deploy: setup data
 	mkdir -p $(FLOWER_OUT)
 	bash scripts/flower_measure.sh "$(FLOWER_BYTES)" local fedavg ensemble centralized fedhkt \
 	  > $(FLOWER_OUT)/deployment.jsonl
+
+bench-flower-sim: setup data
+	mkdir -p $(FLOWER_OUT)
 	rm -f $(FLOWER_OUT)/simulation.jsonl $(FLOWER_OUT)/local.jsonl
 	for n in 10 50 100; do \
+	  rm -rf runs/flower-sim-$$n runs/local-sim-$$n; \
 	  bash scripts/flower_simulation.sh $$n "$(FLOWER_SIM)" $$PWD/runs/flower-sim-$$n \
 	    >> $(FLOWER_OUT)/simulation.jsonl || exit 1; \
 	  OMP_NUM_THREADS=1 /usr/bin/time -f '{"clients": '$$n', "local_wall_s": %e, "local_peak_rss_kib": %M}' \
