@@ -197,3 +197,23 @@ def test_report_finds_one_parameter_sweeps() -> None:
         (0.25, 0.6, 0.0),
         (0.75, 0.8, 0.0),
     ]
+
+
+def test_report_orders_settings_by_value_and_plots_a_varying_key() -> None:
+    from oneshotfl.runner.report import collect, setting_series
+
+    def doc(clients: int, seed: int, acc: float) -> dict[str, object]:
+        config = {"partition": "dirichlet", "alpha": 0.1, "clients": clients, "seed": seed}
+        return {
+            "config": config,
+            "methods": [{"key": "fedage", "accuracy": acc, "upload_bytes_mean": 1.0}],
+        }
+
+    report = collect([doc(10, 0, 0.3), doc(5, 0, 0.5), doc(50, 0, 0.2)])
+    assert [s.split("=")[-1] for s in report.settings] == ["5", "10", "50"]
+    assert sorted(setting_series(report)["clients"]["fedage"]) == [
+        (5.0, 0.5, 0.0),
+        (10.0, 0.3, 0.0),
+        (50.0, 0.2, 0.0),
+    ]
+    assert setting_series(collect([doc(10, 0, 0.3), doc(10, 1, 0.4)])) == {}

@@ -96,6 +96,7 @@ class Report:
     settings: list[str] = field(default_factory=list)
     methods: list[str] = field(default_factory=list)
     alphas: dict[str, tuple[float, str]] = field(default_factory=dict)
+    extras: dict[str, dict[str, Any]] = field(default_factory=dict)
     runs: int = 0
     wall_time_s: float = 0.0
 
@@ -120,6 +121,7 @@ def collect(docs: Iterable[Mapping[str, Any]]) -> Report:
         report.wall_time_s += float(doc.get("wall_time_s", 0.0))
         if setting not in report.settings:
             report.settings.append(setting)
+            report.extras[setting] = {k: config.get(k) for k in extra_keys}
         if config.get("partition") == "dirichlet":
             report.alphas[setting] = (float(config["alpha"]), extra)
         for result in doc["methods"]:
@@ -141,7 +143,14 @@ def collect(docs: Iterable[Mapping[str, Any]]) -> Report:
             cell.upload_bytes.append(float(result["upload_bytes_mean"]))
             if result.get("rounds_history"):
                 cell.histories.append(list(result["rounds_history"]))
+    report.settings.sort(key=natural_key)  # clients=5 before clients=10
     return report
+
+
+def natural_key(text: str) -> list[Any]:
+    """Sort key that orders the numbers inside ``text`` by value (``5`` before ``10``)."""
+    parts = re.split(r"(\d+(?:\.\d+)?)", text)
+    return [(0, float(p), "") if i % 2 else (1, 0.0, p) for i, p in enumerate(parts)]
 
 
 def human_bytes(n: float) -> str:
@@ -255,7 +264,11 @@ def write_report(
 
 def _plots(report: Report, out_dir: Path, title: str) -> dict[str, Path]:
     plots: dict[str, Path] = {}
-    if len(report.alphas) >= 2:
+    for key, series in setting_series(report).items():
+        plots[f"accuracy vs {key}"] = line_plot(
+            series, out_dir / f"accuracy_vs_{key}.png", key, "test accuracy", title
+        )
+    if len({alpha for alpha, _ in report.alphas.values()}) >= 2:
         series: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
         for (setting, method), cell in report.cells.items():
             if setting in report.alphas:
@@ -302,6 +315,23 @@ def _plots(report: Report, out_dir: Path, title: str) -> dict[str, Path]:
             xfmt=human_bytes,
         )
     return plots
+
+
+def setting_series(report: Report) -> dict[str, dict[str, list[tuple[float, float, float]]]]:
+    """When settings differ in exactly one numeric config key besides the partition (e.g.
+    ``clients``), ``key → method → [(value, mean, std)]`` for an accuracy-vs-key plot."""
+    keys = {k for extras in report.extras.values() for k in extras}
+    labels = {s.split(" · ")[0] for s in report.settings}  # the partition part
+    if len(keys) != 1 or len(labels) != 1 or len(report.settings) < 2:
+        return {}
+    (key,) = keys
+    values = [report.extras[s][key] for s in report.settings]
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        return {}
+    series: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+    for (setting, method), cell in report.cells.items():
+        series[method].append((float(report.extras[setting][key]), *cell.mean_std()))
+    return {key: dict(series)}
 
 
 def parameter_series(
