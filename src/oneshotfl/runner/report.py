@@ -264,9 +264,9 @@ def write_report(
 
 def _plots(report: Report, out_dir: Path, title: str) -> dict[str, Path]:
     plots: dict[str, Path] = {}
-    for key, series in setting_series(report).items():
+    for key, by_method in setting_series(report).items():
         plots[f"accuracy vs {key}"] = line_plot(
-            series, out_dir / f"accuracy_vs_{key}.png", key, "test accuracy", title
+            by_method, out_dir / f"accuracy_vs_{key}.png", key, "test accuracy", title
         )
     if len({alpha for alpha, _ in report.alphas.values()}) >= 2:
         series: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
@@ -288,9 +288,9 @@ def _plots(report: Report, out_dir: Path, title: str) -> dict[str, Path]:
         plots["accuracy vs rounds"] = rounds_plot(
             panels, out_dir / "accuracy_vs_rounds.png", title, xfmt=human_bytes
         )
-    for (method, param), series in parameter_series(report).items():
+    for (method, param), by_setting in parameter_series(report).items():
         plots[f"{method}: accuracy vs {param}"] = line_plot(
-            series,
+            by_setting,
             out_dir / f"accuracy_vs_{method}_{param}.png",
             f"{method} {param}",
             "test accuracy",
