@@ -57,7 +57,7 @@ def test_cost_command_writes_json_and_plot(tmp_path: Path) -> None:
     doc = json.loads((out / "cost.json").read_text())
     assert (out / "cost.png").stat().st_size > 0
     assert doc["encoder"]["trainable_parameters"] == 0
-    fedage, full = doc["fedage"]["total_gflops_per_sample"], doc["full"]["mlp"]
+    fedage, full = doc["fedage"]["total_gflops_per_sample"], doc["full"]["models"]["mlp"]
     head_step = doc["head"]["train_step_flops_per_sample"]
     enc = doc["encoder"]["forward_flops_per_sample"]
     assert abs(fedage - (enc + 7 * head_step) / 1e9) < 1e-15  # encoder once, 7 head epochs

@@ -27,15 +27,16 @@ from oneshotfl.data.datasets import (
     load_dataset,
 )
 from oneshotfl.data.partition import PARTITIONERS, PartitionError
+from oneshotfl.encoders import Encoder
 from oneshotfl.methods import METHODS
 from oneshotfl.models import MODELS
 from oneshotfl.plots import partition_heatmap
 from oneshotfl.registry import Registry, RegistryError
-from oneshotfl.runner.config import ConfigError, load_config, make_config
+from oneshotfl.runner.config import ConfigError, ExperimentConfig, load_config, make_config
 from oneshotfl.runner.federation import build_federation
 from oneshotfl.runner.report import human_bytes, setting_label, splice_markdown, write_report
 from oneshotfl.runner.results import atomic_write_text, write_result
-from oneshotfl.runner.simulation import QuorumError, prepare, run_experiment
+from oneshotfl.runner.simulation import QuorumError, Setup, prepare, run_experiment
 from oneshotfl.runner.sweep import load_sweep, select_seeds, select_shard
 from oneshotfl.training.progress import RichTracker
 
@@ -357,6 +358,20 @@ encoder_app = typer.Typer(help="Shared frozen encoders: pretrain one, probe one.
 app.add_typer(encoder_app, name="encoder")
 
 
+def _encoder_setup(
+    config: Path | None, overrides: list[str] | None, encoder: str
+) -> tuple[ExperimentConfig, Setup, Encoder]:
+    """Load the experiment with the shared ``encoder`` (built, and pretrained if it is
+    ``simclr``); a bad config or encoder exits with one clear error."""
+    try:
+        cfg = load_config(config, overrides or [], {"encoder": encoder})
+        setup = prepare(cfg)
+    except (*USER_ERRORS, ValueError) as exc:
+        _fail(exc)
+    assert setup.encoder is not None  # prepare builds it when cfg.encoder is set
+    return cfg, setup, setup.encoder
+
+
 @encoder_app.command("pretrain")
 def encoder_pretrain(
     out: Annotated[Path, typer.Option(help="the safetensors file to write")],
@@ -420,13 +435,8 @@ def encoder_probe(
     from oneshotfl.training.loop import TrainConfig, accuracy, train_classifier
 
     _setup_logging(False)
-    try:
-        cfg = load_config(config, overrides or [], {"encoder": encoder})
-        setup = prepare(cfg)
-    except (*USER_ERRORS, ValueError) as exc:
-        _fail(exc)
-    enc, fed = setup.encoder, setup.federation
-    assert enc is not None
+    cfg, setup, enc = _encoder_setup(config, overrides, encoder)
+    fed = setup.federation
     x = torch.cat([c.train.x for c in fed.clients])
     y = torch.cat([c.train.y for c in fed.clients])
     z, z_test = enc.embed(x, setup.device), enc.embed(fed.test.x, setup.device)
@@ -475,13 +485,11 @@ def encoder_attack(
 
     _setup_logging(False)
     try:
-        cfg = load_config(config, overrides or [], {"encoder": encoder})
-        setup = prepare(cfg)
         levels = [None if e.strip() == "none" else float(e) for e in epsilons.split(",")]
-    except (*USER_ERRORS, ValueError) as exc:
-        _fail(exc)
-    enc, fed = setup.encoder, setup.federation
-    assert enc is not None
+    except ValueError:
+        _fail(ConfigError(f"--epsilons: expected numbers or 'none', got {epsilons!r}"))
+    cfg, setup, enc = _encoder_setup(config, overrides, encoder)
+    fed = setup.federation
     x = fed.test.x[:samples]
     z = enc.embed(x, torch.device("cpu"))
     originals = to_unit_range(x, fed.task.dataset)
@@ -548,16 +556,14 @@ def encoder_cost(
     from oneshotfl.plots import line_plot
 
     _setup_logging(False)
-    try:
-        cfg = load_config(config, overrides or [], {"encoder": encoder})
-        setup = prepare(cfg)
+    try:  # cheap checks first: the encoder may take minutes to pretrain
         if samples < 1 or head_epochs < 1 or (full_epochs is not None and full_epochs < 1):
             raise ConfigError("samples, head-epochs and full-epochs: expected >= 1")
         priced = [(b.partition("@")[0], int(b.partition("@")[2] or 224)) for b in backbone or []]
-    except (*USER_ERRORS, ValueError) as exc:
+    except ValueError as exc:
         _fail(exc)
-    enc, fed = setup.encoder, setup.federation
-    assert enc is not None
+    cfg, setup, enc = _encoder_setup(config, overrides, encoder)
+    fed = setup.federation
     x = fed.test.x[:samples]
     epochs = cfg.local_epochs if full_epochs is None else full_epochs
     try:
@@ -584,13 +590,12 @@ def encoder_cost(
         f"{doc['fedage']['total_gflops_per_sample']:.6f}",
         str(doc["head"]["trainable_parameters"]),
     )
-    for arch, row in doc["full"].items():
-        if isinstance(row, dict):
-            table.add_row(
-                f"{epochs} epochs of {arch}",
-                f"{row['total_gflops_per_sample']:.6f}",
-                str(row["trainable_parameters"]),
-            )
+    for arch, row in doc["full"]["models"].items():
+        table.add_row(
+            f"{epochs} epochs of {arch}",
+            f"{row['total_gflops_per_sample']:.6f}",
+            str(row["trainable_parameters"]),
+        )
     for name, row in doc["backbones"].items():
         table.add_row(f"{name} forward (once)", f"{row['forward_flops_per_sample'] / 1e9:.4f}", "0")
     console.print(table)

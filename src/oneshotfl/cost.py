@@ -26,13 +26,8 @@ import torchvision
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from oneshotfl.encoders.base import Encoder, Preprocess, preprocess_images
-from oneshotfl.encoders.sources import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    TORCHVISION_BACKBONES,
-    feature_extractor,
-)
+from oneshotfl.encoders.base import Encoder, preprocess_images
+from oneshotfl.encoders.sources import TORCHVISION_BACKBONES, feature_extractor, imagenet_preprocess
 from oneshotfl.federation.contract import TaskInfo
 from oneshotfl.models import create_model
 
@@ -93,8 +88,8 @@ def backbone_forward_flops(arch: str, size: int, task: TaskInfo, x: torch.Tensor
     if arch not in TORCHVISION_BACKBONES:
         raise ValueError(f"backbone: expected one of {sorted(TORCHVISION_BACKBONES)}, got {arch!r}")
     module = feature_extractor(arch, torchvision.models.get_model(arch, weights=None)).eval()
-    pre = Preprocess(size=size, channels=3, mean=IMAGENET_MEAN, std=IMAGENET_STD)
-    return forward_flops(lambda b: module(b), preprocess_images(x, pre, task))
+    images = preprocess_images(x, imagenet_preprocess(size), task)
+    return forward_flops(lambda b: module(b), images)
 
 
 def client_cost(
@@ -153,7 +148,7 @@ def client_cost(
             "trainable_parameters": trainable_parameters(head),
         },
         "fedage": {"epochs": head_epochs, "total_gflops_per_sample": fedage_total},
-        "full": {"epochs": full_epochs, **full},
+        "full": {"epochs": full_epochs, "models": full},
         "ratio_full_over_fedage": {
             arch: v["total_gflops_per_sample"] / fedage_total for arch, v in full.items()
         },

@@ -87,6 +87,11 @@ def feature_extractor(arch: str, model: nn.Module) -> nn.Module:
     return nn.Sequential(features, nn.AdaptiveAvgPool2d(1), nn.Flatten())
 
 
+def imagenet_preprocess(size: int) -> Preprocess:
+    """Resize to ``size`` px, repeat grey to 3 channels, normalise with ImageNet's constants."""
+    return Preprocess(size=size, channels=3, mean=IMAGENET_MEAN, std=IMAGENET_STD)
+
+
 def cached_weights_path(arch: str) -> Path:
     """Where ``torchvision`` keeps the ImageNet weights of ``arch`` (the torch hub cache,
     ``$TORCH_HOME/hub/checkpoints``)."""
@@ -132,7 +137,7 @@ def torchvision_encoder(options: Mapping[str, str], ctx: EncoderContext) -> Enco
     size = int(opts.get("size", 224))
     if size < 16:
         raise EncoderError(f"encoder {spec!r}: expected size >= 16, got {size}")
-    pre = Preprocess(size=size, channels=3, mean=IMAGENET_MEAN, std=IMAGENET_STD)
+    pre = imagenet_preprocess(size)
     encoder = Encoder(spec, feature_extractor(arch, model), TORCHVISION_BACKBONES[arch], pre, task)
     encoder.info["weights"] = str(path)
     return encoder
