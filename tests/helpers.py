@@ -6,7 +6,12 @@ from typing import Any
 
 import torch
 
-from oneshotfl.federation.contract import ServerContext, TaskInfo
+from oneshotfl.data.types import TaskInfo
+from oneshotfl.protocol.contract import Method, ServerContext
+from oneshotfl.runner import engine
+from oneshotfl.runner.config import ExperimentConfig
+from oneshotfl.runner.experiment import Experiment
+from oneshotfl.runner.transport import LocalTransport
 from oneshotfl.training.loop import TrainConfig
 
 
@@ -19,9 +24,18 @@ def make_server_context(task: TaskInfo, **overrides: Any) -> ServerContext:
         client_archs=("mlp",),
         train_config=TrainConfig(epochs=1),
         client_train_config=TrainConfig(),
-        num_clients=1,
         device=torch.device("cpu"),
         seed=0,
     )
     values.update(overrides)
     return ServerContext(**values)
+
+
+def prepare(cfg: ExperimentConfig) -> Experiment:
+    """The prepared experiment of ``cfg`` (data carved, encoder and graph built)."""
+    return Experiment.prepare(cfg)
+
+
+def run_method(key: str, method: Method[Any], exp: Experiment) -> dict[str, Any]:
+    """One method over the in-process transport, as its result.json entry."""
+    return engine.run_method(key, method, exp, LocalTransport(exp)).to_dict()

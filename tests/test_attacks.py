@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from oneshotfl.attacks import invert, psnr, ssim, to_unit_range, total_variation
 from oneshotfl.cli import app
+from oneshotfl.data.types import TaskInfo
 from oneshotfl.encoders import build_encoder
-from oneshotfl.federation.contract import TaskInfo
 
 TASK = TaskInfo("digits", 10, 1, 8)
 

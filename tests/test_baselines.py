@@ -10,44 +10,41 @@ import pytest
 import torch
 from torch import nn
 
-from helpers import make_server_context
-from oneshotfl.data.types import UnlabelledData
-from oneshotfl.federation.contract import ServerContext, TaskInfo
-from oneshotfl.federation.payload import Payload
-from oneshotfl.federation.spec import (
-    PayloadError,
-    model_fields,
-    model_from_fields,
-    validate_payload,
-)
-from oneshotfl.methods import build_method
+from helpers import make_server_context, prepare, run_method
+from oneshotfl.data.types import TaskInfo, UnlabelledData
 
 # Importing feddf, fedprox and mine (below) registers them: methods/__init__.py does not list
 # them, so build_method and the registry-wide contract test see them through these imports.
-from oneshotfl.methods.feddf import (
-    FedDFConfig,
-    average_teacher,
-    choose_student,
-    distillation_loss,
-    teacher_from_logits,
-)
-from oneshotfl.methods.fedprox import (
-    FedProx,
-    FedProxConfig,
-    proximal_penalty,
-    proximal_regulariser,
-)
+from oneshotfl.functional import average_probabilities, ensemble_target, kl_to_student
+from oneshotfl.methods import build_method
+from oneshotfl.methods.common import initial_model
+from oneshotfl.methods.feddf import FedDFConfig, choose_student
+from oneshotfl.methods.fedprox import FedProx, FedProxConfig
 from oneshotfl.methods.mine import (
     MinEConfig,
     lowest_entropy_client,
     lowest_entropy_labels,
     lowest_entropy_predictions,
 )
-from oneshotfl.methods.recipes import initial_model
-from oneshotfl.runner.simulation import client_context, prepare, resolve_methods, run_method
+from oneshotfl.protocol.contract import ServerContext
+from oneshotfl.protocol.payload import Payload
+from oneshotfl.protocol.spec import (
+    PayloadError,
+    model_fields,
+    model_from_fields,
+    task_dims,
+    validate_payload,
+)
+from oneshotfl.runner.experiment import resolve_methods
+from oneshotfl.training.components import (
+    ComponentEnv,
+    ComponentSpec,
+    build_component,
+    proximal_penalty,
+)
 
 TASK = TaskInfo("digits", 10, 1, 8)
-DIMS = TASK.dims(public_size=4)
+DIMS = task_dims(TASK, 4)
 
 
 def server_ctx(**kw: Any) -> ServerContext:
@@ -71,12 +68,17 @@ def tiny_linear(weight: list[float], bias: float) -> nn.Linear:
 
 def test_proximal_penalty_by_hand() -> None:
     w0 = tiny_linear([0.0, 0.0], 1.0)
-    regulariser = proximal_regulariser(mu=0.5)(w0)  # snapshots w0
+    proximal = build_component(
+        ComponentSpec.of("proximal", mu=0.5), ComponentEnv(10, 0, torch.Generator())
+    )
+    proximal.setup(w0)  # snapshots w0
+    none = torch.empty(0)
     with torch.no_grad():  # move the model: w = (1, 2), b = 3
         w0.weight.copy_(torch.tensor([[1.0, 2.0]]))
         w0.bias.fill_(3.0)
     # ‖w − w0‖² = 1² + 2² + (3 − 1)² = 9 → (μ/2)·9 = 0.25·9 = 2.25
-    value = regulariser(w0)
+    value = proximal.loss_term(w0, none, none, none)
+    assert value is not None
     torch.testing.assert_close(value, torch.tensor(2.25))
     value.backward()  # ∇ = μ·(w − w0) = 0.5·(1, 2), 0.5·2
     assert w0.weight.grad is not None and w0.bias.grad is not None
@@ -103,12 +105,12 @@ def test_fedprox_config_rejects_non_positive_mu(mu: float) -> None:
 
 def test_large_mu_keeps_the_client_near_the_initial_model(tiny_config: Any) -> None:
     setup = prepare(tiny_config(methods=["fedprox"]))
-    ctx = client_context(setup, 0)
+    ctx = setup.client_context(0)
     w0 = initial_model(ctx.arch, ctx.task, ctx.seed)
 
     def drift(mu: float) -> float:
         payload = FedProx(FedProxConfig(mu=mu)).client_update(ctx)
-        model = model_from_fields(payload, ctx.task.dims())
+        model = model_from_fields(payload, ctx.dims)
         with torch.no_grad():
             pairs = zip(model.parameters(), w0.parameters(), strict=True)
             return float(sum(((a - b) ** 2).sum() for a, b in pairs) ** 0.5)
@@ -122,24 +124,24 @@ def test_large_mu_keeps_the_client_near_the_initial_model(tiny_config: Any) -> N
 
 def test_teacher_average_by_hand() -> None:
     probs = torch.tensor([[[0.2, 0.8], [1.0, 0.0]], [[0.6, 0.4], [0.0, 1.0]]])  # [K=2, N=2, C=2]
-    torch.testing.assert_close(average_teacher(probs), torch.tensor([[0.4, 0.6], [0.5, 0.5]]))
+    torch.testing.assert_close(average_probabilities(probs), torch.tensor([[0.4, 0.6], [0.5, 0.5]]))
     with pytest.raises(ValueError, match="expected"):
-        average_teacher(torch.zeros(0, 2, 2))
+        average_probabilities(torch.zeros(0, 2, 2))
 
 
-def test_teacher_from_logits_by_hand() -> None:
+def test_ensemble_target_by_hand() -> None:
     logits = torch.tensor([[[0.0, 0.0]], [[2.0, 0.0]]])  # two clients, one sample
     e, e2 = math.e, math.e**2
     # mean of softmaxes: ((.5, .5) + (e²/(e²+1), 1/(e²+1))) / 2
     want_probs = torch.tensor([[(0.5 + e2 / (e2 + 1)) / 2, (0.5 + 1 / (e2 + 1)) / 2]])
-    torch.testing.assert_close(teacher_from_logits(logits), want_probs)
+    torch.testing.assert_close(ensemble_target(logits), want_probs)
     # the paper's: softmax of the mean logits (1, 0) → (e/(e+1), 1/(e+1))
     want_logits = torch.tensor([[e / (e + 1), 1 / (e + 1)]])
-    torch.testing.assert_close(teacher_from_logits(logits, teacher="logits"), want_logits)
+    torch.testing.assert_close(ensemble_target(logits, form="logits"), want_logits)
     # T = 2 on the mean logits: softmax((0.5, 0)) = (√e/(√e+1), 1/(√e+1))
     r = math.sqrt(e)
     torch.testing.assert_close(
-        teacher_from_logits(logits, 2.0, "logits"), torch.tensor([[r / (r + 1), 1 / (r + 1)]])
+        ensemble_target(logits, 2.0, "logits"), torch.tensor([[r / (r + 1), 1 / (r + 1)]])
     )
 
 
@@ -149,11 +151,11 @@ def test_distillation_loss_by_hand() -> None:
     # sample 1: q = softmax(ln 3, 0) = (3/4, 1/4): KL = 1·ln(1/(3/4)) = ln(4/3) (0·log 0 = 0)
     logits = torch.tensor([[0.0, math.log(3)], [math.log(3), 0.0]])
     want = torch.tensor((0.5 * math.log(4 / 3) + math.log(4 / 3)) / 2)
-    torch.testing.assert_close(distillation_loss(logits, teacher), want)
-    torch.testing.assert_close(distillation_loss(2 * logits, teacher, temperature=2.0), want)
+    torch.testing.assert_close(kl_to_student(logits, teacher).mean(), want)
+    torch.testing.assert_close(kl_to_student(2 * logits, teacher, temperature=2.0).mean(), want)
     matching = torch.log(torch.tensor([[0.3, 0.7]]))
     torch.testing.assert_close(
-        distillation_loss(matching, torch.tensor([[0.3, 0.7]])), torch.tensor(0.0)
+        kl_to_student(matching, torch.tensor([[0.3, 0.7]])).mean(), torch.tensor(0.0)
     )
 
 
@@ -193,7 +195,7 @@ def test_feddf_models_form_starts_from_the_fedavg_average() -> None:
     model = initial_model("mlp", TASK, seed=3)
     payload = model_fields(model).merged(Payload({}, {"n_examples": 5}))
     method = build_method("feddf:epochs=1")
-    outcome = method.aggregate({0: payload, 1: payload}, server_ctx(num_clients=2))
+    outcome = method.aggregate({0: payload, 1: payload}, server_ctx())
     info = getattr(outcome, "info", {})
     assert info["student_init"] == "average" and info["student_arch"] == "mlp"
 

@@ -43,7 +43,7 @@ def test_architecture_mapping() -> None:
         ({"val_fraction": 1.5}, "val_fraction"),
         ({"alpha": "lots"}, "alpha"),
         ({"device": "tpu"}, "device"),
-        ({"lr": -1}, "lr must be > 0"),
+        ({"lr": -1}, "lr: expected > 0"),
         ({"min_clients": 20, "clients": 10}, "min_clients"),
     ],
 )

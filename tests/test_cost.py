@@ -14,8 +14,8 @@ from oneshotfl.cost import (
     train_step_flops,
     trainable_parameters,
 )
+from oneshotfl.data.types import TaskInfo
 from oneshotfl.encoders import build_encoder
-from oneshotfl.federation.contract import TaskInfo
 from oneshotfl.models import create_model
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import torch
 
-from oneshotfl.runner.simulation import run_experiment
+from oneshotfl.runner.experiment import run_experiment
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 

@@ -10,19 +10,16 @@ import pytest
 import torch
 import torchvision
 
+from helpers import prepare
 from oneshotfl.data.datasets import DATASETS
+from oneshotfl.data.types import TaskInfo
 from oneshotfl.encoders import EncoderError, build_encoder, parse_encoder_spec
 from oneshotfl.encoders.base import Preprocess, preprocess_images
 from oneshotfl.encoders.sources import IMAGENET_MEAN, IMAGENET_STD, cached_weights_path
-from oneshotfl.federation.contract import Method, Requires, TaskInfo
-from oneshotfl.methods.recipes import client_embeddings
+from oneshotfl.methods.common import client_embeddings
+from oneshotfl.protocol.contract import Method, Requires
 from oneshotfl.runner.config import ConfigError
-from oneshotfl.runner.simulation import (
-    RequirementError,
-    check_requirements,
-    client_context,
-    prepare,
-)
+from oneshotfl.runner.engine import RequirementError
 
 TASK = TaskInfo("digits", 10, 1, 8)
 
@@ -136,14 +133,14 @@ class NeedsEncoder(Method[Any]):
 def test_runner_builds_the_encoder_and_caches_embeddings(tiny_config: Any) -> None:
     setup = prepare(tiny_config(methods=["local"]))
     with pytest.raises(RequirementError, match="needs a shared frozen encoder"):
-        check_requirements([("x", NeedsEncoder())], setup)
+        setup.check([("x", NeedsEncoder())])
     setup = prepare(tiny_config(methods=["local"], encoder="random:dim=8"))
-    check_requirements([("x", NeedsEncoder())], setup)
-    ctx = client_context(setup, 0)
+    setup.check([("x", NeedsEncoder())])
+    ctx = setup.client_context(0)
     z = client_embeddings(ctx)
-    assert z.shape == (len(ctx.data), 8) and ctx.notes["embed_cache_hit"] is False
-    again = client_context(setup, 0)
-    assert torch.equal(client_embeddings(again), z) and again.notes["embed_cache_hit"] is True
+    assert z.shape == (len(ctx.data), 8) and (setup.store.misses, setup.store.hits) == (1, 0)
+    again = setup.client_context(0)
+    assert torch.equal(client_embeddings(again), z) and setup.store.hits == 1
     with pytest.raises(ConfigError, match="unknown encoder"):
         prepare(tiny_config(methods=["local"], encoder="imagenet"))
 
@@ -198,8 +195,8 @@ def test_pretrain_save_load_and_hash_checks(tmp_path: Path) -> None:
 
 
 def test_simclr_source_pretrains_on_the_public_pool_once(tmp_path: Path) -> None:
+    from oneshotfl.artefacts import ArtefactStore
     from oneshotfl.encoders.pretrain import PretrainConfig, pretrain_encoder
-    from oneshotfl.federation.artefacts import ArtefactStore
 
     pool = torch.randn(32, 1, 8, 8)
     spec = "simclr:dim=8:width=4:epochs=2:batch_size=16"

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from oneshotfl.federation.contract import TaskInfo
-from oneshotfl.federation.payload import Payload
-from oneshotfl.federation.spec import PayloadError, validate_payload
+from helpers import prepare, run_method
+from oneshotfl.data.types import TaskInfo
+from oneshotfl.functional import consistent_vote_counts, noisy_argmax, vote_counts
 from oneshotfl.methods import build_method
 from oneshotfl.methods.fedet import (
     FedETConfig,
@@ -21,17 +21,12 @@ from oneshotfl.methods.fedet import (
     variance_weights,
 )
 from oneshotfl.methods.fedkd import FedKDConfig, dequantize_levels, noisy_mean, quantize_levels
-from oneshotfl.methods.fedkt import (
-    FedKTConfig,
-    consistent_vote_counts,
-    disjoint_parts,
-    noisy_argmax,
-    query_indices,
-    vote_counts,
-)
-from oneshotfl.runner.simulation import prepare, resolve_methods, run_method
+from oneshotfl.methods.fedkt import FedKTConfig, disjoint_parts, query_indices
+from oneshotfl.protocol.payload import Payload
+from oneshotfl.protocol.spec import PayloadError, task_dims, validate_payload
+from oneshotfl.runner.experiment import resolve_methods
 
-DIMS = TaskInfo("digits", 10, 1, 8).dims(public_size=4)
+DIMS = task_dims(TaskInfo("digits", 10, 1, 8), 4)
 
 # ----------------------------------------------------------------------------- Fed-ET
 
@@ -72,10 +67,10 @@ def test_fedet_loss_by_hand() -> None:
     logits = torch.zeros(1, 3)  # q = uniform
     target = torch.tensor([[1.0, 0.0, 0.0]])
     div = three_models()[2]
-    loss = fedet_loss(logits, target, div, torch.tensor([True]), lam=0.5)
+    loss = fedet_loss(logits, target, div, torch.tensor([True]), lam=0.5).mean()
     kl = 0.8 * math.log(0.8) + 0.2 * math.log(0.1) + math.log(3)
     assert math.isclose(float(loss), math.log(3) + 0.5 * kl, rel_tol=1e-5)
-    without = fedet_loss(logits, target, div, torch.tensor([False]), lam=0.5)
+    without = fedet_loss(logits, target, div, torch.tensor([False]), lam=0.5).mean()
     assert math.isclose(float(without), math.log(3), rel_tol=1e-6)
 
 

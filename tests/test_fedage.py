@@ -9,19 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from oneshotfl.federation.payload import Payload
-from oneshotfl.federation.spec import PayloadError, WireDims, model_fields, validate_payload
+from helpers import prepare, run_method
+from oneshotfl.functional import kl_to_student
 from oneshotfl.methods import build_method
-from oneshotfl.methods.fedage import FedAGEConfig, ensemble_loss, kd_loss
+from oneshotfl.methods.fedage import FedAGEConfig, kd_loss
 from oneshotfl.models import create_model
-from oneshotfl.runner.simulation import (
-    RequirementError,
-    check_requirements,
-    client_context,
-    prepare,
-    resolve_methods,
-    run_method,
-)
+from oneshotfl.protocol.payload import Payload
+from oneshotfl.protocol.spec import PayloadError, WireDims, model_fields, validate_payload
+from oneshotfl.runner.engine import RequirementError
+from oneshotfl.runner.experiment import resolve_methods
 
 DIMS = WireDims(10, 1, 8, 0, {"D": 16})
 
@@ -39,12 +35,12 @@ def test_kd_loss_by_hand() -> None:
     assert math.isclose(float(only_hard), math.log(2), rel_tol=1e-6)
 
 
-def test_ensemble_loss_uses_the_temperature() -> None:
+def test_the_ensemble_phase_loss_uses_the_temperature() -> None:
     logits = torch.tensor([[2.0, 0.0]])
     target = torch.tensor([[0.5, 0.5]])
     q = torch.softmax(logits / 2.0, dim=-1)
     expected = float((target * (target.log() - q.log())).sum())
-    assert math.isclose(float(ensemble_loss(logits, target, torch.ones(1), 2.0)), expected)
+    assert math.isclose(float(kl_to_student(logits, target, 2.0).mean()), expected)
 
 
 @pytest.mark.parametrize(
@@ -52,7 +48,7 @@ def test_ensemble_loss_uses_the_temperature() -> None:
     [
         ({"beta": 1.5}, "beta"),
         ({"gamma": -0.1}, "gamma"),
-        ({"head": "head_mlp,nope"}, "unknown 'nope'"),
+        ({"head": "head_mlp,nope"}, "registered models, got 'nope'"),
         ({"previous": "frozen"}, "previous"),
         ({"order": "alphabetical"}, "order"),
         ({"schedule": "shuffled"}, "schedule"),
@@ -91,7 +87,7 @@ def test_payload_holds_latents_and_a_head_on_embeddings() -> None:
 def test_fedage_needs_the_encoder(tiny_config: Any) -> None:
     setup = prepare(tiny_config(methods=["fedage"]))
     with pytest.raises(RequirementError, match="shared frozen encoder"):
-        check_requirements(resolve_methods(["fedage"]), setup)
+        setup.check(resolve_methods(["fedage"]))
 
 
 def test_tiny_fedage_runs_learn_and_send_no_labels(tiny_config: Any) -> None:
@@ -101,25 +97,24 @@ def test_tiny_fedage_runs_learn_and_send_no_labels(tiny_config: Any) -> None:
     results = {key: run_method(key, method, setup) for key, method in resolve_methods(specs)}
     for key, result in results.items():
         assert result["rejected"] == {} and result["accuracy"] > 0.5, (key, result["accuracy"])
-        total = sum(len(c.train) for c in setup.federation.clients)
+        total = sum(len(c.train) for c in setup.data.clients)
         assert result["diagnostics"]["latents"] == total
     [method] = [m for _, m in resolve_methods(specs[:1])]
-    payload = method.client_update(client_context(setup, 0))
+    payload = method.client_update(setup.client_context(0))
     assert set(payload.arrays) - {k for k in payload.arrays if k.startswith("head.")} == {"latents"}
     assert payload.arrays["latents"].shape[1] == 32
 
 
 def test_phase_schedule_and_phase_two_knobs(tiny_config: Any) -> None:
     from oneshotfl.methods.fedage import FedAGE
-    from oneshotfl.runner.simulation import server_context
 
     setup = prepare(tiny_config(methods=["fedage"], encoder="random:dim=16", local_epochs=1))
     first = FedAGE(FedAGEConfig(epochs=1))
-    payloads = {c.client_id: first.client_update(client_context(setup, c.client_id))
-                for c in setup.federation.clients}  # fmt: skip
+    payloads = {c.client_id: first.client_update(setup.client_context(c.client_id))
+                for c in setup.data.clients}  # fmt: skip
 
     def head(cfg: FedAGEConfig) -> dict[str, torch.Tensor]:
-        outcome = FedAGE(cfg).aggregate(payloads, server_context(setup))
+        outcome = FedAGE(cfg).aggregate(payloads, setup.server_context())
         return {k: v.clone() for k, v in outcome.model.head.state_dict().items()}
 
     def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
@@ -150,26 +145,26 @@ def test_head_baselines(tiny_config: Any) -> None:
     assert results[3]["accuracy"] > 0.8  # one head on all embeddings and labels
     head_bytes = results[0]["upload_bytes_per_client"]
     raw = results[3]["upload_bytes_per_client"]
-    sizes = [len(c.train) for c in setup.federation.clients]
+    sizes = [len(c.train) for c in setup.data.clients]
     for n, b in zip(sizes, raw, strict=True):
         assert n * (32 * 4 + 8) < b < n * (32 * 4 + 8) + 1024  # latents + int64 labels
     assert len(set(head_bytes)) == 1  # a head is the same size on every client
 
 
 def test_local_dp_on_latents_and_the_privacy_report(tiny_config: Any, tmp_path: Any) -> None:
-    from oneshotfl.methods.recipes import client_embeddings
+    from oneshotfl.methods.common import client_embeddings
     from oneshotfl.privacy import analytic_gaussian_sigma, clip_rows
+    from oneshotfl.runner.experiment import run_experiment
     from oneshotfl.runner.results import write_result
-    from oneshotfl.runner.simulation import run_experiment
 
     setup = prepare(tiny_config(methods=["fedage"], encoder="random:dim=32"))
-    ctx = client_context(setup, 0)
+    ctx = setup.client_context(0)
     clean = clip_rows(client_embeddings(ctx), 0.5)
-    private = build_method("fedage:dp_epsilon=1:clip=0.5").client_update(client_context(setup, 0))
+    private = build_method("fedage:dp_epsilon=1:clip=0.5").client_update(setup.client_context(0))
     noise = torch.from_numpy(private.arrays["latents"]) - clean
     sigma = analytic_gaussian_sigma(1.0, 1e-5, 1.0)  # sensitivity 2C = 1
     assert abs(float(noise.std()) / sigma - 1) < 0.1
-    loose = build_method("fedage:dp_epsilon=1e6:clip=0.5").client_update(client_context(setup, 0))
+    loose = build_method("fedage:dp_epsilon=1e6:clip=0.5").client_update(setup.client_context(0))
     assert torch.allclose(torch.from_numpy(loose.arrays["latents"]), clean, atol=5e-3)
 
     report = FedAGEConfig(dp_epsilon=2.0, clip=3.0).privacy_report()

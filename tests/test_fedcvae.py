@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from oneshotfl.federation.payload import Payload
-from oneshotfl.federation.spec import PayloadError, WireDims, validate_payload
+from helpers import prepare, run_method
 from oneshotfl.methods import build_method
 from oneshotfl.methods.fedcvae import FedCVAEConfig, allocate, elbo_loss
-from oneshotfl.runner.simulation import prepare, resolve_methods, run_method
+from oneshotfl.protocol.payload import Payload
+from oneshotfl.protocol.spec import PayloadError, WireDims, validate_payload
+from oneshotfl.runner.experiment import resolve_methods
 
 
 def test_elbo_by_hand() -> None:
@@ -53,6 +54,6 @@ def test_tiny_runs_of_both_variants(tiny_config: Any) -> None:
     results = [run_method(key, method, setup) for key, method in resolve_methods(specs)]
     for result in results:
         assert result["rejected"] == {} and 0.0 <= result["accuracy"] <= 1.0
-    total = sum(len(c.train) for c in setup.federation.clients)
+    total = sum(len(c.train) for c in setup.data.clients)
     assert results[0]["diagnostics"]["synthetic"] == total
     assert results[1]["diagnostics"]["synthetic"] == 300

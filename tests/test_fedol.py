@@ -9,18 +9,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from oneshotfl.federation.payload import Payload
+from helpers import prepare, run_method
+from oneshotfl.functional import entropy_weights, weighted_mixture
 from oneshotfl.methods import build_method
 from oneshotfl.methods.fedol import (
     FedOLConfig,
     class_confidence,
-    client_weights,
-    distillation_target,
     entropy_baselines,
     fedol_loss,
     pseudo_labels,
 )
-from oneshotfl.runner.simulation import prepare, run_method, server_context
+from oneshotfl.protocol.payload import Payload
 
 # Two source models, four public samples, three classes.
 A = [[0.8, 0.1, 0.1], [0.4, 0.3, 0.3], [0.1, 0.8, 0.1], [0.34, 0.33, 0.33]]
@@ -61,12 +60,12 @@ def test_curriculum_admits_more_samples_as_rho_grows() -> None:
 
 
 def test_client_weights_follow_eq_14() -> None:
-    lam = client_weights(PROBS)
+    lam = entropy_weights(PROBS)
     h = -(PROBS * PROBS.log()).sum(-1)
     torch.testing.assert_close(lam, torch.softmax(-h, dim=0))
     torch.testing.assert_close(lam.sum(0), torch.ones(4, dtype=torch.float64))
     torch.testing.assert_close(
-        client_weights(PROBS, "uniform"), torch.full((2, 4), 0.5, dtype=torch.float64)
+        entropy_weights(PROBS, "uniform"), torch.full((2, 4), 0.5, dtype=torch.float64)
     )
 
 
@@ -74,11 +73,11 @@ def test_loss_equals_eq_7_computed_directly() -> None:
     gen = torch.Generator().manual_seed(0)
     probs = torch.softmax(torch.randn(3, 5, 4, generator=gen, dtype=torch.float64), -1)
     logits = torch.randn(5, 4, generator=gen, dtype=torch.float64)
-    lam = client_weights(probs)
+    lam = entropy_weights(probs)
     pseudo = F.one_hot(torch.tensor([0, 1, 2, 3, 0]), 4).double()
     pseudo[4] = 0  # an excluded sample
-    mixture, const = distillation_target(probs, lam)
-    got = fedol_loss(logits, mixture, const, pseudo, tau=0.2)
+    mixture, const = weighted_mixture(probs, lam)
+    got = fedol_loss(logits, mixture, const, pseudo, tau=0.2).mean()
     log_q = F.log_softmax(logits, -1)
     kl = (probs * (probs.log() - log_q.unsqueeze(0))).sum(-1)  # [K, N]
     ce = -(pseudo * log_q).sum(-1)
@@ -96,7 +95,7 @@ def test_server_joins_the_vote_from_iteration_two(
         k: Payload({"probs": rng.dirichlet(np.ones(10), 100).astype(np.float32)}) for k in range(3)
     }
     method = build_method(f"fedol:iterations=3:server_vote={server_vote}")
-    outcome = method.aggregate(payloads, server_context(setup))
+    outcome = method.aggregate(payloads, setup.server_context())
     history = outcome.info["iterations"]  # type: ignore[union-attr]
     assert [h["sources"] for h in history] == sources
     assert [h["rho"] for h in history] == pytest.approx([0.1, 0.15, 0.2])
@@ -130,7 +129,7 @@ def test_bad_fedol_parameters(params: str, fragment: str) -> None:
 def test_fedhkt_distils_the_entropy_weighted_mixture(tiny_config: Any) -> None:
     # a confident and a uniform client: λ favours the confident one (Eq. 14)
     probs = torch.tensor([[[0.98, 0.01, 0.01]], [[1 / 3, 1 / 3, 1 / 3]]], dtype=torch.float64)
-    mixture, _ = distillation_target(probs, client_weights(probs))
+    mixture, _ = weighted_mixture(probs, entropy_weights(probs))
     assert mixture[0, 0] > (0.98 + 1 / 3) / 2  # above the uniform average
     setup = prepare(tiny_config(public_size=120, server_model="mlp", server_epochs=2))
     result = run_method("fedhkt", build_method("fedhkt"), setup)

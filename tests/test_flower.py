@@ -18,7 +18,7 @@ flwr = pytest.importorskip("flwr")
 from flwr.app import Array, ArrayRecord, Context, Error, Message, RecordDict  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
-from oneshotfl.federation.payload import Payload, decode, encode  # noqa: E402
+from helpers import prepare  # noqa: E402
 from oneshotfl.flower.app import client_main  # noqa: E402
 from oneshotfl.flower.messages import (  # noqa: E402
     PAYLOADS,
@@ -32,13 +32,11 @@ from oneshotfl.flower.messages import (  # noqa: E402
 )
 from oneshotfl.flower.node import NodeIdentity, node_identity, node_state  # noqa: E402
 from oneshotfl.flower.server import ServerSettings, run_server  # noqa: E402
+from oneshotfl.protocol.payload import Payload, decode, encode  # noqa: E402
 from oneshotfl.runner.config import ConfigError, ExperimentConfig  # noqa: E402
-from oneshotfl.runner.simulation import (  # noqa: E402
-    ClientReply,
-    QuorumError,
-    prepare,
-    run_experiment,
-)
+from oneshotfl.runner.engine import QuorumError  # noqa: E402
+from oneshotfl.runner.experiment import run_experiment  # noqa: E402
+from oneshotfl.runner.transport import ClientReply  # noqa: E402
 
 Tamper = Callable[[int, Message, Message], Message | None]
 
@@ -210,7 +208,6 @@ def test_bad_run_config_is_refused_clearly() -> None:
     [
         ("local_stats", "{not json", "local_stats: expected JSON"),
         ("local_stats", '{"local_test_accuracy": "high"}', "a JSON object of numbers"),
-        ("train_s", "soon", "train_s: expected seconds"),
         ("client_id", "0", "client_id: expected int, got str"),
     ],
 )
@@ -227,8 +224,8 @@ def test_a_node_holds_only_its_own_shard(tiny_config: Any) -> None:
     cfg = tiny_config()
     local = prepare(cfg)
     state = node_state(cfg.to_dict(), NodeIdentity(partition_id=1, num_partitions=3))
-    (shard,) = state.setup.federation.clients
+    (shard,) = state.experiment.data.clients
     assert shard.client_id == 1
-    assert np.array_equal(shard.indices, local.federation.clients[1].indices)
+    assert np.array_equal(shard.indices, local.data.clients[1].indices)
     with pytest.raises(ConfigError, match="num-partitions=4, but the experiment has clients=3"):
         node_state(cfg.to_dict(), NodeIdentity(partition_id=1, num_partitions=4))

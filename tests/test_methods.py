@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import make_server_context
-from oneshotfl.federation.contract import Method, Requires, ServerContext, TaskInfo
-from oneshotfl.federation.outcome import Ensemble, GlobalModel, weighted_softmax_mean
-from oneshotfl.federation.payload import Payload
-from oneshotfl.federation.spec import PayloadSpec, model_fields
+from helpers import make_server_context, prepare, run_method
+from oneshotfl.data.types import TaskInfo
+from oneshotfl.functional import weighted_average, weighted_softmax_mean
 from oneshotfl.methods import METHODS, build_method, parse_method_spec
-from oneshotfl.methods.fedavg import weighted_average
 from oneshotfl.models import create_model
-from oneshotfl.runner.simulation import prepare, run_method, wire_dims
+from oneshotfl.protocol.contract import Method, Requires, ServerContext
+from oneshotfl.protocol.outcome import Ensemble, GlobalModel
+from oneshotfl.protocol.payload import Payload
+from oneshotfl.protocol.spec import PayloadSpec, model_fields
 
 TASK = TaskInfo("digits", 10, 1, 8)
 
@@ -46,7 +46,7 @@ def test_every_method_honours_the_contract(name: str, tiny_config: Any) -> None:
     if cls.requires.shared_encoder:
         needs["encoder"] = "random:dim=16"
     setup = prepare(tiny_config(methods=[name], server_epochs=1, **needs))
-    assert isinstance(method.payload_spec(wire_dims(setup)), PayloadSpec)
+    assert isinstance(method.payload_spec(setup.dims), PayloadSpec)
     result = run_method(name, method, setup)
     assert 0.0 <= result["accuracy"] <= 1.0
     assert result["clients_used"] == [0, 1, 2] and result["rejected"] == {}
@@ -84,9 +84,7 @@ def test_ensemble_of_identical_members_equals_one_member() -> None:
     torch.manual_seed(2)
     model = create_model("mlp", 1, 10, 8).eval()
     payload = model_fields(model).merged(Payload({}, {"n_examples": 5}))
-    outcome = build_method("ensemble").aggregate(
-        {0: payload, 1: payload, 2: payload}, server_ctx(num_clients=3)
-    )
+    outcome = build_method("ensemble").aggregate({0: payload, 1: payload, 2: payload}, server_ctx())
     assert isinstance(outcome, Ensemble)
     x = torch.randn(6, 1, 8, 8)
     single = torch.softmax(model(x), dim=-1)

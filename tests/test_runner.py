@@ -9,18 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from oneshotfl.federation.contract import ClientContext, ServerContext
-from oneshotfl.federation.outcome import Outcome
-from oneshotfl.federation.payload import Payload
+from helpers import prepare, run_method
 from oneshotfl.methods.fedavg import FedAvg
+from oneshotfl.protocol.contract import ClientContext, ServerContext
+from oneshotfl.protocol.outcome import Outcome
+from oneshotfl.protocol.payload import Payload
 from oneshotfl.runner.config import ConfigError
-from oneshotfl.runner.simulation import (
-    QuorumError,
-    RequirementError,
-    prepare,
-    run_experiment,
-    run_method,
-)
+from oneshotfl.runner.engine import QuorumError, RequirementError
+from oneshotfl.runner.experiment import run_experiment
 
 STABLE = ("accuracy", "personal_accuracy", "upload_bytes_per_client")
 
@@ -52,8 +48,11 @@ def test_result_document_holds_what_users_need(tiny_config: Any) -> None:
     assert [c["client"] for c in doc["clients"]] == [0, 1, 2]
     for client in doc["clients"]:
         assert sum(client["label_histogram"]) == client["train_size"]
-        assert 0 <= client["local_test_accuracy"] <= 1
     by_key = {r["key"]: r for r in doc["methods"]}
+    # every method reports the local accuracy of the model its clients trained, if any
+    assert all(0 <= a <= 1 for a in by_key["local"]["local_test_accuracy"])
+    assert by_key["fedavg"]["local_test_accuracy"] == by_key["local"]["local_test_accuracy"]
+    assert "local_test_accuracy" not in by_key["centralized"]
     assert set(by_key) == {"local", "fedavg", "ensemble", "centralized"}
     assert by_key["local"]["upload_bytes_mean"] == 0  # local communicates nothing
     assert by_key["fedavg"]["upload_bytes_mean"] > 0
@@ -66,9 +65,9 @@ def test_result_document_holds_what_users_need(tiny_config: Any) -> None:
 
 
 def test_seed_streams_are_separate(tiny_config: Any) -> None:
-    base = prepare(tiny_config(seed=0)).federation
-    other_model_seed = prepare(tiny_config(seed=1, partition_seed=0)).federation
-    other_split = prepare(tiny_config(seed=0, partition_seed=5)).federation
+    base = prepare(tiny_config(seed=0)).data
+    other_model_seed = prepare(tiny_config(seed=1, partition_seed=0)).data
+    other_split = prepare(tiny_config(seed=0, partition_seed=5)).data
     for a, b in zip(base.clients, other_model_seed.clients, strict=True):
         np.testing.assert_array_equal(a.indices, b.indices)
     assert any(
@@ -78,7 +77,7 @@ def test_seed_streams_are_separate(tiny_config: Any) -> None:
 
 
 def test_public_pool_is_disjoint_from_clients_and_unlabelled(tiny_config: Any) -> None:
-    fed = prepare(tiny_config(public_size=200, val_fraction=0.2)).federation
+    fed = prepare(tiny_config(public_size=200, val_fraction=0.2)).data
     assert fed.public is not None and len(fed.public) == 200
     assert not hasattr(fed.public, "y")
     client_rows = {tuple(x.flatten().tolist()) for c in fed.clients for x in c.train.x}

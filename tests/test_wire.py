@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from oneshotfl.federation.payload import Payload, WireError, decode, encode
-from oneshotfl.federation.spec import (
+from oneshotfl.models import create_model, list_models
+from oneshotfl.protocol.payload import Payload, WireError, decode, encode
+from oneshotfl.protocol.spec import (
     ArraySpec,
     ModelSpec,
     PayloadError,
@@ -20,8 +21,7 @@ from oneshotfl.federation.spec import (
     model_from_fields,
     validate_payload,
 )
-from oneshotfl.federation.wire import receive, transmit
-from oneshotfl.models import create_model, list_models
+from oneshotfl.protocol.wire import receive, transmit
 
 DIMS = WireDims(num_classes=10, in_channels=1, image_size=8, public_size=5)
 PROBS = PayloadSpec(

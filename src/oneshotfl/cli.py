@@ -1,4 +1,7 @@
-"""The ``oneshotfl`` command: run, sweep, report, partition, list."""
+"""The ``oneshotfl`` command: run, sweep, report, partition, list, describe — command wiring
+only. The encoder research commands live in :mod:`oneshotfl.encoders.cli`, the Flower ones in
+:mod:`oneshotfl.flower.cli`; ``run``'s options are generated from
+:class:`~oneshotfl.runner.config.ExperimentConfig`."""
 
 from __future__ import annotations
 
@@ -13,31 +16,31 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import numpy as np
-import torch
 import typer
-from rich.console import Console
-from rich.logging import RichHandler
-from rich.markup import escape
 from rich.table import Table
 
-from oneshotfl.data.datasets import (
-    DATASETS,
-    DatasetFormatError,
-    DatasetNotFoundError,
-    load_dataset,
+from oneshotfl.cli_support import (
+    USER_ERRORS,
+    config_options,
+    console,
+    err_console,
+    fail,
+    setup_logging,
+    with_options,
 )
-from oneshotfl.data.partition import PARTITIONERS, PartitionError
-from oneshotfl.encoders import Encoder
+from oneshotfl.data.datasets import DATASETS, load_dataset
+from oneshotfl.data.federated import carve_federated_data
+from oneshotfl.data.partition import PARTITIONERS
 from oneshotfl.methods import METHODS
 from oneshotfl.models import MODELS
 from oneshotfl.plots import partition_heatmap
 from oneshotfl.registry import Registry, RegistryError
 from oneshotfl.runner.config import ConfigError, ExperimentConfig, load_config, make_config
-from oneshotfl.runner.federation import build_federation
+from oneshotfl.runner.experiment import run_experiment
 from oneshotfl.runner.report import human_bytes, setting_label, splice_markdown, write_report
 from oneshotfl.runner.results import atomic_write_text, write_result
-from oneshotfl.runner.simulation import QuorumError, Setup, prepare, run_experiment
 from oneshotfl.runner.sweep import load_sweep, select_seeds, select_shard
+from oneshotfl.training.components import COMPONENTS
 from oneshotfl.training.progress import RichTracker
 
 app = typer.Typer(
@@ -46,90 +49,37 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-# Off a terminal (pipes, CI logs) rich would wrap tables at 80 columns; give them room.
-console = Console(width=None if sys.stdout.isatty() else 140)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
 log = logging.getLogger("oneshotfl")
 
-USER_ERRORS = (
-    ConfigError,
-    RegistryError,
-    DatasetNotFoundError,
-    DatasetFormatError,
-    PartitionError,
-    QuorumError,
-    FileNotFoundError,
+RUN_OPTIONS = config_options(
+    ExperimentConfig, names={"methods": ("--method", "--methods")}, skip=("cache_dir",)
 )
 
 
-def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(message)s",
-        handlers=[RichHandler(console=err_console, show_path=False, show_time=False)],
-        force=True,
-    )
-
-
-def _fail(exc: BaseException) -> None:
-    err_console.print(f"[bold red]error:[/] {escape(str(exc))}")
-    raise typer.Exit(2)
-
-
-def _given(**options: Any) -> dict[str, Any]:
-    return {k: v for k, v in options.items() if v is not None}
-
-
 @app.command()
+@with_options(RUN_OPTIONS)
 def run(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file")] = None,
     overrides: Annotated[
         list[str] | None, typer.Argument(help="key=value config overrides")
     ] = None,
-    method: Annotated[str | None, typer.Option(help="comma-separated method specs")] = None,
-    dataset: Annotated[str | None, typer.Option(help="dataset name")] = None,
-    data_root: Annotated[str | None, typer.Option(help="dataset directory")] = None,
-    download: Annotated[
-        bool | None, typer.Option("--download", help="download via torchvision")
-    ] = None,
-    partition: Annotated[str | None, typer.Option(help="partitioner name")] = None,
-    alpha: Annotated[float | None, typer.Option(help="Dirichlet concentration")] = None,
-    classes_per_client: Annotated[int | None, typer.Option(help="#C for pathological")] = None,
-    clients: Annotated[int | None, typer.Option(help="number of clients")] = None,
-    model: Annotated[str | None, typer.Option(help="client architectures")] = None,
-    server_model: Annotated[str | None, typer.Option(help="server architecture")] = None,
-    local_epochs: Annotated[int | None, typer.Option(help="client epochs")] = None,
-    public_size: Annotated[int | None, typer.Option(help="public pool size (0 = none)")] = None,
-    max_train: Annotated[int | None, typer.Option(help="subsample the training split")] = None,
-    seed: Annotated[int | None, typer.Option(help="model/training seed")] = None,
-    partition_seed: Annotated[int | None, typer.Option(help="data-split seed")] = None,
-    device: Annotated[str | None, typer.Option(help="auto|cpu|cuda")] = None,
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="do not use the artefact cache")
     ] = False,
+    cache_dir: Annotated[str | None, typer.Option(help="artefact cache directory")] = None,
     out: Annotated[Path | None, typer.Option(help="results directory")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    **options: Any,
 ) -> None:
-    """Run methods on one federation and write result.json, CSVs and a partition heatmap."""
-    _setup_logging(verbose)
-    cli = _given(
-        methods=method,
-        dataset=dataset,
-        data_root=data_root,
-        download=download,
-        partition=partition,
-        alpha=alpha,
-        classes_per_client=classes_per_client,
-        clients=clients,
-        model=model,
-        server_model=server_model,
-        local_epochs=local_epochs,
-        public_size=public_size,
-        max_train=max_train,
-        seed=seed,
-        partition_seed=partition_seed,
-        device=device,
-    )
+    """Run methods on one federation and write result.json, CSVs and a partition heatmap.
+
+    Settings come from the defaults, then the YAML file, then key=value overrides, then the
+    options below (one per experiment setting; see docs/architecture.md).
+    """
+    setup_logging(verbose)
+    cli = {k: v for k, v in options.items() if v is not None}
+    if cache_dir is not None:
+        cli["cache_dir"] = cache_dir or None
     if no_cache:
         cli["cache_dir"] = None
     try:
@@ -140,7 +90,7 @@ def run(
         with RichTracker(err_console) as tracker:
             doc = run_experiment(cfg, tracker)
     except USER_ERRORS as exc:
-        _fail(exc)
+        fail(exc)
     path = write_result(out_dir, doc)
     _write_heatmap(doc, out_dir / "partition.png")
     console.print(results_table(doc))
@@ -203,7 +153,7 @@ def partition(
     png: Annotated[Path | None, typer.Option(help="save a heatmap PNG here")] = None,
 ) -> None:
     """Print the client × class count matrix of a partition (and save a heatmap)."""
-    _setup_logging(False)
+    setup_logging(False)
     try:
         cfg = make_config(
             dict(
@@ -218,9 +168,16 @@ def partition(
                 seed=seed,
             )
         )
-        fed = build_federation(load_dataset(cfg.dataset, cfg.data_root), cfg)
+        fed = carve_federated_data(
+            load_dataset(cfg.dataset, cfg.data_root),
+            clients=cfg.clients,
+            partitioner=cfg.partitioner(),
+            seed=cfg.data_seed,
+            public_size=cfg.public_size,
+            max_train=cfg.max_train,
+        )
     except USER_ERRORS as exc:
-        _fail(exc)
+        fail(exc)
     counts = fed.label_histograms()
     table = Table(title=f"{dataset} · {partition} · {clients} clients · seed {seed}")
     table.add_column("client", justify="right")
@@ -240,17 +197,18 @@ REGISTRIES: dict[str, Registry[Any]] = {
     "models": MODELS,
     "datasets": DATASETS,
     "partitioners": PARTITIONERS,
+    "components": COMPONENTS,
 }
 
 
 @app.command("list")
 def list_(
-    what: Annotated[str, typer.Argument(help="methods|models|datasets|partitioners")],
+    what: Annotated[str, typer.Argument(help="methods|models|datasets|partitioners|components")],
 ) -> None:
     """Print a registry: one name per line, then its description."""
     registry = REGISTRIES.get(what)
     if registry is None:
-        _fail(ValueError(f"expected one of {', '.join(REGISTRIES)}, got {what!r}"))
+        fail(ValueError(f"expected one of {', '.join(REGISTRIES)}, got {what!r}"))
         return
     width = max(len(n) for n in registry.names())
     for entry in registry.entries():
@@ -263,7 +221,7 @@ def describe(method: Annotated[str, typer.Argument(help="a registered method nam
     try:
         cls = METHODS.get(method)
     except RegistryError as exc:
-        _fail(exc)
+        fail(exc)
         return
     module = inspect.getmodule(cls)
     typer.echo(inspect.cleandoc(module.__doc__ or "") if module else "")
@@ -290,12 +248,12 @@ def sweep(
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run every point of a sweep grid; finished runs are skipped (resume)."""
-    _setup_logging(verbose)
+    setup_logging(verbose)
     try:
         spec = load_sweep(file)
         runs = select_shard(select_seeds(spec.runs, seeds), shard)
     except USER_ERRORS as exc:
-        _fail(exc)
+        fail(exc)
     root = out or Path("runs") / spec.name
     start = time.perf_counter()
     done = 0
@@ -309,7 +267,7 @@ def sweep(
             with RichTracker(err_console) as tracker:
                 doc = run_experiment(point.config, tracker)
         except USER_ERRORS as exc:
-            _fail(exc)
+            fail(exc)
         write_result(run_dir, doc)
         done += 1
         console.print(results_table(doc))
@@ -340,7 +298,7 @@ def report(
     section: Annotated[str, typer.Option(help="marker name in the markdown file")] = "",
 ) -> None:
     """Mean ± std over seeds as a markdown table, CSV summary and PNG plots."""
-    _setup_logging(False)
+    setup_logging(False)
     out_dir = out or results / "report"
     try:
         _, text = write_report(
@@ -349,257 +307,16 @@ def report(
         if markdown is not None:
             splice_markdown(markdown, section or results.name, text)
     except (*USER_ERRORS, ValueError) as exc:
-        _fail(exc)
+        fail(exc)
     console.print(text, markup=False)
     console.print(f"report: {out_dir}", markup=False)
 
 
-encoder_app = typer.Typer(help="Shared frozen encoders: pretrain one, probe one.")
-app.add_typer(encoder_app, name="encoder")
-
-
-def _encoder_setup(
-    config: Path | None, overrides: list[str] | None, encoder: str
-) -> tuple[ExperimentConfig, Setup, Encoder]:
-    """Load the experiment with the shared ``encoder`` (built, and pretrained if it is
-    ``simclr``); a bad config or encoder exits with one clear error."""
-    try:
-        cfg = load_config(config, overrides or [], {"encoder": encoder})
-        setup = prepare(cfg)
-    except (*USER_ERRORS, ValueError) as exc:
-        _fail(exc)
-    assert setup.encoder is not None  # prepare builds it when cfg.encoder is set
-    return cfg, setup, setup.encoder
-
-
-@encoder_app.command("pretrain")
-def encoder_pretrain(
-    out: Annotated[Path, typer.Option(help="the safetensors file to write")],
-    overrides: Annotated[
-        list[str] | None, typer.Argument(help="key=value experiment overrides (data, pool)")
-    ] = None,
-    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML config")] = None,
-    epochs: Annotated[int, typer.Option(help="SimCLR epochs over the public pool")] = 20,
-    dim: Annotated[int, typer.Option(help="embedding size (multiple of 4)")] = 64,
-    width: Annotated[int, typer.Option(help="first conv layer's channels")] = 32,
-    batch_size: Annotated[int, typer.Option(help="images per batch")] = 256,
-    temperature: Annotated[float, typer.Option(help="NT-Xent temperature")] = 0.5,
-) -> None:
-    """Train the conv encoder with SimCLR on the experiment's public pool only (no labels)."""
-    from oneshotfl.encoders.pretrain import PretrainConfig, pretrain_encoder, save_encoder
-    from oneshotfl.federation.artefacts import tensor_fingerprint
-
-    _setup_logging(False)
-    try:
-        cfg = load_config(config, overrides or [], {})
-        if cfg.public_size < 1:
-            raise ConfigError("encoder pretrain: expected public_size > 0 (it trains on the pool)")
-        pre = PretrainConfig(dim, width, epochs, batch_size, temperature=temperature, seed=cfg.seed)
-        setup = prepare(dataclasses.replace(cfg, encoder=None))
-    except (*USER_ERRORS, ValueError) as exc:
-        _fail(exc)
-    public = setup.federation.public
-    assert public is not None
-    start = time.perf_counter()
-    with RichTracker(err_console) as tracker:
-        task = setup.federation.task
-        module, losses = pretrain_encoder(public.x, task, pre, setup.device, tracker)
-    metadata = {
-        "arch": "conv",
-        "objective": "simclr",
-        **dataclasses.asdict(pre),
-        "in_channels": setup.federation.task.in_channels,
-        "dataset": cfg.dataset,
-        "public_size": len(public),
-        "public_fingerprint": tensor_fingerprint(public.x),
-        "losses": [round(v, 5) for v in losses],
-        "seconds": round(time.perf_counter() - start, 1),
-    }
-    digest = save_encoder(module, out, metadata)
-    console.print(f"encoder: {out}  (SimCLR loss {losses[0]:.3f} → {losses[-1]:.3f})")
-    console.print(f"use it with: encoder=file:path={out}:sha256={digest}", markup=False)
-
-
-@encoder_app.command("probe")
-def encoder_probe(
-    encoder: Annotated[str, typer.Option(help="encoder spec, e.g. random or file:path=…")],
-    overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides")] = None,
-    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML config")] = None,
-    epochs: Annotated[int, typer.Option(help="linear probe epochs")] = 30,
-    out: Annotated[Path | None, typer.Option(help="write the result as JSON here")] = None,
-) -> None:
-    """Linear-probe accuracy: a linear layer on the frozen embeddings of the clients' data
-    (labels used here only to measure the encoder), tested on the test split."""
-    from oneshotfl.data.types import LabelledData
-    from oneshotfl.seeding import torch_generator
-    from oneshotfl.training.loop import TrainConfig, accuracy, train_classifier
-
-    _setup_logging(False)
-    cfg, setup, enc = _encoder_setup(config, overrides, encoder)
-    fed = setup.federation
-    x = torch.cat([c.train.x for c in fed.clients])
-    y = torch.cat([c.train.y for c in fed.clients])
-    z, z_test = enc.embed(x, setup.device), enc.embed(fed.test.x, setup.device)
-    mean, std = z.mean(0), z.std(0).clamp_min(1e-6)  # standardise: a linear probe's usual step
-    probe = torch.nn.Linear(enc.dim, fed.task.num_classes)
-    train_classifier(
-        probe,
-        LabelledData((z - mean) / std, y),
-        TrainConfig(epochs, 256, 1e-2, "adam"),
-        torch_generator(cfg.seed, "probe"),
-        setup.device,
-    )
-    acc = accuracy(probe((z_test - mean) / std), fed.test.y)
-    result = {
-        "encoder": enc.spec,
-        "fingerprint": enc.fingerprint,
-        "dim": enc.dim,
-        "train_examples": len(z),
-        "epochs": epochs,
-        "linear_probe_accuracy": acc,
-    }
-    if out is not None:
-        atomic_write_text(out, json.dumps(result, indent=2) + "\n")
-    console.print(f"linear probe accuracy of {enc.spec}: {100 * acc:.2f}%", markup=False)
-
-
-@encoder_app.command("attack")
-def encoder_attack(
-    encoder: Annotated[str, typer.Option(help="encoder spec to audit (identity = control)")],
-    out: Annotated[Path, typer.Option(help="directory for metrics.json and grid.png")],
-    overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides")] = None,
-    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML config")] = None,
-    epsilons: Annotated[str, typer.Option(help="ε values; 'none' = clean latents")] = "none,8,2",
-    delta: Annotated[float, typer.Option(help="δ of the local DP")] = 1e-5,
-    clip: Annotated[float, typer.Option(help="L2 clip bound C of the latents")] = 1.0,
-    samples: Annotated[int, typer.Option(help="test images attacked")] = 8,
-    steps: Annotated[int, typer.Option(help="optimisation steps")] = 300,
-    lam: Annotated[float, typer.Option(help="λ of the total-variation prior")] = 1e-4,
-) -> None:
-    """Model-inversion audit (FedAGE Eq. 8): reconstruct images from their (noised) latents;
-    writes PSNR/SSIM against ε and a grid of originals vs reconstructions."""
-    from oneshotfl.attacks import invert, psnr, ssim, to_unit_range
-    from oneshotfl.plots import image_grid
-    from oneshotfl.privacy import gaussian_release
-    from oneshotfl.seeding import torch_generator
-
-    _setup_logging(False)
-    try:
-        levels = [None if e.strip() == "none" else float(e) for e in epsilons.split(",")]
-    except ValueError:
-        _fail(ConfigError(f"--epsilons: expected numbers or 'none', got {epsilons!r}"))
-    cfg, setup, enc = _encoder_setup(config, overrides, encoder)
-    fed = setup.federation
-    x = fed.test.x[:samples]
-    z = enc.embed(x, torch.device("cpu"))
-    originals = to_unit_range(x, fed.task.dataset)
-    rows: dict[str, np.ndarray] = {"original": originals.numpy()}
-    metrics = []
-    for eps in levels:
-        target = z
-        if eps is not None:
-            target, _ = gaussian_release(z, clip, eps, delta, torch_generator(cfg.seed, "attack"))
-        shape = (int(x.shape[1]), int(x.shape[2]), int(x.shape[3]))
-        recon = to_unit_range(invert(enc, target, shape, steps, lam=lam), fed.task.dataset)
-        label = "clean" if eps is None else f"ε={eps:g}"
-        rows[label] = recon.numpy()
-        metrics.append(
-            {
-                "epsilon": eps,
-                "psnr_db": float(psnr(recon, originals).mean()),
-                "ssim": float(ssim(recon, originals).mean()),
-            }
-        )
-        last = metrics[-1]
-        console.print(f"{label}: PSNR {last['psnr_db']:.2f} dB, SSIM {last['ssim']:.3f}")
-    doc = {
-        "encoder": enc.spec,
-        "fingerprint": enc.fingerprint,
-        "delta": delta,
-        "clip": clip,
-        "samples": len(x),
-        "steps": steps,
-        "lambda_tv": lam,
-        "results": metrics,
-    }
-    atomic_write_text(out / "metrics.json", json.dumps(doc, indent=2) + "\n")
-    image_grid(rows, out / "grid.png", f"inversion of {enc.spec}")
-    console.print(f"attack: {out}", markup=False)
-
-
+from oneshotfl.encoders.cli import app as encoder_app  # noqa: E402
 from oneshotfl.flower.cli import app as flower_app  # noqa: E402  (imports no flwr)
 
+app.add_typer(encoder_app, name="encoder")
 app.add_typer(flower_app, name="flower")
-
-
-@encoder_app.command("cost")
-def encoder_cost(
-    encoder: Annotated[str, typer.Option(help="the shared encoder spec, e.g. random")],
-    out: Annotated[Path, typer.Option(help="directory for cost.json and cost.png")],
-    overrides: Annotated[list[str] | None, typer.Argument(help="key=value overrides")] = None,
-    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML config")] = None,
-    head: Annotated[str, typer.Option(help="FedAGE's client head architecture")] = "head_mlp",
-    full: Annotated[
-        list[str] | None, typer.Option(help="client model trained end to end (repeatable)")
-    ] = None,
-    head_epochs: Annotated[int, typer.Option(help="FedAGE head epochs")] = 7,
-    full_epochs: Annotated[int | None, typer.Option(help="full-model epochs")] = None,
-    backbone: Annotated[
-        list[str] | None,
-        typer.Option(help="also price a torchvision backbone, NAME@SIZE (repeatable)"),
-    ] = None,
-    samples: Annotated[int, typer.Option(help="images in the measured batch")] = 32,
-) -> None:
-    """Client cost, measured with FlopCounterMode: FedAGE (encoder once + head epochs) vs
-    training full client models, in GFLOPs per sample (FLOPs, not MACs)."""
-    from oneshotfl.cost import backbone_forward_flops, client_cost
-    from oneshotfl.plots import line_plot
-
-    _setup_logging(False)
-    try:  # cheap checks first: the encoder may take minutes to pretrain
-        if samples < 1 or head_epochs < 1 or (full_epochs is not None and full_epochs < 1):
-            raise ConfigError("samples, head-epochs and full-epochs: expected >= 1")
-        priced = [(b.partition("@")[0], int(b.partition("@")[2] or 224)) for b in backbone or []]
-    except ValueError as exc:
-        _fail(exc)
-    cfg, setup, enc = _encoder_setup(config, overrides, encoder)
-    fed = setup.federation
-    x = fed.test.x[:samples]
-    epochs = cfg.local_epochs if full_epochs is None else full_epochs
-    try:
-        doc = client_cost(enc, head, full or [cfg.model], x, head_epochs, epochs)
-        doc["backbones"] = {
-            f"{arch}@{size}": {
-                "forward_flops_per_sample": backbone_forward_flops(arch, size, fed.task, x)
-            }
-            for arch, size in priced
-        }
-    except (RegistryError, ValueError) as exc:
-        _fail(exc)
-    atomic_write_text(out / "cost.json", json.dumps(doc, indent=2) + "\n")
-    series = {
-        f"full {arch}": [(c["epoch"], c["full_gflops"], 0.0) for c in curve]
-        for arch, curve in doc["curves"].items()
-    }
-    first = next(iter(doc["curves"].values()))
-    series["FedAGE (encoder once + head)"] = [(c["epoch"], c["fedage_gflops"], 0.0) for c in first]
-    line_plot(series, out / "cost.png", "epoch", "cumulative GFLOPs per sample", "client cost")
-    table = Table("client work", "GFLOPs / sample", "trainable parameters")
-    table.add_row(
-        f"FedAGE: {enc.spec} once + {head_epochs} epochs of {head}",
-        f"{doc['fedage']['total_gflops_per_sample']:.6f}",
-        str(doc["head"]["trainable_parameters"]),
-    )
-    for arch, row in doc["full"]["models"].items():
-        table.add_row(
-            f"{epochs} epochs of {arch}",
-            f"{row['total_gflops_per_sample']:.6f}",
-            str(row["trainable_parameters"]),
-        )
-    for name, row in doc["backbones"].items():
-        table.add_row(f"{name} forward (once)", f"{row['forward_flops_per_sample'] / 1e9:.4f}", "0")
-    console.print(table)
-    console.print(f"cost: {out}", markup=False)
 
 
 def main() -> None:  # pragma: no cover - console entry point

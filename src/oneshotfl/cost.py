@@ -26,9 +26,9 @@ import torchvision
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from oneshotfl.data.types import TaskInfo
 from oneshotfl.encoders.base import Encoder, preprocess_images
 from oneshotfl.encoders.sources import TORCHVISION_BACKBONES, feature_extractor, imagenet_preprocess
-from oneshotfl.federation.contract import TaskInfo
 from oneshotfl.models import create_model
 
 

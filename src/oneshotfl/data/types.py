@@ -62,3 +62,22 @@ class Dataset:
     @property
     def image_size(self) -> int:
         return int(self.train.x.shape[-1])
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """Public facts of the learning task that every party knows.
+
+    Attributes:
+        dataset: the dataset's registry name.
+        num_classes: C.
+        in_channels: image channels.
+        image_size: image height and width.
+        class_names: the classes' names, when the dataset has them.
+    """
+
+    dataset: str
+    num_classes: int
+    in_channels: int
+    image_size: int
+    class_names: tuple[str, ...] = ()

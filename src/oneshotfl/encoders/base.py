@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from oneshotfl.artefacts import ArtefactStore
 from oneshotfl.data.datasets import DATASETS
-from oneshotfl.federation.artefacts import ArtefactStore
-from oneshotfl.federation.contract import TaskInfo
+from oneshotfl.data.types import TaskInfo
 from oneshotfl.registry import Registry, parse_spec
 
 
@@ -208,3 +208,21 @@ def take_options(
         except ValueError:
             raise EncoderError(f"encoder {spec!r}: option {key}={raw!r} is not valid") from None
     return values
+
+
+class EncodedClassifier(nn.Module):
+    """The global model M_s(x) = C_s(E(x)): the frozen encoder (with its preprocessing) and a
+    head on its embeddings."""
+
+    def __init__(self, encoder: Encoder, head: nn.Module) -> None:
+        super().__init__()
+        self.encoder = encoder.module
+        self.head = head
+        self._preprocess, self._task = encoder.preprocess, encoder.task
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        images = preprocess_images(x.cpu(), self._preprocess, self._task).to(x.device)
+        with torch.no_grad():
+            z = self.encoder(images).flatten(1)
+        out: torch.Tensor = self.head(z)
+        return out

@@ -32,6 +32,8 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from oneshotfl.artefacts import ArtefactStore, tensor_fingerprint
+from oneshotfl.data.types import TaskInfo
 from oneshotfl.encoders.base import (
     ENCODERS,
     Encoder,
@@ -41,9 +43,7 @@ from oneshotfl.encoders.base import (
     take_options,
 )
 from oneshotfl.encoders.sources import conv_encoder
-from oneshotfl.federation.artefacts import ArtefactStore, tensor_fingerprint
-from oneshotfl.federation.contract import TaskInfo
-from oneshotfl.federation.payload import Payload
+from oneshotfl.protocol.payload import Payload
 from oneshotfl.seeding import seeded_torch, torch_generator
 from oneshotfl.training.progress import NullTracker, Tracker
 

@@ -1,4 +1,5 @@
-"""The Flower app: a ServerApp and a ClientApp that run any registered star-topology method.
+"""The Flower app: a ServerApp and a ClientApp that run any registered method — star methods
+aggregated by the ServerApp, peer methods relayed by it.
 
 The components (``oneshotfl.flower.app:server_app`` and ``:client_app``) are what the Flower
 app project (``oneshotfl flower app-dir``) names; Flower's simulation engine and a
@@ -15,8 +16,8 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from oneshotfl.flower.messages import read_instruction, reply_content
-from oneshotfl.flower.node import node_identity, node_state, run_update
+from oneshotfl.flower.messages import read_instruction, reply_content, report_content
+from oneshotfl.flower.node import node_identity, node_state, run_receive, run_update
 from oneshotfl.flower.server import run_server
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,9 @@ def server_main(grid: Grid, context: Context) -> None:
 
 @client_app.train("oneshotfl")
 def client_main(message: Message, context: Context) -> Message:
-    """Answer one instruction: this node's ``client_update`` for one method and round.
+    """Answer one instruction: this node's ``client_update`` for one method and round, or
+    (a peer method's ``receive`` step) its own model built from the neighbours' bytes the
+    ServerApp relayed.
 
     Any error (a bad node config, data that is not there, a server message that fails
     validation) propagates: Flower returns it to the server as an error reply, and the
@@ -49,5 +52,8 @@ def client_main(message: Message, context: Context) -> Message:
     _quiet_logging()
     instruction = read_instruction(message.content)
     state = node_state(instruction.config, node_identity(context.node_config))
+    if instruction.step == "receive":
+        report = run_receive(state, instruction.method, instruction.payloads)
+        return Message(report_content(report), reply_to=message)
     reply = run_update(state, instruction.method, instruction.round, instruction.payloads)
     return Message(reply_content(reply), reply_to=message)

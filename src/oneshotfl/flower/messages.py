@@ -1,23 +1,27 @@
 """What crosses Flower: our wire bytes inside Flower records, and the facts around them.
 
-Every payload travels as the exact bytes of :func:`oneshotfl.federation.payload.encode`
+Every payload travels as the exact bytes of :func:`oneshotfl.protocol.payload.encode`
 (safetensors, never pickle), stored as one ``uint8`` :class:`flwr.app.Array` in an
 :class:`flwr.app.ArrayRecord`, so Flower chunks large payloads like any array and the byte
 count we report is the count of what was sent. Decoding and validation on receipt are the
-simulation's own (:func:`oneshotfl.federation.wire.receive`), called by the runner.
+simulation's own (:func:`oneshotfl.protocol.wire.receive`), called by the runner.
 
-Message flow (one message per node per round, one reply):
+Message flow (one message per node per step, one reply):
 
 * **instruction** (server → node): ``oneshotfl.instruction`` (a ConfigRecord: protocol
-  version, method spec and key, round, the experiment config as JSON) and, when the server
-  sends something, ``oneshotfl.payloads`` holding wire bytes keyed by their sender
-  (``"server"`` for a multi-round broadcast). A peer-topology method (FOL) is relayed with
-  the same record: the server forwards each neighbour's bytes unchanged under
-  ``"client-<id>"`` and the receiving node validates each with the same ``receive``.
-* **reply** (node → server): ``oneshotfl.payloads`` with the node's bytes under
-  ``"client-<id>"`` and ``oneshotfl.reply`` (a ConfigRecord: client id, client wall and
-  training seconds, the local model's accuracies as JSON). The reply facts go into the
-  result file only; ``aggregate`` sees only validated payloads.
+  version, step, method spec and key, round, the experiment config as JSON) and, when the
+  server sends something, ``oneshotfl.payloads`` holding wire bytes keyed by their sender.
+  Step ``update`` asks for the node's ``client_update`` (with ``"server"``: a multi-round
+  broadcast). Step ``receive`` is the relay of a peer (server-free) method: the ServerApp
+  forwards each neighbour's bytes unchanged under ``"client-<id>"`` — it never decodes or
+  aggregates them — and the receiving node validates each with the same ``receive``.
+* **reply to update** (node → server): ``oneshotfl.payloads`` with the node's bytes under
+  ``"client-<id>"`` and ``oneshotfl.reply`` (a ConfigRecord: client id, the seconds spent in
+  ``client_update``, the local model's accuracies as JSON). The facts go into the result
+  file only; a receiver sees only validated payloads.
+* **reply to receive** (node → server): ``oneshotfl.report`` (a ConfigRecord: the receiver,
+  its own model's accuracy globally and on its own distribution, the senders it refused and
+  why, its seconds and diagnostics as JSON). No model leaves the node.
 """
 
 from __future__ import annotations
@@ -29,12 +33,16 @@ from typing import Any
 
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
-from oneshotfl.federation.payload import WireError
-from oneshotfl.runner.simulation import ClientReply
+from oneshotfl.flower.node import sender
+from oneshotfl.protocol.payload import WireError
+from oneshotfl.runner.evaluate import ClientMetrics
+from oneshotfl.runner.transport import ClientReply, PeerReport
 
-PROTOCOL = 1
+PROTOCOL = 2
 INSTRUCTION = "oneshotfl.instruction"
 REPLY = "oneshotfl.reply"
+REPORT = "oneshotfl.report"
+STEPS = ("update", "receive")
 PAYLOADS = "oneshotfl.payloads"
 BYTES_STYPE = "oneshotfl.safetensors"
 SERVER = "server"
@@ -49,23 +57,21 @@ class Instruction:
     """What a node is asked to do: one round of one method.
 
     Attributes:
+        step: ``update`` (the node's ``client_update``) or ``receive`` (a peer receipt).
         method: the method spec (``name:key=value``), built by the node's registry.
         key: the method's key in the result file.
         round: the round, from 0.
         config: the experiment config as a mapping (``ExperimentConfig.to_dict()``).
-        payloads: wire bytes the server sends, keyed by sender (``"server"``).
+        payloads: wire bytes the server sends or relays, keyed by sender (``"server"``,
+            ``"client-<id>"``).
     """
 
+    step: str
     method: str
     key: str
     round: int
     config: Mapping[str, Any]
     payloads: Mapping[str, bytes]
-
-
-def sender(client_id: int) -> str:
-    """The payload name of a client's bytes."""
-    return f"client-{client_id}"
 
 
 def bytes_record(blobs: Mapping[str, bytes]) -> ArrayRecord:
@@ -104,6 +110,7 @@ def instruction_content(instruction: Instruction) -> RecordDict:
     content[INSTRUCTION] = ConfigRecord(
         {
             "protocol": PROTOCOL,
+            "step": instruction.step,
             "method": instruction.method,
             "key": instruction.key,
             "round": instruction.round,
@@ -127,12 +134,17 @@ def read_instruction(content: RecordDict) -> Instruction:
             f"expected oneshotfl protocol {PROTOCOL}, got {record.get('protocol')!r}: "
             "server and node run different oneshotfl versions"
         )
-    fields = _fields(record, INSTRUCTION, {"method": str, "key": str, "round": int, "config": str})
+    types = {"step": str, "method": str, "key": str, "round": int, "config": str}
+    fields = _fields(record, INSTRUCTION, types)
+    if fields["step"] not in STEPS:
+        raise MessageError(f"{INSTRUCTION}.step: expected one of {STEPS}, got {fields['step']!r}")
     config = _json(fields["config"], f"{INSTRUCTION}.config")
     if not isinstance(config, dict):
         raise MessageError(f"{INSTRUCTION}.config: expected a JSON object, got {config!r}")
     payloads = record_bytes(content.array_records[PAYLOADS]) if PAYLOADS in content else {}
-    return Instruction(fields["method"], fields["key"], fields["round"], config, payloads)
+    return Instruction(
+        fields["step"], fields["method"], fields["key"], fields["round"], config, payloads
+    )
 
 
 def reply_content(reply: ClientReply) -> RecordDict:
@@ -144,8 +156,6 @@ def reply_content(reply: ClientReply) -> RecordDict:
         "wall_s": reply.wall_s,
         "local_stats": json.dumps(reply.local_stats, sort_keys=True),
     }
-    if reply.train_s is not None:
-        facts["train_s"] = reply.train_s
     content[REPLY] = ConfigRecord(facts)
     return content
 
@@ -169,21 +179,69 @@ def read_reply(content: RecordDict) -> ClientReply:
             f"reply of client {cid}: expected exactly the payload {sender(cid)!r}, "
             f"got {sorted(blobs)}"
         )
-    train = record.get("train_s")
-    if train is not None and (isinstance(train, bool) or not isinstance(train, int | float)):
-        raise MessageError(f"{REPLY}.train_s: expected seconds, got {train!r}")
     stats = _json(fields["local_stats"], f"{REPLY}.local_stats")
-    if not isinstance(stats, dict) or not all(
-        isinstance(v, int | float) and not isinstance(v, bool) for v in stats.values()
-    ):
+    if not isinstance(stats, dict) or not all(_number(v) for v in stats.values()):
         raise MessageError(f"{REPLY}.local_stats: expected a JSON object of numbers, got {stats!r}")
     return ClientReply(
         cid,
         blobs[sender(cid)],
         float(fields["wall_s"]),
-        None if train is None else float(train),
         {str(k): float(v) for k, v in stats.items()},
     )
+
+
+def report_content(report: PeerReport) -> RecordDict:
+    """The RecordDict of a receiver's report: how its own model did; no model, no payload."""
+    content = RecordDict()
+    content[REPORT] = ConfigRecord(
+        {
+            "receiver": report.receiver,
+            "accuracy": report.metrics.accuracy,
+            "personal_accuracy": report.metrics.personal_accuracy,
+            "rejected": json.dumps({str(k): v for k, v in report.rejected.items()}),
+            "wall_s": report.wall_s,
+            "diagnostics": json.dumps(report.diagnostics, sort_keys=True, default=str),
+        }
+    )
+    return content
+
+
+def read_report(content: RecordDict) -> PeerReport:
+    """Parse a receiver's report.
+
+    Raises:
+        MessageError: for a report without the expected record or fields.
+    """
+    record = _config_record(content, REPORT)
+    types = {
+        "receiver": int,
+        "accuracy": float,
+        "personal_accuracy": float,
+        "rejected": str,
+        "wall_s": float,
+        "diagnostics": str,
+    }
+    fields = _fields(record, REPORT, types)
+    rejected = _json(fields["rejected"], f"{REPORT}.rejected")
+    if not isinstance(rejected, dict) or not all(
+        str(k).isdigit() and isinstance(v, str) for k, v in rejected.items()
+    ):
+        raise MessageError(f"{REPORT}.rejected: expected sender id → reason, got {rejected!r}")
+    diagnostics = _json(fields["diagnostics"], f"{REPORT}.diagnostics")
+    if not isinstance(diagnostics, dict):
+        raise MessageError(f"{REPORT}.diagnostics: expected a JSON object, got {diagnostics!r}")
+    metrics = ClientMetrics(float(fields["accuracy"]), float(fields["personal_accuracy"]))
+    return PeerReport(
+        fields["receiver"],
+        metrics,
+        {int(k): v for k, v in rejected.items()},
+        float(fields["wall_s"]),
+        diagnostics,
+    )
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _json(text: str, name: str) -> Any:

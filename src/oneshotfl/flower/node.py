@@ -11,14 +11,15 @@ A node learns which client it is from its node config (``--node-config``):
 It loads the dataset from its own disk and carves the federation with the experiment's
 partition seed exactly as the simulation does, and gives the method only its own shard
 (plus the public pool and test split, which every party may have): no other client's data
-ever crosses the network, and the client code sees none. The same
-:func:`~oneshotfl.runner.simulation.client_step` as in the simulation runs the method.
+ever crosses the network, and the client code sees none. The same steps as in the
+simulation run the method: :func:`~oneshotfl.runner.transport.client_step` for an update,
+:func:`~oneshotfl.runner.transport.peer_step` for a peer method's receipt (the node
+validates its neighbours' bytes, builds its own model and evaluates it itself).
 Nothing here imports flwr.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from collections.abc import Mapping
@@ -27,21 +28,37 @@ from typing import Any
 
 from oneshotfl.data.datasets import load_dataset
 from oneshotfl.data.types import Dataset
-from oneshotfl.federation.payload import Payload
 from oneshotfl.methods import METHODS, build_method, parse_method_spec
+from oneshotfl.protocol.contract import Method, PeerMethod
+from oneshotfl.protocol.payload import Payload
 from oneshotfl.runner.config import ConfigError, make_config
-from oneshotfl.runner.simulation import (
+from oneshotfl.runner.experiment import Experiment
+from oneshotfl.runner.transport import (
     ClientReply,
-    Setup,
+    PeerReport,
     client_step,
-    local_accuracies,
-    prepare,
+    peer_step,
     receive_broadcast,
-    shard_context,
-    wire_dims,
 )
 
 log = logging.getLogger(__name__)
+
+
+def sender(client_id: int) -> str:
+    """The payload name of a client's bytes."""
+    return f"client-{client_id}"
+
+
+def sender_id(name: str) -> int:
+    """The client id in a payload name ``client-<id>``.
+
+    Raises:
+        ConfigError: for any other name.
+    """
+    prefix, _, digits = name.partition("-")
+    if prefix != "client" or not digits.isdigit():
+        raise ConfigError(f"payload name: expected 'client-<id>', got {name!r}")
+    return int(digits)
 
 
 @dataclass(frozen=True)
@@ -76,17 +93,16 @@ def node_identity(node_config: Mapping[str, Any]) -> NodeIdentity:
     return NodeIdentity(pid, num, root or None, cache or None)
 
 
-@dataclass
+@dataclass(frozen=True)
 class NodeState:
     """A node's view of the federation: its own shard only, plus public facts."""
 
     key: str
-    setup: Setup
+    experiment: Experiment
     client_id: int
-    local_stats: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
-_SETUPS: dict[str, Setup] = {}  # one entry: the federation of the config last served
+_EXPERIMENTS: dict[str, Experiment] = {}  # one entry: the federation of the config last served
 _STATES: dict[tuple[str, int], NodeState] = {}  # the virtual nodes of that federation
 
 
@@ -94,7 +110,7 @@ def node_state(config: Mapping[str, Any], identity: NodeIdentity) -> NodeState:
     """Load (or reuse) this node's shard for an experiment config.
 
     The federation is carved once per process and config; the node's :class:`NodeState`
-    holds a setup whose federation has only this node's shard. (Flower's simulation engine
+    holds an experiment whose data has only this node's shard. (Flower's simulation engine
     plays many virtual nodes, one after the other, in one worker process; a SuperNode's
     ClientApp process serves one node.)
 
@@ -121,18 +137,12 @@ def node_state(config: Mapping[str, Any], identity: NodeIdentity) -> NodeState:
         )
     if (key, identity.partition_id) in _STATES:
         return _STATES[key, identity.partition_id]
-    if key not in _SETUPS:
-        _SETUPS.clear()
+    if key not in _EXPERIMENTS:
+        _EXPERIMENTS.clear()
         _STATES.clear()
-        _SETUPS[key] = prepare(cfg, dataset=_dataset(cfg.dataset, cfg.data_root, cfg.download))
-    full = _SETUPS[key]
-    shard = full.federation.clients[identity.partition_id]
-    own = dataclasses.replace(
-        full,
-        federation=dataclasses.replace(full.federation, clients=(shard,)),
-        trained=set(),
-        local_stats={},
-    )
+        dataset = _dataset(cfg.dataset, cfg.data_root, cfg.download)
+        _EXPERIMENTS[key] = Experiment.prepare(cfg, dataset=dataset)
+    own = _EXPERIMENTS[key].only(identity.partition_id)
     _STATES[key, identity.partition_id] = NodeState(key, own, identity.partition_id)
     return _STATES[key, identity.partition_id]
 
@@ -149,40 +159,57 @@ def _dataset(name: str, root: str | None, download: bool) -> Dataset:
     return _DATASETS[key]
 
 
-def run_update(
-    state: NodeState, method_spec: str, round_index: int, payloads: Mapping[str, bytes]
-) -> ClientReply:
-    """One round of one method on this node: validate what the server sent, run
-    ``client_update`` on the node's own shard, return the reply (with the local model's
-    accuracies when this update trained it).
-
-    Raises:
-        ConfigError: for a method this node's oneshotfl does not know.
-        WireError, PayloadError: for a server message that fails validation.
-    """
+def _method(method_spec: str) -> Method[Any]:
     spec = parse_method_spec(method_spec)
     if spec.name not in METHODS:
         raise ConfigError(
             f"unknown method {spec.name!r}; expected one of: {', '.join(METHODS.names())}"
         )
-    method = build_method(spec)
+    return build_method(spec)
+
+
+def run_update(
+    state: NodeState, method_spec: str, round_index: int, payloads: Mapping[str, bytes]
+) -> ClientReply:
+    """One round of one method on this node: validate what the server sent, run
+    ``client_update`` on the node's own shard, return the reply (with the local model's
+    accuracies in round 0).
+
+    Raises:
+        ConfigError: for a method this node's oneshotfl does not know, or a payload that is
+            not a server broadcast.
+        WireError, PayloadError: for a server message that fails validation.
+    """
+    method = _method(method_spec)
     unknown = sorted(set(payloads) - {"server"})
     if unknown:
         raise ConfigError(
-            f"{spec.key}: this node runs star-topology methods and expected at most a "
-            f"'server' broadcast, got payloads from {unknown}"
+            f"{method_spec}: an update takes at most a 'server' broadcast, got payloads from "
+            f"{unknown}"
         )
-    broadcast: Payload | None = receive_broadcast(
-        method, payloads.get("server"), wire_dims(state.setup)
-    )
-    setup = state.setup
-    ctx = shard_context(setup, setup.federation.clients[0])
-    reply = client_step(method, ctx, round_index, broadcast)
-    if reply.train_s is not None and round_index == 0:
-        if not state.local_stats:  # computed once per node and config
-            state.local_stats = local_accuracies(ctx, setup.federation.test, setup.device)
-        reply = dataclasses.replace(reply, local_stats=dict(state.local_stats))
+    exp = state.experiment
+    broadcast: Payload | None = receive_broadcast(method, payloads.get("server"), exp.dims)
+    ctx = exp.client_context(state.client_id).for_round(round_index, broadcast)
+    reply = client_step(method, ctx, exp.data.test)
     log.info(
-        "client %d: %s round %d: %d bytes", ctx.client_id, spec.key, round_index, len(reply.data)
+        "client %d: %s round %d: %d bytes", ctx.client_id, method_spec, round_index, len(reply.data)
     )
     return reply
+
+
+def run_receive(state: NodeState, method_spec: str, payloads: Mapping[str, bytes]) -> PeerReport:
+    """A peer method's receipt on this node: its neighbours' bytes (relayed unchanged by the
+    ServerApp) are validated here, the node builds its own model and evaluates it.
+
+    Raises:
+        ConfigError: for an unknown method or one that is not a peer method.
+        ConfigError: for a payload not named ``client-<id>``.
+    """
+    method = _method(method_spec)
+    if not isinstance(method, PeerMethod):
+        raise ConfigError(f"{method_spec}: a receive step needs a peer method")
+    deliveries = {sender_id(name): data for name, data in payloads.items()}
+    exp = state.experiment
+    report = peer_step(method, exp.client_context(state.client_id), deliveries, exp.data.test)
+    log.info("client %d: %s received %d payload(s)", state.client_id, method_spec, len(deliveries))
+    return report

@@ -2,13 +2,18 @@
 
 :func:`run_server` is the ServerApp's body. It resolves the experiment exactly like a local
 run (same config, same checks, same federation rebuilt from the server's copy of the data
-for the public pool, the test split and the result bookkeeping), then runs every method
-with :func:`oneshotfl.runner.simulation.run_method`, whose transport is a
-:class:`GridExchange`: the server sends one instruction to every node, waits up to
-``reply-timeout`` seconds, and hands the replies to the runner, which counts, validates and
-orders them by client id exactly as in simulation. Nodes that did not reply (gone, too slow,
-or failed) are named in the result; below the quorum the run fails with a
-:class:`~oneshotfl.runner.simulation.QuorumError` that names them.
+for the public pool, the test split and the result bookkeeping) and runs it with the same
+engine; Flower supplies only the transport, a :class:`GridTransport`:
+
+* ``upload`` sends one ``update`` instruction to every node, waits up to ``reply-timeout``
+  seconds, and hands the replies to the engine, which counts, validates and orders them by
+  client id exactly as in simulation;
+* ``relay`` (peer methods) sends each receiving node one ``receive`` instruction holding
+  its senders' bytes exactly as they arrived — the ServerApp forwards and never decodes or
+  aggregates — and returns the nodes' reports on their own models.
+
+Nodes that did not answer (gone, too slow, or failed) are named in the result; below the
+quorum the run fails with a :class:`~oneshotfl.runner.engine.QuorumError` that names them.
 
 Run config keys (``[tool.flwr.app.config]``, overridable with ``flwr run --run-config``):
 
@@ -33,25 +38,21 @@ from typing import Any, Protocol
 import numpy as np
 from flwr.app import Message
 
-from oneshotfl.federation.contract import Method
 from oneshotfl.flower.messages import (
     SERVER,
     Instruction,
     MessageError,
     instruction_content,
     read_reply,
+    read_report,
 )
+from oneshotfl.flower.node import sender
 from oneshotfl.plots import partition_heatmap
+from oneshotfl.protocol.contract import Method, PeerMethod
 from oneshotfl.runner.config import ConfigError, ExperimentConfig, load_config
+from oneshotfl.runner.experiment import Experiment, resolve_methods
 from oneshotfl.runner.results import write_result
-from oneshotfl.runner.simulation import (
-    ClientReply,
-    check_requirements,
-    prepare,
-    resolve_methods,
-    result_document,
-    run_method,
-)
+from oneshotfl.runner.transport import ClientReply, Missing, PeerReport
 
 log = logging.getLogger(__name__)
 
@@ -127,17 +128,18 @@ def wait_for_nodes(grid: GridLike, wanted: int, timeout: float, poll: float = 0.
 
 
 @dataclass
-class GridExchange:
-    """The Flower transport of :func:`~oneshotfl.runner.simulation.run_method`: one
-    instruction per node, replies until the timeout.
+class GridTransport:
+    """The Flower transport of the engine (see the module docs): one instruction per node
+    per step, answers until the timeout.
 
     Attributes:
         grid: the ServerApp's Grid.
         cfg: the experiment config sent to every node.
         nodes: the node ids to address.
-        timeout: seconds to wait for one round's replies.
+        timeout: seconds to wait for one step's answers.
         specs: method key → the method spec nodes build the method from.
-        node_clients: node id → client id, learnt from replies (for the result file).
+        node_clients: node id → client id, learnt from update replies (for the result file
+            and to address a peer method's receivers).
     """
 
     grid: GridLike
@@ -147,43 +149,14 @@ class GridExchange:
     specs: dict[str, str] = field(default_factory=dict)
     node_clients: dict[int, int] = field(default_factory=dict)
 
-    def __call__(
+    def upload(
         self, key: str, method: Method[Any], round_index: int, broadcast: bytes | None
-    ) -> tuple[list[ClientReply], dict[str, str]]:
-        instruction = Instruction(
-            method=self.specs.get(key, key),
-            key=key,
-            round=round_index,
-            config=self.cfg.to_dict(),
-            payloads={} if broadcast is None else {SERVER: broadcast},
-        )
-        messages = [
-            Message(
-                instruction_content(instruction),
-                dst_node_id=node,
-                message_type=MESSAGE_TYPE,
-                group_id=f"{key}/{round_index}",
-            )
-            for node in self.nodes
-        ]
-        answers = list(self.grid.send_and_receive(messages, timeout=self.timeout))
-        # The Grid stamps each message with its id when pushing it. A reply names the message
-        # it answers; an error the SuperLink writes itself (an unavailable node) comes from
-        # the SuperLink's id, not the node's, so replies are attributed by message id.
-        sent = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
-        return self._read(answers, sent)
-
-    def _read(
-        self, answers: list[Message], sent: Mapping[str, int]
-    ) -> tuple[list[ClientReply], dict[str, str]]:
-        replies, missing, heard = [], {}, set()
-        for answer in answers:
-            meta = answer.metadata
-            node = sent.get(meta.reply_to_message_id, meta.src_node_id)
-            heard.add(node)
-            if answer.has_error():
-                missing[self._name(node)] = f"failed: {answer.error.reason}"
-                continue
+    ) -> tuple[list[ClientReply], Missing]:
+        payloads = {} if broadcast is None else {SERVER: broadcast}
+        sent = self._send(key, "update", round_index, {n: payloads for n in self.nodes})
+        replies: list[ClientReply] = []
+        missing: Missing = {}
+        for node, answer in self._answers(sent, missing):
             try:
                 reply = read_reply(answer.content)
             except MessageError as exc:
@@ -191,12 +164,85 @@ class GridExchange:
                 continue
             self.node_clients.setdefault(node, reply.client_id)
             replies.append(reply)
-        for node in self.nodes:
+        return replies, self._log(missing)
+
+    def relay(
+        self, key: str, method: PeerMethod[Any], routes: Mapping[int, Mapping[int, bytes]]
+    ) -> tuple[list[PeerReport], Missing]:
+        node_of = {c: n for n, c in self.node_clients.items()}
+        missing: Missing = {}
+        addressed: dict[int, dict[str, bytes]] = {}
+        for receiver, senders in routes.items():
+            if receiver not in node_of:
+                missing[f"client {receiver}"] = "no node answered for it, nothing relayed"
+                continue
+            addressed[node_of[receiver]] = {sender(s): data for s, data in senders.items()}
+        sent = self._send(key, "receive", 0, addressed)
+        reports = []
+        for node, answer in self._answers(sent, missing):
+            try:
+                report = read_report(answer.content)
+            except MessageError as exc:
+                missing[self._name(node)] = f"malformed report: {exc}"
+                continue
+            if self.node_clients.get(node) != report.receiver:
+                missing[self._name(node)] = f"reported for client {report.receiver}"
+                continue
+            reports.append(report)
+        return reports, self._log(missing)
+
+    def _send(
+        self, key: str, step: str, round_index: int, payloads: Mapping[int, Mapping[str, bytes]]
+    ) -> tuple[list[Message], list[Message]]:
+        messages = [
+            Message(
+                instruction_content(
+                    Instruction(
+                        step=step,
+                        method=self.specs.get(key, key),
+                        key=key,
+                        round=round_index,
+                        config=self.cfg.to_dict(),
+                        payloads=dict(blobs),
+                    )
+                ),
+                dst_node_id=node,
+                message_type=MESSAGE_TYPE,
+                group_id=f"{key}/{step}/{round_index}",
+            )
+            for node, blobs in payloads.items()
+        ]
+        answers = list(self.grid.send_and_receive(messages, timeout=self.timeout))
+        return messages, answers
+
+    def _answers(
+        self, sent: tuple[list[Message], list[Message]], missing: Missing
+    ) -> list[tuple[int, Message]]:
+        """Each answer with its node; errors and silent nodes go into ``missing``.
+
+        The Grid stamps each message with its id when pushing it. An answer names the
+        message it answers; an error the SuperLink writes itself (an unavailable node) comes
+        from the SuperLink's id, not the node's, so answers are attributed by message id."""
+        messages, answers = sent
+        to = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
+        out, heard = [], set()
+        for answer in answers:
+            meta = answer.metadata
+            node = to.get(meta.reply_to_message_id, meta.src_node_id)
+            heard.add(node)
+            if answer.has_error():
+                missing[self._name(node)] = f"failed: {answer.error.reason}"
+            else:
+                out.append((node, answer))
+        for node in to.values():
             if node not in heard:
                 missing[self._name(node)] = f"no reply within {self.timeout:g} s"
+        return out
+
+    def _log(self, missing: Missing) -> Missing:
         for name, why in missing.items():
             log.warning("%s: %s", name, why)
-        return replies, missing
+        return missing
 
     def _name(self, node: int) -> str:
         cid = self.node_clients.get(node)
@@ -221,22 +267,19 @@ def run_server(grid: GridLike, run_config: Mapping[str, Any], mode: str) -> dict
     if (settings.out / "result.json").exists():
         raise ConfigError(f"{settings.out}/result.json exists; choose another out")
     methods = resolve_methods(cfg.methods)
-    setup = prepare(cfg)
-    setup.remote_clients = True  # client facts come from the nodes' replies only
-    check_requirements(methods, setup)
+    exp = Experiment.prepare(cfg)
+    exp.check(methods)
     nodes = wait_for_nodes(grid, cfg.clients, settings.node_timeout)
-    exchange = GridExchange(grid, cfg, nodes, settings.reply_timeout)
-    exchange.specs = dict(zip([k for k, _ in methods], cfg.methods, strict=True))
-    results = []
-    for key, method in methods:
-        log.info("running %s over %d Flower nodes", key, len(nodes))
-        results.append(run_method(key, method, setup, exchange))
-    doc = result_document(setup, results, started, t0)
+    transport = GridTransport(grid, cfg, nodes, settings.reply_timeout)
+    transport.specs = dict(zip([k for k, _ in methods], cfg.methods, strict=True))
+    log.info("running %d method(s) over %d Flower nodes", len(methods), len(nodes))
+    results = exp.run(methods, transport)
+    doc = exp.document(results, started, t0)
     doc["flower"] = {
         "mode": mode,
         "nodes": len(nodes),
-        "node_clients": {str(n): c for n, c in sorted(exchange.node_clients.items())},
-        "no_reply": {r["key"]: r["no_reply"] for r in results if r.get("no_reply")},
+        "node_clients": {str(n): c for n, c in sorted(transport.node_clients.items())},
+        "no_reply": {r.key: r.no_reply for r in results if r.no_reply},
         "reply_timeout_s": settings.reply_timeout,
     }
     write_result(settings.out, doc)

@@ -17,6 +17,7 @@ from oneshotfl.methods import (  # noqa: F401  (importing registers)
     heads,
     local,
     mine,
+    peer_ensemble,
 )
 from oneshotfl.methods.base import METHODS, MethodSpec, build_method, parse_method_spec
 

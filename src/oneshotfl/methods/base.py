@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from oneshotfl.federation.contract import Method, coerce_config
+from oneshotfl.params import coerce_params
+from oneshotfl.protocol.contract import Method
 from oneshotfl.registry import Registry, parse_spec
 
 METHODS: Registry[type[Method[Any]]] = Registry("method")
@@ -57,7 +58,7 @@ def build_method(spec: MethodSpec | str) -> Method[Any]:
         spec = parse_method_spec(spec)
     cls = METHODS.get(spec.name)
     try:
-        config = coerce_config(cls.Config, spec.params)
+        config = coerce_params(cls.Config, spec.params)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"method {spec.name!r}: {exc}") from None
     return cls(config)

@@ -18,24 +18,25 @@ import numpy as np
 import torch
 
 from oneshotfl.data.types import LabelledData
-from oneshotfl.federation.contract import ClientContext, Method, ServerContext
-from oneshotfl.federation.outcome import GlobalModel, Outcome
-from oneshotfl.federation.payload import Payload
-from oneshotfl.federation.spec import (
+from oneshotfl.methods.base import register_method
+from oneshotfl.methods.common import initial_model
+from oneshotfl.params import Params
+from oneshotfl.protocol.contract import ClientContext, Method, ServerContext
+from oneshotfl.protocol.outcome import GlobalModel, Outcome
+from oneshotfl.protocol.payload import Payload
+from oneshotfl.protocol.spec import (
     ArraySpec,
     PayloadSpec,
     WireDims,
     model_fields,
     model_from_fields,
 )
-from oneshotfl.methods.base import register_method
-from oneshotfl.methods.recipes import initial_model
 from oneshotfl.seeding import torch_generator
 from oneshotfl.training.loop import train_classifier
 
 
 @dataclass(frozen=True)
-class CentralizedConfig:
+class CentralizedConfig(Params):
     """Centralised-training hyper-parameters.
 
     Attributes:

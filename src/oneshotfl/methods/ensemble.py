@@ -13,17 +13,18 @@ from typing import Literal
 
 import torch
 
-from oneshotfl.federation.contract import ServerContext
-from oneshotfl.federation.outcome import Ensemble as EnsembleOutcome
-from oneshotfl.federation.outcome import Outcome
-from oneshotfl.federation.payload import Payload
-from oneshotfl.federation.spec import model_from_fields
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.recipes import SendsTrainedModel
+from oneshotfl.methods.common import SendsTrainedModel
+from oneshotfl.params import Params
+from oneshotfl.protocol.contract import ServerContext
+from oneshotfl.protocol.outcome import Ensemble as EnsembleOutcome
+from oneshotfl.protocol.outcome import Outcome
+from oneshotfl.protocol.payload import Payload
+from oneshotfl.protocol.spec import model_from_fields
 
 
 @dataclass(frozen=True)
-class EnsembleConfig:
+class EnsembleConfig(Params):
     """Ensemble hyper-parameters.
 
     Attributes:
@@ -31,10 +32,6 @@ class EnsembleConfig:
     """
 
     weighting: Literal["uniform", "size"] = "uniform"
-
-    def __post_init__(self) -> None:
-        if self.weighting not in ("uniform", "size"):
-            raise ValueError(f"weighting must be 'uniform' or 'size', got {self.weighting!r}")
 
 
 @register_method("ensemble", "average of client softmaxes (weighting=uniform|size)")

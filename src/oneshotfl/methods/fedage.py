@@ -54,30 +54,37 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from oneshotfl.data.types import LabelledData
-from oneshotfl.encoders.base import Encoder, preprocess_images
-from oneshotfl.federation.contract import ClientContext, Method, Requires, ServerContext
-from oneshotfl.federation.outcome import GlobalModel, Outcome
-from oneshotfl.federation.payload import Payload
-from oneshotfl.federation.spec import (
+from oneshotfl.encoders.base import EncodedClassifier, Encoder
+from oneshotfl.functional import kl_rows, kl_to_student
+from oneshotfl.methods.base import register_method
+from oneshotfl.methods.common import (
+    client_embeddings,
+    encoded_head,
+    head_from_payload,
+    head_train_config,
+    trained_client_head,
+)
+from oneshotfl.models import MODELS, create_model
+from oneshotfl.params import Params, require
+from oneshotfl.privacy import analytic_gaussian_sigma, gaussian_release
+from oneshotfl.protocol.contract import ClientContext, Method, Requires, ServerContext
+from oneshotfl.protocol.outcome import GlobalModel, Outcome
+from oneshotfl.protocol.payload import Payload
+from oneshotfl.protocol.spec import (
     ArraySpec,
     ModelSpec,
     PayloadSpec,
     ScalarSpec,
     WireDims,
     model_fields,
-    model_from_fields,
 )
-from oneshotfl.methods.base import register_method
-from oneshotfl.methods.recipes import client_embeddings
-from oneshotfl.models import MODELS, create_model
-from oneshotfl.privacy import analytic_gaussian_sigma, gaussian_release
 from oneshotfl.seeding import numpy_rng, seeded_torch, torch_generator
-from oneshotfl.training.loop import Batch, TrainConfig, fit, train_classifier
+from oneshotfl.training.distill import distil
+from oneshotfl.training.loop import Batch, TrainConfig, fit
 
 
 @dataclass(frozen=True)
-class FedAGEConfig:
+class FedAGEConfig(Params):
     """FedAGE hyper-parameters (Table 5's Fashion-MNIST values where it gives them).
 
     Attributes:
@@ -120,57 +127,21 @@ class FedAGEConfig:
     clip: float = 1.0
     head_source: Literal["noised", "clean"] = "noised"
 
-    def __post_init__(self) -> None:
+    def validate(self) -> None:
         heads = [h.strip() for h in self.head.split(",")]
         for name in [*heads, self.server_head]:
-            if name not in MODELS:
-                raise ValueError(f"head: expected registered models, got unknown {name!r}")
-        checks: list[tuple[bool, str, str, object]] = [
-            (self.epochs >= 1, "epochs", ">= 1", self.epochs),
-            (
-                self.ensemble_epochs is None or self.ensemble_epochs >= 0,
-                "ensemble_epochs",
-                ">= 0 or None",
-                self.ensemble_epochs,
-            ),
-            (self.lr > 0, "lr", "> 0", self.lr),
-            (self.tau > 0, "tau", "> 0", self.tau),
-            (0 <= self.beta <= 1, "beta", "in [0, 1]", self.beta),
-            (0 <= self.gamma <= 1, "gamma", "in [0, 1]", self.gamma),
-            (
-                self.schedule in ("sequential", "interleaved"),
-                "schedule",
-                "sequential|interleaved",
-                self.schedule,
-            ),
-            (self.previous in ("snapshot", "live"), "previous", "snapshot|live", self.previous),
-            (self.order in ("id", "size", "random"), "order", "id|size|random", self.order),
-            (
-                self.ensemble_weighting in ("none", "confidence"),
-                "ensemble_weighting",
-                "none|confidence",
-                self.ensemble_weighting,
-            ),
-        ]
-        checks += [
-            (
-                self.dp_epsilon is None or self.dp_epsilon > 0,
-                "dp_epsilon",
-                "> 0 or None",
-                self.dp_epsilon,
-            ),
-            (0 < self.dp_delta < 1, "dp_delta", "in (0, 1)", self.dp_delta),
-            (self.clip > 0, "clip", "> 0", self.clip),
-            (
-                self.head_source in ("noised", "clean"),
-                "head_source",
-                "noised|clean",
-                self.head_source,
-            ),
-        ]
-        for ok, name, expected, got in checks:
-            if not ok:
-                raise ValueError(f"{name}: expected {expected}, got {got!r}")
+            require(name in MODELS, "head", "registered models", name)
+        require(self.epochs >= 1, "epochs", ">= 1", self.epochs)
+        epochs = self.ensemble_epochs
+        require(epochs is None or epochs >= 0, "ensemble_epochs", ">= 0 or None", epochs)
+        require(self.lr > 0, "lr", "> 0", self.lr)
+        require(self.tau > 0, "tau", "> 0", self.tau)
+        require(0 <= self.beta <= 1, "beta", "in [0, 1]", self.beta)
+        require(0 <= self.gamma <= 1, "gamma", "in [0, 1]", self.gamma)
+        eps = self.dp_epsilon
+        require(eps is None or eps > 0, "dp_epsilon", "> 0 or None", eps)
+        require(0 < self.dp_delta < 1, "dp_delta", "in (0, 1)", self.dp_delta)
+        require(self.clip > 0, "clip", "> 0", self.clip)
 
     def privacy_report(self) -> dict[str, Any]:
         """Every uploaded field: covered by the (ε, δ) guarantee or not, and why."""
@@ -205,24 +176,6 @@ class FedAGEConfig:
         return heads[client_id % len(heads)]
 
 
-class EncodedClassifier(nn.Module):
-    """The global model M_s(x) = C_s(E(x)): the frozen encoder (with its preprocessing) and a
-    head on its embeddings."""
-
-    def __init__(self, encoder: Encoder, head: nn.Module) -> None:
-        super().__init__()
-        self.encoder = encoder.module
-        self.head = head
-        self._preprocess, self._task = encoder.preprocess, encoder.task
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        images = preprocess_images(x.cpu(), self._preprocess, self._task).to(x.device)
-        with torch.no_grad():
-            z = self.encoder(images).flatten(1)
-        out: torch.Tensor = self.head(z)
-        return out
-
-
 def kd_loss(
     student_logits: torch.Tensor,
     hard: torch.Tensor,
@@ -233,50 +186,8 @@ def kd_loss(
 ) -> torch.Tensor:
     """Eq. (1): β·CE(ŷ, C_s(z)) + (1−β)·mean_z w_z·KL(soft ‖ softmax(C_s(z)/τ))."""
     ce = F.cross_entropy(student_logits, hard)
-    log_q = F.log_softmax(student_logits / tau, dim=-1)
-    kl = (torch.special.xlogy(soft, soft) - soft * log_q).sum(dim=-1)
+    kl = kl_rows(soft, F.log_softmax(student_logits / tau, dim=-1))
     return beta * ce + (1 - beta) * (weight * kl).mean()
-
-
-def ensemble_loss(
-    student_logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor, tau: float
-) -> torch.Tensor:
-    """Eq. (4): mean_z w_z·KL(P_ens ‖ softmax(C_s(z)/τ)) (w_z = 1 without weighting)."""
-    log_q = F.log_softmax(student_logits / tau, dim=-1)
-    kl = (torch.special.xlogy(target, target) - target * log_q).sum(dim=-1)
-    return (weight * kl).mean()
-
-
-def head_train_config(epochs: int, lr: float, batch_size: int) -> TrainConfig:
-    """Adam for heads and server heads (the paper's optimiser)."""
-    return TrainConfig(epochs, batch_size, lr, "adam")
-
-
-def train_client_head(
-    ctx: ClientContext, arch: str, epochs: int, lr: float, latents: torch.Tensor | None = None
-) -> tuple[nn.Module, torch.Tensor]:
-    """Algorithm 2: embed the client's data once (cached) and train the head ``arch`` on
-    (E(x), y) with cross-entropy — or on (``latents``, y) when given (e.g. noised ones).
-    Returns the head (on the CPU) and the latents it was trained on."""
-    z = client_embeddings(ctx) if latents is None else latents
-    with seeded_torch(ctx.seed, "fedage", "head", ctx.client_id):
-        head = create_model(arch, z.shape[1], ctx.task.num_classes, 1)
-    stats = train_classifier(
-        head,
-        LabelledData(z, ctx.data.y),
-        head_train_config(epochs, lr, ctx.train_config.batch_size),
-        torch_generator(ctx.seed, "fedage", "client", ctx.client_id),
-        ctx.device,
-        tracker=ctx.tracker,
-        description=f"client {ctx.client_id} head ({arch})",
-    )
-    ctx.notes["train_seconds"] = stats.seconds
-    return head.cpu().eval(), z
-
-
-def head_dims(dims: WireDims, dim: int) -> WireDims:
-    """Wire dims of a head on ``dim``-dimensional embeddings."""
-    return WireDims(dims.num_classes, dim, 1, dims.public_size, dims.extra)
 
 
 @register_method("fedage", "FedAGE: frozen encoder, latents + head upload, progressive KD")
@@ -296,7 +207,8 @@ class FedAGE(Method[FedAGEConfig]):
             scalars=(ScalarSpec("n_examples", int, 1),),
         )
 
-    def client_update(self, ctx: ClientContext) -> Payload:
+    def _client(self, ctx: ClientContext) -> tuple[nn.Module, torch.Tensor]:
+        """Algorithm 2 with the optional local DP: the head and the latents to upload."""
         cfg = self.config
         released = None
         if cfg.dp_epsilon is not None:
@@ -306,20 +218,26 @@ class FedAGE(Method[FedAGEConfig]):
             )
         train_on = released if cfg.head_source == "noised" else None
         arch = cfg.client_head(ctx.client_id)
-        head, z = train_client_head(ctx, arch, cfg.epochs, cfg.lr, latents=train_on)
-        upload = z if released is None else released
-        return Payload({"latents": upload.numpy()}, {"n_examples": len(z)}).merged(
+        head, z = trained_client_head(ctx, arch, cfg.epochs, cfg.lr, latents=train_on)
+        return head, z if released is None else released
+
+    def client_update(self, ctx: ClientContext) -> Payload:
+        head, upload = self._client(ctx)
+        return Payload({"latents": upload.numpy()}, {"n_examples": len(upload)}).merged(
             model_fields(head.cpu(), "head")
         )
+
+    def local_model(self, ctx: ClientContext) -> nn.Module:
+        """The client's head on the shared encoder, E followed by C_i."""
+        return encoded_head(ctx, self._client(ctx)[0])
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         encoder: Encoder | None = ctx.encoder
         if encoder is None:
             raise ValueError("fedage needs the shared frozen encoder: set encoder")
         cfg, ids = self.config, sorted(payloads)
-        dims = head_dims(ctx.dims, encoder.dim)
         latents = {c: torch.from_numpy(np.asarray(payloads[c].arrays["latents"])) for c in ids}
-        heads = {c: model_from_fields(payloads[c], dims, "head").eval() for c in ids}
+        heads = {c: head_from_payload(payloads[c], ctx.dims) for c in ids}
         with seeded_torch(ctx.seed, "fedage", "server"):
             student = create_model(cfg.server_head, encoder.dim, ctx.task.num_classes, 1)
         train = head_train_config(cfg.epochs, cfg.lr, ctx.train_config.batch_size)
@@ -347,23 +265,20 @@ class FedAGE(Method[FedAGEConfig]):
             else torch.ones(len(all_z))
         )
         tau = cfg.tau
-
-        def loss_fn(model: nn.Module, batch: Batch) -> torch.Tensor:
-            z, target, w = batch
-            return ensemble_loss(model(z), target, w, tau)
-
         phase2 = (
             train if cfg.ensemble_epochs is None else replace(train, epochs=cfg.ensemble_epochs)
         )
-        fit(
+        distil(  # Eq. (4): mean_z w_z·KL(P_ens ‖ softmax(C_s(z)/τ)) (w_z = 1 by default)
             student,
-            (all_z, p_ens, weight),
-            loss_fn,
+            all_z,
+            lambda logits, target: kl_to_student(logits, target, tau),
             phase2,
             torch_generator(ctx.seed, "fedage", "ensemble"),
             ctx.device,
-            ctx.tracker,
-            "fedage server phase 2 (ensemble)",
+            targets=(p_ens,),
+            weights=weight,
+            tracker=ctx.tracker,
+            description="fedage server phase 2 (ensemble)",
         )
         info: dict[str, Any] = {
             "order": order,

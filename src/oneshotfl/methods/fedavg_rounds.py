@@ -25,29 +25,27 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from oneshotfl.federation.contract import (
-    ClientContext,
-    Requires,
-    ServerContext,
-)
-from oneshotfl.federation.outcome import GlobalModel, Outcome
-from oneshotfl.federation.payload import Payload
-from oneshotfl.federation.spec import (
+from torch import nn
+
+from oneshotfl.methods.base import register_method
+from oneshotfl.methods.common import SendsTrainedModel, average_models, initial_model
+from oneshotfl.params import Params, require
+from oneshotfl.protocol.contract import ClientContext, Requires, ServerContext
+from oneshotfl.protocol.outcome import GlobalModel, Outcome
+from oneshotfl.protocol.payload import Payload
+from oneshotfl.protocol.spec import (
     ModelSpec,
     PayloadSpec,
     WireDims,
     model_fields,
     model_from_fields,
 )
-from oneshotfl.methods.base import register_method
-from oneshotfl.methods.fedavg import average_models
-from oneshotfl.methods.recipes import SendsTrainedModel, initial_model, trained_local_model
 from oneshotfl.seeding import torch_generator
 from oneshotfl.training.loop import train_classifier
 
 
 @dataclass(frozen=True)
-class FedAvgRoundsConfig:
+class FedAvgRoundsConfig(Params):
     """Multi-round FedAvg hyper-parameters.
 
     Attributes:
@@ -58,11 +56,10 @@ class FedAvgRoundsConfig:
     rounds: int = 10
     local_epochs: int | None = None
 
-    def __post_init__(self) -> None:
-        if self.rounds < 1:
-            raise ValueError(f"rounds: expected >= 1, got {self.rounds!r}")
-        if self.local_epochs is not None and self.local_epochs < 1:
-            raise ValueError(f"local_epochs: expected >= 1 or None, got {self.local_epochs!r}")
+    def validate(self) -> None:
+        require(self.rounds >= 1, "rounds", ">= 1", self.rounds)
+        ok = self.local_epochs is None or self.local_epochs >= 1
+        require(ok, "local_epochs", ">= 1 or None", self.local_epochs)
 
 
 @register_method(
@@ -99,7 +96,7 @@ class FedAvgRounds(SendsTrainedModel[FedAvgRoundsConfig]):
     def client_update(self, ctx: ClientContext) -> Payload:
         epochs = self.config.local_epochs or ctx.train_config.epochs
         if ctx.round == 0 and epochs == ctx.train_config.epochs:
-            model = trained_local_model(ctx)  # exactly one-shot FedAvg's client (cached)
+            model = ctx.train()  # exactly one-shot FedAvg's client (cached)
         else:
             if ctx.broadcast is None:
                 raise ValueError("fedavg_rounds: a client got no global model to start from")
@@ -114,6 +111,10 @@ class FedAvgRounds(SendsTrainedModel[FedAvgRoundsConfig]):
                 description=f"client {ctx.client_id} round {ctx.round + 1}",
             )
         return model_fields(model.cpu()).merged(Payload({}, {"n_examples": len(ctx.data)}))
+
+    def local_model(self, ctx: ClientContext) -> nn.Module | None:
+        """None: a client's model changes every round; there is no one local model."""
+        return None
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         return GlobalModel(average_models(payloads, ctx.dims))

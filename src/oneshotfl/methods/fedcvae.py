@@ -13,6 +13,10 @@ its label counts n_k,c. No real example leaves a client.
   then draws the synthetic set from that one decoder with labels from the global label
   distribution Σ_k n_k,c, and trains the classifier.
 
+The reparametrisation noise of client training is drawn from the client's own seeded stream.
+(Before this was fixed it came from torch's global RNG, whose seed differs per process in
+torch 2.14, so FedCVAE results were not reproducible; rows measured before the fix differ.)
+
 Choices where the paper leaves room (``FedCVAEConfig`` fields): fully connected encoder and
 decoder (``hidden`` units, ``latent`` dims), trained with Adam (``lr``) for ``epochs``;
 ``beta`` weights the KL term; the synthetic set has ``synthetic_size`` images (None = as many
@@ -31,19 +35,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from oneshotfl.data.types import LabelledData
-from oneshotfl.federation.contract import ClientContext, Method, Requires, ServerContext, TaskInfo
-from oneshotfl.federation.outcome import GlobalModel, Outcome
-from oneshotfl.federation.payload import Payload
-from oneshotfl.federation.spec import ArraySpec, PayloadSpec, WireDims
+from oneshotfl.data.types import LabelledData, TaskInfo
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.recipes import initial_model
+from oneshotfl.methods.common import initial_model
+from oneshotfl.params import Params, require
+from oneshotfl.protocol.contract import ClientContext, Method, Requires, ServerContext
+from oneshotfl.protocol.outcome import GlobalModel, Outcome
+from oneshotfl.protocol.payload import Payload
+from oneshotfl.protocol.spec import ArraySpec, PayloadSpec, WireDims
 from oneshotfl.seeding import seeded_torch, torch_generator
 from oneshotfl.training.loop import Batch, TrainConfig, fit, train_classifier
 
 
 @dataclass(frozen=True)
-class FedCVAEConfig:
+class FedCVAEConfig(Params):
     """FedCVAE hyper-parameters.
 
     Attributes:
@@ -64,24 +69,14 @@ class FedCVAEConfig:
     beta: float = 1.0
     synthetic_size: int | None = None
 
-    def __post_init__(self) -> None:
-        checks: list[tuple[bool, str, str, object]] = [
-            (self.variant in ("ens", "kd"), "variant", "ens|kd", self.variant),
-            (self.latent >= 1, "latent", ">= 1", self.latent),
-            (self.hidden >= 1, "hidden", ">= 1", self.hidden),
-            (self.epochs >= 1, "epochs", ">= 1", self.epochs),
-            (self.lr > 0, "lr", "> 0", self.lr),
-            (self.beta >= 0, "beta", ">= 0", self.beta),
-            (
-                self.synthetic_size is None or self.synthetic_size >= 1,
-                "synthetic_size",
-                ">= 1 or None",
-                self.synthetic_size,
-            ),
-        ]
-        for ok, name, expected, got in checks:
-            if not ok:
-                raise ValueError(f"{name}: expected {expected}, got {got!r}")
+    def validate(self) -> None:
+        require(self.latent >= 1, "latent", ">= 1", self.latent)
+        require(self.hidden >= 1, "hidden", ">= 1", self.hidden)
+        require(self.epochs >= 1, "epochs", ">= 1", self.epochs)
+        require(self.lr > 0, "lr", "> 0", self.lr)
+        require(self.beta >= 0, "beta", ">= 0", self.beta)
+        size = self.synthetic_size
+        require(size is None or size >= 1, "synthetic_size", ">= 1 or None", size)
 
 
 class CVAE(nn.Module):
@@ -96,11 +91,16 @@ class CVAE(nn.Module):
         self.logvar = nn.Linear(hidden, latent)
         self.decoder = make_decoder(pixels, num_classes, latent, hidden)
 
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def forward(
+        self, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator
+    ) -> tuple[torch.Tensor, ...]:
+        """Reconstruction, μ and log σ² of a batch; the reparametrisation noise is drawn
+        from ``generator`` (a CPU stream), never from torch's global RNG."""
         onehot = F.one_hot(y, self.num_classes).to(x.dtype)
         h = self.encoder(torch.cat([x.flatten(1), onehot], dim=1))
         mu, logvar = self.mu(h), self.logvar(h).clamp(-10, 10)
-        z = mu + torch.randn_like(mu) * torch.exp(0.5 * logvar)
+        noise = torch.randn(mu.shape, generator=generator, dtype=mu.dtype).to(mu.device)
+        z = mu + noise * torch.exp(0.5 * logvar)
         return self.decoder(torch.cat([z, onehot], dim=1)), mu, logvar
 
 
@@ -160,13 +160,14 @@ class FedCVAE(Method[FedCVAEConfig]):
             pixels = task.in_channels * task.image_size**2
             cvae = CVAE(pixels, task.num_classes, cfg.latent, cfg.hidden)
         beta = cfg.beta
+        noise = torch_generator(ctx.seed, "fedcvae", "client", ctx.client_id, "noise")
 
         def loss_fn(model: nn.Module, batch: Batch) -> torch.Tensor:
             x, y = batch
-            recon, mu, logvar = model(x, y)
+            recon, mu, logvar = model(x, y, noise)
             return elbo_loss(recon, x, mu, logvar, beta)
 
-        stats = fit(
+        fit(
             cvae,
             (ctx.data.x, ctx.data.y),
             loss_fn,
@@ -176,14 +177,14 @@ class FedCVAE(Method[FedCVAEConfig]):
             ctx.tracker,
             f"client {ctx.client_id} CVAE",
         )
-        ctx.notes["train_seconds"] = stats.seconds
         counts = torch.bincount(ctx.data.y, minlength=task.num_classes).numpy().astype(np.int64)
         state = cvae.decoder.state_dict()
         arrays = {f"decoder.{k}": v.detach().cpu().numpy() for k, v in state.items()}
         return Payload({**arrays, "label_counts": counts})
 
     def _load_decoder(self, payload: Payload, task: TaskInfo) -> nn.Sequential:
-        decoder = self._decoder(task)
+        with torch.random.fork_rng(devices=[]):  # the weights are overwritten: no RNG trace
+            decoder = self._decoder(task)
         state = {
             k[len("decoder.") :]: torch.from_numpy(np.asarray(v))
             for k, v in payload.arrays.items()

@@ -43,31 +43,33 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from oneshotfl.federation.contract import ClientContext, Requires, ServerContext
-from oneshotfl.federation.outcome import GlobalModel, Outcome
-from oneshotfl.federation.payload import Payload
-from oneshotfl.federation.spec import PayloadSpec, WireDims, model_from_fields
+from oneshotfl.functional import average_probabilities, ensemble_target, kl_to_student
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.fedavg import FedAvg
-from oneshotfl.methods.fedol import stack_probabilities
-from oneshotfl.methods.recipes import (
+from oneshotfl.methods.common import (
     SendsTrainedModel,
+    average_models,
     initial_model,
     probabilities_payload,
     probabilities_spec,
+    stack_probabilities,
 )
+from oneshotfl.params import Params, require
+from oneshotfl.protocol.contract import ClientContext, Requires, ServerContext
+from oneshotfl.protocol.outcome import GlobalModel, Outcome
+from oneshotfl.protocol.payload import Payload
+from oneshotfl.protocol.spec import PayloadSpec, WireDims, model_from_fields
 from oneshotfl.seeding import torch_generator
-from oneshotfl.training.loop import Batch, fit, predict_logits
+from oneshotfl.training.distill import distil
+from oneshotfl.training.loop import predict_logits
 
 Form = Literal["models", "predictions"]
 Teacher = Literal["auto", "probabilities", "logits"]
 
 
 @dataclass(frozen=True)
-class FedDFConfig:
+class FedDFConfig(Params):
     """FedDF hyper-parameters.
 
     Attributes:
@@ -85,49 +87,15 @@ class FedDFConfig:
     teacher: Teacher = "auto"
     epochs: int | None = None
 
-    def __post_init__(self) -> None:
-        if self.form not in ("models", "predictions"):
-            raise ValueError(f"form: expected 'models' or 'predictions', got {self.form!r}")
-        if not self.temperature > 0:
-            raise ValueError(f"temperature: expected > 0, got {self.temperature!r}")
-        if self.teacher not in ("auto", "probabilities", "logits"):
-            raise ValueError(
-                f"teacher: expected 'auto', 'probabilities' or 'logits', got {self.teacher!r}"
-            )
-        if self.teacher == "logits" and self.form != "models":
-            raise ValueError(
-                "teacher: expected 'probabilities' with form='predictions' (predictions carry "
-                f"no logits), got {self.teacher!r}"
-            )
-        if self.epochs is not None and self.epochs < 1:
-            raise ValueError(f"epochs: expected >= 1 or None, got {self.epochs!r}")
-
-
-def average_teacher(probs: torch.Tensor) -> torch.Tensor:
-    """The uniform ensemble (1/K)·Σ_k p_k, ``[K, N, C] → [N, C]``."""
-    if probs.ndim != 3 or probs.shape[0] == 0:
-        raise ValueError(f"average_teacher: expected [K >= 1, N, C], got {tuple(probs.shape)}")
-    return probs.mean(dim=0)
-
-
-def teacher_from_logits(
-    logits: torch.Tensor, temperature: float = 1.0, teacher: Teacher = "probabilities"
-) -> torch.Tensor:
-    """The ensemble target from client logits ``[K, N, C] → [N, C]``.
-
-    ``probabilities``: (1/K)·Σ_k softmax(z_k/T); ``logits``: softmax(((1/K)·Σ_k z_k)/T).
-    """
-    if teacher == "logits":
-        return F.softmax(logits.mean(dim=0) / temperature, dim=-1)
-    return average_teacher(F.softmax(logits / temperature, dim=-1))
-
-
-def distillation_loss(
-    student_logits: torch.Tensor, teacher: torch.Tensor, temperature: float = 1.0
-) -> torch.Tensor:
-    """mean over the batch of KL(teacher ‖ softmax(z_s/T)) = Σ_c t_c (log t_c − log q_c)."""
-    log_q = F.log_softmax(student_logits / temperature, dim=-1)
-    return (torch.special.xlogy(teacher, teacher) - teacher * log_q).sum(dim=-1).mean()
+    def validate(self) -> None:
+        require(self.temperature > 0, "temperature", "> 0", self.temperature)
+        require(
+            not (self.teacher == "logits" and self.form != "models"),
+            "teacher",
+            "'probabilities' with form='predictions' (predictions carry no logits)",
+            self.teacher,
+        )
+        require(self.epochs is None or self.epochs >= 1, "epochs", ">= 1 or None", self.epochs)
 
 
 def choose_student(
@@ -184,7 +152,7 @@ class FedDF(SendsTrainedModel[FedDFConfig]):
         ids = sorted(payloads)
         if cfg.form == "predictions":
             arch, from_average = choose_student(cfg.form, ctx.server_arch, [])
-            target = average_teacher(stack_probabilities(payloads))
+            target = average_probabilities(stack_probabilities(payloads))
         else:
             archs = [str(payloads[c].scalars["model.arch"]) for c in ids]
             arch, from_average = choose_student(cfg.form, ctx.server_arch, archs)
@@ -197,7 +165,7 @@ class FedDF(SendsTrainedModel[FedDFConfig]):
                 ]
             )
             teacher = "logits" if cfg.teacher == "auto" else cfg.teacher
-            target = teacher_from_logits(logits, cfg.temperature, teacher)
+            target = ensemble_target(logits, cfg.temperature, teacher)
         student = self._student(arch, from_average, payloads, ctx)
         self._distil(student, ctx.public.x, target, ctx)
         info = {
@@ -212,28 +180,21 @@ class FedDF(SendsTrainedModel[FedDFConfig]):
         self, arch: str, from_average: bool, payloads: Mapping[int, Payload], ctx: ServerContext
     ) -> nn.Module:
         if from_average:
-            outcome = FedAvg().aggregate(payloads, ctx)  # Σ_k (n_k/n)·w_k, the paper's start
-            if isinstance(outcome, GlobalModel):
-                return outcome.model
+            return average_models(payloads, ctx.dims)  # Σ_k (n_k/n)·w_k, the paper's start
         return initial_model(arch, ctx.task, ctx.seed)
 
     def _distil(
         self, student: nn.Module, x: torch.Tensor, target: torch.Tensor, ctx: ServerContext
     ) -> None:
         base, temperature = ctx.train_config, self.config.temperature
-        cfg = dataclasses.replace(base, epochs=self.config.epochs or base.epochs)
-
-        def loss_fn(model: nn.Module, batch: Batch) -> torch.Tensor:
-            x, teacher = batch
-            return distillation_loss(model(x), teacher, temperature)
-
-        fit(
+        distil(
             student,
-            (x, target),
-            loss_fn,
-            cfg,
+            x,
+            lambda logits, t: kl_to_student(logits, t, temperature),
+            dataclasses.replace(base, epochs=self.config.epochs or base.epochs),
             torch_generator(ctx.seed, "feddf"),
             ctx.device,
-            ctx.tracker,
-            f"feddf server ({self.config.form})",
+            targets=(target,),
+            tracker=ctx.tracker,
+            description=f"feddf server ({self.config.form})",
         )

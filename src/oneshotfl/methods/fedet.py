@@ -45,26 +45,28 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-from oneshotfl.federation.contract import ClientContext, Requires, ServerContext
-from oneshotfl.federation.outcome import GlobalModel, Outcome
-from oneshotfl.federation.payload import Payload
-from oneshotfl.federation.spec import PayloadSpec, WireDims, model_from_fields
+from oneshotfl.functional import EPS, kl_rows, soft_cross_entropy_rows
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.fedol import EPS, stack_probabilities
-from oneshotfl.methods.recipes import (
+from oneshotfl.methods.common import (
     SendsTrainedModel,
     initial_model,
     probabilities_payload,
     probabilities_spec,
+    stack_probabilities,
 )
+from oneshotfl.params import Params, require
+from oneshotfl.protocol.contract import ClientContext, Requires, ServerContext
+from oneshotfl.protocol.outcome import GlobalModel, Outcome
+from oneshotfl.protocol.payload import Payload
+from oneshotfl.protocol.spec import PayloadSpec, WireDims, model_from_fields
 from oneshotfl.seeding import torch_generator
-from oneshotfl.training.loop import Batch, fit, predict_logits
+from oneshotfl.training.distill import distil
+from oneshotfl.training.loop import predict_logits
 
 
 @dataclass(frozen=True)
-class FedETConfig:
+class FedETConfig(Params):
     """Fed-ET hyper-parameters.
 
     Attributes:
@@ -81,27 +83,9 @@ class FedETConfig:
     weighting: Literal["variance", "uniform"] = "variance"
     epochs: int | None = None
 
-    def __post_init__(self) -> None:
-        checks = [
-            (self.form in ("models", "predictions"), "form", "models|predictions", self.form),
-            (self.consensus in ("hard", "soft"), "consensus", "hard|soft", self.consensus),
-            (self.diversity >= 0, "diversity", ">= 0", self.diversity),
-            (
-                self.weighting in ("variance", "uniform"),
-                "weighting",
-                "variance|uniform",
-                self.weighting,
-            ),
-            (
-                self.epochs is None or self.epochs >= 1,
-                "epochs",
-                ">= 1 or None",
-                self.epochs,
-            ),
-        ]
-        for ok, name, expected, got in checks:
-            if not ok:
-                raise ValueError(f"{name}: expected {expected}, got {got!r}")
+    def validate(self) -> None:
+        require(self.diversity >= 0, "diversity", ">= 0", self.diversity)
+        require(self.epochs is None or self.epochs >= 1, "epochs", ">= 1 or None", self.epochs)
 
 
 def variance_weights(probs: torch.Tensor, weighting: str = "variance") -> torch.Tensor:
@@ -146,13 +130,14 @@ def fedet_loss(
     has_dissent: torch.Tensor,
     lam: float,
 ) -> torch.Tensor:
-    """mean_x [CE(consensus, q) + λ·1[dissent]·KL(s_div ‖ q)] with q = softmax(logits);
-    ``consensus_target`` is a one-hot label row (hard) or the consensus distribution (soft),
-    so the first term is the KL up to a constant in the soft case."""
+    """Per sample CE(consensus, q) + λ·1[dissent]·KL(s_div ‖ q) with q = softmax(logits)
+    (the training loss is its batch mean); ``consensus_target`` is a one-hot label row (hard)
+    or the consensus distribution (soft), so the first term is the KL up to a constant in the
+    soft case."""
     log_q = F.log_softmax(logits, dim=-1)
-    ce = -(consensus_target * log_q).sum(dim=-1)
-    kl = (torch.special.xlogy(diversity, diversity) - diversity * log_q).sum(dim=-1)
-    return (ce + lam * has_dissent.to(logits.dtype) * kl).mean()
+    ce = soft_cross_entropy_rows(consensus_target, log_q)
+    kl = kl_rows(diversity, log_q)
+    return ce + lam * has_dissent.to(logits.dtype) * kl
 
 
 @register_method("fedet", "Fed-ET: variance-weighted consensus + diversity-regularised KD")
@@ -195,21 +180,16 @@ class FedET(SendsTrainedModel[FedETConfig]):
         div, has_dissent = diversity_target(probs, alpha, labels)
         server = initial_model(ctx.server_arch, ctx.task, ctx.seed)
         base, lam = ctx.train_config, cfg.diversity
-        train = dataclasses.replace(base, epochs=cfg.epochs or base.epochs)
-
-        def loss_fn(model: nn.Module, batch: Batch) -> torch.Tensor:
-            xb, t, d, m = batch
-            return fedet_loss(model(xb), t, d, m, lam)
-
-        fit(
+        distil(
             server,
-            (x, target, div, has_dissent),
-            loss_fn,
-            train,
+            x,
+            lambda logits, t, d, m: fedet_loss(logits, t, d, m, lam),
+            dataclasses.replace(base, epochs=cfg.epochs or base.epochs),
             torch_generator(ctx.seed, "fedet"),
             ctx.device,
-            ctx.tracker,
-            "fedet server",
+            targets=(target, div, has_dissent),
+            tracker=ctx.tracker,
+            description="fedet server",
         )
         info = {
             "dissent_fraction": float(has_dissent.double().mean()),

@@ -9,7 +9,8 @@ Eq. 14 takes from FedHKT), and distils Σ_k λ_k(x)·KL(p_k(x) ‖ σ(w_s(x))) i
 Deviations and choices: FedHKT's later server→client transfer needs more rounds and is not
 part of the one-shot form; the server trains for ``epochs`` (None = ``server_epochs``) with the
 server training config and no validation-based stopping (the server has no labelled data).
-This is FedOL's distillation term alone (τ = 0, one iteration), so the two share their math.
+This is FedOL's distillation term alone (τ = 0, one iteration): both use
+:func:`oneshotfl.functional.weighted_mixture` and :func:`~oneshotfl.functional.weighted_kl_rows`.
 """
 
 from __future__ import annotations
@@ -19,31 +20,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-import torch
-from torch import nn
+import torch.nn.functional as F
 
-from oneshotfl.federation.contract import ClientContext, Method, Requires, ServerContext
-from oneshotfl.federation.outcome import GlobalModel, Outcome
-from oneshotfl.federation.payload import Payload
-from oneshotfl.federation.spec import PayloadSpec, WireDims
+from oneshotfl.functional import entropy_weights, weighted_kl_rows, weighted_mixture
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.fedol import (
-    client_weights,
-    distillation_target,
-    fedol_loss,
-    stack_probabilities,
-)
-from oneshotfl.methods.recipes import (
-    initial_model,
-    probabilities_payload,
-    probabilities_spec,
-)
+from oneshotfl.methods.common import SharesPredictions, initial_model, stack_probabilities
+from oneshotfl.params import Params, require
+from oneshotfl.protocol.contract import Requires, ServerContext
+from oneshotfl.protocol.outcome import GlobalModel, Outcome
+from oneshotfl.protocol.payload import Payload
 from oneshotfl.seeding import torch_generator
-from oneshotfl.training.loop import Batch, fit
+from oneshotfl.training.distill import distil
 
 
 @dataclass(frozen=True)
-class FedHKTConfig:
+class FedHKTConfig(Params):
     """FedHKT hyper-parameters.
 
     Attributes:
@@ -56,50 +47,37 @@ class FedHKTConfig:
     temperature: float = 1.0
     payload_dtype: Literal["float32", "float16"] = "float32"
 
-    def __post_init__(self) -> None:
-        if self.epochs is not None and self.epochs < 1:
-            raise ValueError(f"epochs: expected >= 1 or None, got {self.epochs}")
-        if not self.temperature > 0:
-            raise ValueError(f"temperature: expected > 0, got {self.temperature}")
-        if self.payload_dtype not in ("float32", "float16"):
-            raise ValueError(f"payload_dtype: expected float32|float16, got {self.payload_dtype}")
+    def validate(self) -> None:
+        require(self.epochs is None or self.epochs >= 1, "epochs", ">= 1 or None", self.epochs)
+        require(self.temperature > 0, "temperature", "> 0", self.temperature)
 
 
 @register_method("fedhkt", "FedHKT: entropy-weighted per-sample KD of client predictions")
-class FedHKT(Method[FedHKTConfig]):
+class FedHKT(SharesPredictions[FedHKTConfig]):
     """Confidence-weighted knowledge transfer from client predictions to a server model."""
 
     Config = FedHKTConfig
     requires = Requires(public_data=True, server_model=True)
 
-    def payload_spec(self, dims: WireDims) -> PayloadSpec:
-        return probabilities_spec(self.config.payload_dtype)
-
-    def client_update(self, ctx: ClientContext) -> Payload:
-        return probabilities_payload(ctx, self.config.temperature, self.config.payload_dtype)
+    def prediction_format(self) -> tuple[float, str]:
+        return self.config.temperature, self.config.payload_dtype
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         if ctx.public is None or ctx.server_arch is None:
             raise ValueError("fedhkt needs a public pool and a server_model")
         probs = stack_probabilities(payloads)
-        mixture, const = distillation_target(probs, client_weights(probs, "entropy"))
-        no_labels = torch.zeros_like(mixture)
+        mixture, const = weighted_mixture(probs, entropy_weights(probs, "entropy"))
         base = ctx.train_config
-        cfg = dataclasses.replace(base, epochs=self.config.epochs or base.epochs)
         server = initial_model(ctx.server_arch, ctx.task, ctx.seed)
-
-        def loss_fn(model: nn.Module, batch: Batch) -> torch.Tensor:
-            x, m, c, y = batch
-            return fedol_loss(model(x), m, c, y, tau=0.0)
-
-        fit(
+        distil(
             server,
-            (ctx.public.x, mixture, const, no_labels),
-            loss_fn,
-            cfg,
+            ctx.public.x,
+            lambda logits, m, c: weighted_kl_rows(F.log_softmax(logits, dim=-1), m, c),
+            dataclasses.replace(base, epochs=self.config.epochs or base.epochs),
             torch_generator(ctx.seed, "fedhkt"),
             ctx.device,
-            ctx.tracker,
-            "fedhkt server",
+            targets=(mixture, const),
+            tracker=ctx.tracker,
+            description="fedhkt server",
         )
         return GlobalModel(server.eval())

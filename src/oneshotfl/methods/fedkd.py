@@ -46,21 +46,23 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from oneshotfl.federation.contract import ClientContext, Method, Requires, ServerContext
-from oneshotfl.federation.outcome import GlobalModel, Outcome
-from oneshotfl.federation.payload import Payload
-from oneshotfl.federation.spec import ArraySpec, PayloadSpec, WireDims
+from oneshotfl.functional import kl_to_student
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.feddf import distillation_loss
-from oneshotfl.methods.recipes import initial_model, trained_local_model
+from oneshotfl.methods.common import initial_model
+from oneshotfl.params import Params, require
+from oneshotfl.protocol.contract import ClientContext, Method, Requires, ServerContext
+from oneshotfl.protocol.outcome import GlobalModel, Outcome
+from oneshotfl.protocol.payload import Payload
+from oneshotfl.protocol.spec import ArraySpec, PayloadSpec, WireDims
 from oneshotfl.seeding import torch_generator
-from oneshotfl.training.loop import Batch, fit, predict_logits
+from oneshotfl.training.distill import distil
+from oneshotfl.training.loop import predict_logits
 
 Quantize = Literal["none", "onehot", "levels"]
 
 
 @dataclass(frozen=True)
-class FedKDConfig:
+class FedKDConfig(Params):
     """FedKD hyper-parameters.
 
     Attributes:
@@ -79,22 +81,11 @@ class FedKDConfig:
     temperature: float = 1.0
     epochs: int | None = None
 
-    def __post_init__(self) -> None:
-        checks = [
-            (
-                self.quantize in ("none", "onehot", "levels"),
-                "quantize",
-                "none|onehot|levels",
-                self.quantize,
-            ),
-            (2 <= self.levels <= 256, "levels", "in [2, 256]", self.levels),
-            (self.noise_std >= 0, "noise_std", ">= 0", self.noise_std),
-            (self.temperature > 0, "temperature", "> 0", self.temperature),
-            (self.epochs is None or self.epochs >= 1, "epochs", ">= 1 or None", self.epochs),
-        ]
-        for ok, name, expected, got in checks:
-            if not ok:
-                raise ValueError(f"{name}: expected {expected}, got {got!r}")
+    def validate(self) -> None:
+        require(2 <= self.levels <= 256, "levels", "in [2, 256]", self.levels)
+        require(self.noise_std >= 0, "noise_std", ">= 0", self.noise_std)
+        require(self.temperature > 0, "temperature", "> 0", self.temperature)
+        require(self.epochs is None or self.epochs >= 1, "epochs", ">= 1 or None", self.epochs)
 
 
 def quantize_levels(probs: torch.Tensor, levels: int) -> np.ndarray:
@@ -145,7 +136,7 @@ class FedKD(Method[FedKDConfig]):
         if ctx.public is None:
             raise ValueError("fedkd needs a public pool: set public_size > 0")
         cfg = self.config
-        logits = predict_logits(trained_local_model(ctx), ctx.public.x, ctx.device)
+        logits = predict_logits(ctx.train(), ctx.public.x, ctx.device)
         if cfg.quantize == "onehot":
             dtype = np.uint8 if ctx.task.num_classes <= 256 else np.int64
             return Payload({"labels": logits.argmax(dim=-1).numpy().astype(dtype)})
@@ -153,6 +144,9 @@ class FedKD(Method[FedKDConfig]):
             probs = torch.softmax(logits / cfg.temperature, dim=-1)
             return Payload({"codes": quantize_levels(probs, cfg.levels)})
         return Payload({"logits": logits.numpy().astype(np.float32)})
+
+    def local_model(self, ctx: ClientContext) -> nn.Module:
+        return ctx.train()
 
     def distribution(self, payload: Payload, num_classes: int) -> torch.Tensor:
         """One client's message as a ``[N, C]`` distribution."""
@@ -175,20 +169,15 @@ class FedKD(Method[FedKDConfig]):
         target = noisy_mean(dists, cfg.noise_std, torch_generator(ctx.seed, "fedkd", "noise"))
         server = initial_model(ctx.server_arch, ctx.task, ctx.seed)
         base, temperature = ctx.train_config, cfg.temperature
-        train = dataclasses.replace(base, epochs=cfg.epochs or base.epochs)
-
-        def loss_fn(model: nn.Module, batch: Batch) -> torch.Tensor:
-            x, t = batch
-            return distillation_loss(model(x), t, temperature)
-
-        fit(
+        distil(
             server,
-            (ctx.public.x, target),
-            loss_fn,
-            train,
+            ctx.public.x,
+            lambda logits, t: kl_to_student(logits, t, temperature),
+            dataclasses.replace(base, epochs=cfg.epochs or base.epochs),
             torch_generator(ctx.seed, "fedkd"),
             ctx.device,
-            ctx.tracker,
-            f"fedkd server ({cfg.quantize})",
+            targets=(target,),
+            tracker=ctx.tracker,
+            description=f"fedkd server ({cfg.quantize})",
         )
         return GlobalModel(server.eval(), {"quantize": cfg.quantize, "noise_std": cfg.noise_std})

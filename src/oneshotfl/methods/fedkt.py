@@ -50,10 +50,15 @@ import numpy as np
 import torch
 
 from oneshotfl.data.types import LabelledData
-from oneshotfl.federation.contract import ClientContext, Method, Requires, ServerContext
-from oneshotfl.federation.outcome import GlobalModel, Outcome
-from oneshotfl.federation.payload import Payload
-from oneshotfl.federation.spec import (
+from oneshotfl.functional import consistent_vote_counts, noisy_argmax, vote_counts
+from oneshotfl.methods.base import register_method
+from oneshotfl.methods.common import initial_model
+from oneshotfl.models import create_model
+from oneshotfl.params import Params, require
+from oneshotfl.protocol.contract import ClientContext, Method, Requires, ServerContext
+from oneshotfl.protocol.outcome import GlobalModel, Outcome
+from oneshotfl.protocol.payload import Payload
+from oneshotfl.protocol.spec import (
     ModelSpec,
     PayloadSpec,
     ScalarSpec,
@@ -61,15 +66,12 @@ from oneshotfl.federation.spec import (
     model_fields,
     model_from_fields,
 )
-from oneshotfl.methods.base import register_method
-from oneshotfl.methods.recipes import initial_model
-from oneshotfl.models import create_model
 from oneshotfl.seeding import numpy_rng, seeded_torch, torch_generator
 from oneshotfl.training.loop import predict_logits, train_classifier
 
 
 @dataclass(frozen=True)
-class FedKTConfig:
+class FedKTConfig(Params):
     """FedKT hyper-parameters.
 
     Attributes:
@@ -92,23 +94,15 @@ class FedKTConfig:
     consistent_voting: bool = True
     query_fraction: float = 1.0
 
-    def __post_init__(self) -> None:
-        checks = [
-            (self.partitions >= 1, "partitions", ">= 1", self.partitions),
-            (self.teachers >= 1, "teachers", ">= 1", self.teachers),
-            (
-                self.student_epochs is None or self.student_epochs >= 1,
-                "student_epochs",
-                ">= 1 or None",
-                self.student_epochs,
-            ),
-            (self.client_noise_gamma >= 0, "client_noise_gamma", ">= 0", self.client_noise_gamma),
-            (self.server_noise_gamma >= 0, "server_noise_gamma", ">= 0", self.server_noise_gamma),
-            (0 < self.query_fraction <= 1, "query_fraction", "in (0, 1]", self.query_fraction),
-        ]
-        for ok, name, expected, got in checks:
-            if not ok:
-                raise ValueError(f"{name}: expected {expected}, got {got!r}")
+    def validate(self) -> None:
+        require(self.partitions >= 1, "partitions", ">= 1", self.partitions)
+        require(self.teachers >= 1, "teachers", ">= 1", self.teachers)
+        epochs = self.student_epochs
+        require(epochs is None or epochs >= 1, "student_epochs", ">= 1 or None", epochs)
+        gamma = self.client_noise_gamma
+        require(gamma >= 0, "client_noise_gamma", ">= 0", gamma)
+        require(self.server_noise_gamma >= 0, "server_noise_gamma", ">= 0", self.server_noise_gamma)
+        require(0 < self.query_fraction <= 1, "query_fraction", "in (0, 1]", self.query_fraction)
 
 
 def disjoint_parts(n: int, parts: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -120,30 +114,6 @@ def disjoint_parts(n: int, parts: int, rng: np.random.Generator) -> list[np.ndar
     if n < parts:
         raise ValueError(f"fedkt: expected at least {parts} examples to split, got {n}")
     return [np.sort(p) for p in np.array_split(rng.permutation(n), parts)]
-
-
-def vote_counts(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
-    """Votes per class, ``[M voters, N] int labels → [N, C]`` float64 counts."""
-    if labels.ndim != 2:
-        raise ValueError(f"vote_counts: expected [voters, N] labels, got {tuple(labels.shape)}")
-    onehot = torch.nn.functional.one_hot(labels.long(), num_classes).to(torch.float64)
-    return onehot.sum(dim=0)
-
-
-def consistent_vote_counts(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
-    """One client's consistent vote: s votes for the label its s students all give, else
-    none. ``[s, N] → [N, C]``."""
-    counts = vote_counts(labels, num_classes)
-    agree = (labels == labels[:1]).all(dim=0)
-    return counts * agree.unsqueeze(-1).to(counts.dtype)
-
-
-def noisy_argmax(counts: torch.Tensor, gamma: float, rng: np.random.Generator) -> torch.Tensor:
-    """argmax_c (counts_c + Lap(1/γ)) per row (no noise when γ = 0; ties: lowest class)."""
-    if gamma > 0:
-        noise = rng.laplace(0.0, 1.0 / gamma, size=tuple(counts.shape))
-        counts = counts + torch.from_numpy(noise)
-    return counts.argmax(dim=-1)
 
 
 def query_indices(n: int, fraction: float, seed: int) -> torch.Tensor:
@@ -175,24 +145,12 @@ class FedKT(Method[FedKTConfig]):
         if ctx.public is None:
             raise ValueError("fedkt needs a public pool: set public_size > 0")
         parts = {
-            "recipe": "fedkt",
             "config": dataclasses.asdict(self.config),
-            "data": ctx.data_fingerprint,
             "public": len(ctx.public),
             "arch": ctx.arch,
-            "task": [ctx.task.num_classes, ctx.task.in_channels, ctx.task.image_size],
             "train": ctx.train_config.as_dict(),
-            "seed": ctx.seed,
-            "client": ctx.client_id,
         }
-        payload, hit = ctx.store.get_or_make(
-            "fedkt_students",
-            parts,
-            lambda: self._students(ctx),
-            label=f"client {ctx.client_id} fedkt students",
-        )
-        ctx.notes["cache_hit"] = hit
-        ctx.notes["train_seconds"] = float(payload.scalars.get("train_seconds", 0.0))
+        payload = ctx.artefact("fedkt_students", parts, lambda: self._students(ctx), "students")
         kept = {k: v for k, v in payload.scalars.items() if k != "train_seconds"}
         return Payload(payload.arrays, kept)
 

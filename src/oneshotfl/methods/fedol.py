@@ -38,29 +38,31 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from oneshotfl.federation.contract import ClientContext, Method, Requires, ServerContext
-from oneshotfl.federation.outcome import GlobalModel, Outcome
-from oneshotfl.federation.payload import Payload
-from oneshotfl.federation.spec import PayloadSpec, WireDims
-from oneshotfl.methods.base import register_method
-from oneshotfl.methods.recipes import (
-    initial_model,
-    probabilities_payload,
-    probabilities_spec,
+from oneshotfl.functional import (
+    EPS,
+    entropy,
+    entropy_weights,
+    soft_cross_entropy_rows,
+    weighted_kl_rows,
+    weighted_mixture,
 )
+from oneshotfl.methods.base import register_method
+from oneshotfl.methods.common import SharesPredictions, initial_model, stack_probabilities
+from oneshotfl.params import Params, require
+from oneshotfl.protocol.contract import Requires, ServerContext
+from oneshotfl.protocol.outcome import GlobalModel, Outcome
+from oneshotfl.protocol.payload import Payload
 from oneshotfl.seeding import torch_generator
-from oneshotfl.training.loop import Batch, TrainConfig, fit, predict_logits
-
-EPS = 1e-12
+from oneshotfl.training.distill import distil
+from oneshotfl.training.loop import TrainConfig, predict_logits
 
 
 @dataclass(frozen=True)
-class FedOLConfig:
+class FedOLConfig(Params):
     """FedOL hyper-parameters (paper defaults where it gives them).
 
     Attributes:
@@ -89,44 +91,18 @@ class FedOLConfig:
     temperature: float = 1.0
     payload_dtype: Literal["float32", "float16"] = "float32"
 
-    def __post_init__(self) -> None:
-        checks = [
-            (self.iterations >= 1, "iterations", ">= 1", self.iterations),
-            (self.tau >= 0, "tau", ">= 0", self.tau),
-            (0 < self.rho_start <= 1, "rho_start", "in (0, 1]", self.rho_start),
-            (self.rho_step >= 0, "rho_step", ">= 0", self.rho_step),
-            (
-                self.weighting in ("entropy", "uniform"),
-                "weighting",
-                "entropy|uniform",
-                self.weighting,
-            ),
-            (
-                self.epochs_per_iteration is None or self.epochs_per_iteration >= 1,
-                "epochs_per_iteration",
-                ">= 1 or None",
-                self.epochs_per_iteration,
-            ),
-            (self.temperature > 0, "temperature", "> 0", self.temperature),
-            (
-                self.payload_dtype in ("float32", "float16"),
-                "payload_dtype",
-                "float32|float16",
-                self.payload_dtype,
-            ),
-        ]
-        for ok, name, expected, got in checks:
-            if not ok:
-                raise ValueError(f"{name}: expected {expected}, got {got!r}")
+    def validate(self) -> None:
+        require(self.iterations >= 1, "iterations", ">= 1", self.iterations)
+        require(self.tau >= 0, "tau", ">= 0", self.tau)
+        require(0 < self.rho_start <= 1, "rho_start", "in (0, 1]", self.rho_start)
+        require(self.rho_step >= 0, "rho_step", ">= 0", self.rho_step)
+        epochs = self.epochs_per_iteration
+        require(epochs is None or epochs >= 1, "epochs_per_iteration", ">= 1 or None", epochs)
+        require(self.temperature > 0, "temperature", "> 0", self.temperature)
 
     def rho(self, iteration: int) -> float:
         """ρ at 0-based ``iteration`` (capped at 1)."""
         return min(1.0, self.rho_start + self.rho_step * iteration)
-
-
-def entropy(probs: torch.Tensor) -> torch.Tensor:
-    """H(p) = −Σ_c p_c log p_c over the last axis."""
-    return -(probs * probs.clamp_min(EPS).log()).sum(dim=-1)
 
 
 def class_confidence(probs: torch.Tensor) -> torch.Tensor:
@@ -163,39 +139,6 @@ def pseudo_labels(
     return labels * reliable.any(dim=0).unsqueeze(-1).to(probs.dtype)
 
 
-def client_weights(probs: torch.Tensor, weighting: str = "entropy") -> torch.Tensor:
-    """Eq. (14): λ_k(x) = softmax_k(−H(σ(w_c^k(x)))), ``[K, N, C] → [K, N]``."""
-    if weighting == "uniform":
-        return torch.full(probs.shape[:2], 1.0 / probs.shape[0], dtype=probs.dtype)
-    return torch.softmax(-entropy(probs), dim=0)
-
-
-def distillation_target(
-    probs: torch.Tensor, lam: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Σ_k λ_k KL(p_k ‖ q) = const − Σ_c m_c log q_c with m = Σ_k λ_k p_k.
-
-    Returns:
-        ``(m [N, C], const [N])`` where const = Σ_k λ_k Σ_c p_kc log p_kc, so the loss value
-        equals Eq. (6) exactly while the gradient needs only the mixture m.
-    """
-    mixture = torch.einsum("kn,knc->nc", lam, probs)
-    const = torch.einsum("kn,knc->n", lam, probs * probs.clamp_min(EPS).log())
-    return mixture, const
-
-
-def stack_probabilities(payloads: Mapping[int, Payload], key: str = "probs") -> torch.Tensor:
-    """Client probability payloads as float32 ``[K, N, C]`` in client-id order, rows
-    re-normalised (float16 payloads do not sum to exactly 1)."""
-    probs = torch.stack(
-        [
-            torch.from_numpy(np.asarray(payloads[c].arrays[key], np.float32))
-            for c in sorted(payloads)
-        ]
-    )
-    return probs / probs.sum(-1, keepdim=True)
-
-
 def fedol_loss(
     logits: torch.Tensor,
     mixture: torch.Tensor,
@@ -203,33 +146,31 @@ def fedol_loss(
     pseudo: torch.Tensor,
     tau: float,
 ) -> torch.Tensor:
-    """Eq. (7) on a batch: mean_x [Σ_k λ_k KL(p_k ‖ q)] + τ · mean_x CE(ŷ, q)."""
+    """Eq. (7) per sample: Σ_k λ_k KL(p_k ‖ q) + τ · CE(ŷ, q) (the CE is zero for excluded
+    samples, ŷ = 0); the training loss is its mean over the batch."""
     log_q = F.log_softmax(logits, dim=-1)
-    distill = const - (mixture * log_q).sum(dim=-1)
-    pseudo_ce = -(pseudo * log_q).sum(dim=-1)  # zero for excluded samples (ŷ = 0)
-    return (distill + tau * pseudo_ce).mean()
+    distill = weighted_kl_rows(log_q, mixture, const)
+    pseudo_ce = soft_cross_entropy_rows(pseudo, log_q)
+    return distill + tau * pseudo_ce
 
 
 @register_method("fedol", "FedOL: iterative pseudo-labels + weighted KD into a larger server")
-class FedOL(Method[FedOLConfig]):
-    """FedOL (Ye et al.): prediction sharing, server-side pseudo-label/KD alternation."""
+class FedOL(SharesPredictions[FedOLConfig]):
+    """FedOL (Ye et al.): prediction sharing, server-side pseudo-label/KD alternation. The
+    client half is Eq. (2) local training (the federation's recipe), then predictions on D_u."""
 
     Config = FedOLConfig
     requires = Requires(public_data=True, server_model=True)
 
-    def payload_spec(self, dims: WireDims) -> PayloadSpec:
-        return probabilities_spec(self.config.payload_dtype)
-
-    def client_update(self, ctx: ClientContext) -> Payload:
-        # Eq. (2) local training (the shared cached recipe), then predictions on D_u
-        return probabilities_payload(ctx, self.config.temperature, self.config.payload_dtype)
+    def prediction_format(self) -> tuple[float, str]:
+        return self.config.temperature, self.config.payload_dtype
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         if ctx.public is None or ctx.server_arch is None:
             raise ValueError("fedol needs a public pool and a server_model")
         cfg = self.config
         probs = stack_probabilities(payloads)
-        mixture, const = distillation_target(probs, client_weights(probs, cfg.weighting))
+        mixture, const = weighted_mixture(probs, entropy_weights(probs, cfg.weighting))
         client_conf = class_confidence(probs)
         train = self._train_config(ctx.train_config)
         server = initial_model(ctx.server_arch, ctx.task, ctx.seed)
@@ -243,7 +184,7 @@ class FedOL(Method[FedOLConfig]):
             pseudo = pseudo_labels(sources, conf, cfg.rho(t), cfg.negative_votes)
             if cfg.restart and t > 0:
                 server = initial_model(ctx.server_arch, ctx.task, ctx.seed)
-            self._train(server, ctx, (ctx.public.x, mixture, const, pseudo), train, t)
+            self._train(server, ctx, (mixture, const, pseudo), train, t)
             server_probs = torch.softmax(predict_logits(server, ctx.public.x, ctx.device), -1)
             history.append(
                 {
@@ -259,21 +200,23 @@ class FedOL(Method[FedOLConfig]):
         return dataclasses.replace(base, epochs=self.config.epochs_per_iteration or base.epochs)
 
     def _train(
-        self, server: nn.Module, ctx: ServerContext, tensors: Batch, train: TrainConfig, t: int
+        self,
+        server: nn.Module,
+        ctx: ServerContext,
+        targets: tuple[torch.Tensor, ...],
+        train: TrainConfig,
+        t: int,
     ) -> None:
+        assert ctx.public is not None
         tau = self.config.tau
-
-        def loss_fn(model: nn.Module, batch: Batch) -> torch.Tensor:
-            x, mixture, const, pseudo = batch
-            return fedol_loss(model(x), mixture, const, pseudo, tau)
-
-        fit(
+        distil(
             server,
-            tensors,
-            loss_fn,
+            ctx.public.x,
+            lambda logits, m, c, y: fedol_loss(logits, m, c, y, tau),
             train,
             torch_generator(ctx.seed, "fedol", t),
             ctx.device,
-            ctx.tracker,
-            f"fedol server, iteration {t + 1}/{self.config.iterations}",
+            targets=targets,
+            tracker=ctx.tracker,
+            description=f"fedol server, iteration {t + 1}/{self.config.iterations}",
         )

@@ -25,37 +25,37 @@ from typing import Literal
 
 import numpy as np
 import torch
+from torch import nn
 
 from oneshotfl.data.types import LabelledData
-from oneshotfl.encoders.base import Encoder
-from oneshotfl.federation.contract import ClientContext, Method, Requires, ServerContext
-from oneshotfl.federation.outcome import Ensemble, GlobalModel, Outcome
-from oneshotfl.federation.payload import Payload
-from oneshotfl.federation.spec import (
+from oneshotfl.functional import weighted_average
+from oneshotfl.methods.base import register_method
+from oneshotfl.methods.common import (
+    client_embeddings,
+    encoded_head,
+    head_from_payload,
+    head_train_config,
+    trained_client_head,
+)
+from oneshotfl.models import MODELS, create_model
+from oneshotfl.params import Params, require
+from oneshotfl.protocol.contract import ClientContext, Method, Requires, ServerContext
+from oneshotfl.protocol.outcome import Ensemble, GlobalModel, Outcome
+from oneshotfl.protocol.payload import Payload
+from oneshotfl.protocol.spec import (
     ArraySpec,
     ModelSpec,
     PayloadSpec,
     ScalarSpec,
     WireDims,
     model_fields,
-    model_from_fields,
 )
-from oneshotfl.methods.base import register_method
-from oneshotfl.methods.fedage import (
-    EncodedClassifier,
-    head_dims,
-    head_train_config,
-    train_client_head,
-)
-from oneshotfl.methods.fedavg import weighted_average
-from oneshotfl.methods.recipes import client_embeddings
-from oneshotfl.models import MODELS, create_model
 from oneshotfl.seeding import seeded_torch, torch_generator
 from oneshotfl.training.loop import train_classifier
 
 
 @dataclass(frozen=True)
-class HeadConfig:
+class HeadConfig(Params):
     """Hyper-parameters of the head baselines.
 
     Attributes:
@@ -70,22 +70,10 @@ class HeadConfig:
     lr: float = 1e-3
     weighting: Literal["uniform", "size"] = "uniform"
 
-    def __post_init__(self) -> None:
-        if self.head not in MODELS:
-            raise ValueError(f"head: expected a registered model, got {self.head!r}")
-        if self.epochs < 1:
-            raise ValueError(f"epochs: expected >= 1, got {self.epochs!r}")
-        if not self.lr > 0:
-            raise ValueError(f"lr: expected > 0, got {self.lr!r}")
-        if self.weighting not in ("uniform", "size"):
-            raise ValueError(f"weighting: expected uniform|size, got {self.weighting!r}")
-
-
-def _encoder(ctx: ServerContext) -> Encoder:
-    if ctx.encoder is None:
-        raise ValueError("this method needs the shared frozen encoder: set encoder")
-    encoder: Encoder = ctx.encoder
-    return encoder
+    def validate(self) -> None:
+        require(self.head in MODELS, "head", "a registered model", self.head)
+        require(self.epochs >= 1, "epochs", ">= 1", self.epochs)
+        require(self.lr > 0, "lr", "> 0", self.lr)
 
 
 class SendsHead(Method[HeadConfig]):
@@ -101,12 +89,16 @@ class SendsHead(Method[HeadConfig]):
         )
 
     def client_update(self, ctx: ClientContext) -> Payload:
-        head, z = train_client_head(ctx, self.config.head, self.config.epochs, self.config.lr)
+        head, z = trained_client_head(ctx, self.config.head, self.config.epochs, self.config.lr)
         return model_fields(head, "head").merged(Payload({}, {"n_examples": len(z)}))
 
-    def heads(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> list[torch.nn.Module]:
-        dims = head_dims(ctx.dims, _encoder(ctx).dim)
-        return [model_from_fields(payloads[c], dims, "head").eval() for c in sorted(payloads)]
+    def local_model(self, ctx: ClientContext) -> nn.Module:
+        """The client's head on the shared encoder."""
+        cfg = self.config
+        return encoded_head(ctx, trained_client_head(ctx, cfg.head, cfg.epochs, cfg.lr)[0])
+
+    def heads(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> list[nn.Module]:
+        return [head_from_payload(payloads[c], ctx.dims) for c in sorted(payloads)]
 
 
 @register_method("head_avg", "heads on the shared encoder, parameter-averaged (uniform|size)")
@@ -126,7 +118,7 @@ class HeadAverage(SendsHead):
         head = self.heads({ids[0]: payloads[ids[0]]}, ctx)[0]
         averaged = weighted_average(states, weights)
         head.load_state_dict({k: torch.from_numpy(v) for k, v in averaged.items()})
-        return GlobalModel(EncodedClassifier(_encoder(ctx), head).eval())
+        return GlobalModel(encoded_head(ctx, head))
 
 
 @register_method("head_ensemble", "heads on the shared encoder, mean of their softmaxes")
@@ -134,9 +126,7 @@ class HeadEnsemble(SendsHead):
     """The ensemble of client heads on E(x)."""
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
-        encoder = _encoder(ctx)
-        members = [EncodedClassifier(encoder, h).eval() for h in self.heads(payloads, ctx)]
-        return Ensemble(members)
+        return Ensemble([encoded_head(ctx, h) for h in self.heads(payloads, ctx)])
 
 
 @register_method(
@@ -158,7 +148,9 @@ class CentralizedHead(Method[HeadConfig]):
         return Payload({"latents": z.numpy(), "labels": ctx.data.y.numpy().astype(np.int64)})
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
-        encoder, ids = _encoder(ctx), sorted(payloads)
+        if ctx.encoder is None:
+            raise ValueError("centralized_head needs the shared frozen encoder: set encoder")
+        encoder, ids = ctx.encoder, sorted(payloads)
         z = torch.cat([torch.from_numpy(np.asarray(payloads[c].arrays["latents"])) for c in ids])
         y = torch.cat([torch.from_numpy(np.asarray(payloads[c].arrays["labels"])) for c in ids])
         with seeded_torch(ctx.seed, "centralized_head"):
@@ -173,4 +165,4 @@ class CentralizedHead(Method[HeadConfig]):
             tracker=ctx.tracker,
             description="centralized head",
         )
-        return GlobalModel(EncodedClassifier(encoder, head.cpu().eval()).eval())
+        return GlobalModel(encoded_head(ctx, head.cpu().eval()))

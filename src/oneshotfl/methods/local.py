@@ -10,18 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from oneshotfl.federation.contract import ClientContext, Method, NoConfig, ServerContext
-from oneshotfl.federation.outcome import Outcome, Personalised
-from oneshotfl.federation.payload import Payload
-from oneshotfl.federation.spec import (
+from torch import nn
+
+from oneshotfl.methods.base import register_method
+from oneshotfl.protocol.contract import ClientContext, Method, NoConfig, ServerContext
+from oneshotfl.protocol.outcome import Outcome, Personalised
+from oneshotfl.protocol.payload import Payload
+from oneshotfl.protocol.spec import (
     ModelSpec,
     PayloadSpec,
     WireDims,
     model_fields,
     model_from_fields,
 )
-from oneshotfl.methods.base import register_method
-from oneshotfl.methods.recipes import trained_local_model
 
 
 @register_method("local", "each client's own model on the global test set (mean/best/worst)")
@@ -34,7 +35,10 @@ class Local(Method[NoConfig]):
         return PayloadSpec(models=(ModelSpec(),))
 
     def client_update(self, ctx: ClientContext) -> Payload:
-        return model_fields(trained_local_model(ctx).cpu())
+        return model_fields(ctx.train().cpu())
+
+    def local_model(self, ctx: ClientContext) -> nn.Module:
+        return ctx.train()
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         return Personalised({cid: model_from_fields(p, ctx.dims) for cid, p in payloads.items()})

@@ -35,23 +35,19 @@ import torch.nn.functional as F
 from torch import nn
 
 from oneshotfl.data.types import LabelledData
-from oneshotfl.federation.contract import ClientContext, Method, Requires, ServerContext
-from oneshotfl.federation.outcome import GlobalModel, Outcome
-from oneshotfl.federation.payload import Payload
-from oneshotfl.federation.spec import PayloadSpec, WireDims
+from oneshotfl.functional import entropy
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.fedol import entropy, stack_probabilities
-from oneshotfl.methods.recipes import (
-    initial_model,
-    probabilities_payload,
-    probabilities_spec,
-)
+from oneshotfl.methods.common import SharesPredictions, initial_model, stack_probabilities
+from oneshotfl.params import Params, require
+from oneshotfl.protocol.contract import Requires, ServerContext
+from oneshotfl.protocol.outcome import GlobalModel, Outcome
+from oneshotfl.protocol.payload import Payload
 from oneshotfl.seeding import torch_generator
 from oneshotfl.training.loop import Batch, fit, train_classifier
 
 
 @dataclass(frozen=True)
-class MinEConfig:
+class MinEConfig(Params):
     """MinE hyper-parameters.
 
     Attributes:
@@ -62,11 +58,8 @@ class MinEConfig:
     target: Literal["hard", "soft"] = "hard"
     epochs: int | None = None
 
-    def __post_init__(self) -> None:
-        if self.target not in ("hard", "soft"):
-            raise ValueError(f"target: expected 'hard' or 'soft', got {self.target!r}")
-        if self.epochs is not None and self.epochs < 1:
-            raise ValueError(f"epochs: expected >= 1 or None, got {self.epochs!r}")
+    def validate(self) -> None:
+        require(self.epochs is None or self.epochs >= 1, "epochs", ">= 1 or None", self.epochs)
 
 
 def lowest_entropy_client(probs: torch.Tensor) -> torch.Tensor:
@@ -91,17 +84,11 @@ def lowest_entropy_labels(probs: torch.Tensor) -> torch.Tensor:
 
 
 @register_method("mine", "MinE: pseudo-label by the lowest-entropy client prediction, train server")
-class MinE(Method[MinEConfig]):
+class MinE(SharesPredictions[MinEConfig]):
     """The lowest-entropy vote over client predictions, distilled into a server model."""
 
     Config = MinEConfig
     requires = Requires(public_data=True, server_model=True)
-
-    def payload_spec(self, dims: WireDims) -> PayloadSpec:
-        return probabilities_spec()
-
-    def client_update(self, ctx: ClientContext) -> Payload:
-        return probabilities_payload(ctx)
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         if ctx.public is None or ctx.server_arch is None:

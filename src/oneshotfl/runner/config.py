@@ -13,12 +13,13 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
+from oneshotfl.data.partition import Partitioner, make_partitioner
 from oneshotfl.devices import DEVICE_CHOICES
-from oneshotfl.federation.contract import coerce_config
+from oneshotfl.params import Params, coerce_params
 from oneshotfl.training.loop import TrainConfig
 
 
@@ -27,7 +28,7 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
-class ExperimentConfig:
+class ExperimentConfig(Params):
     """Everything that determines one federated run.
 
     Attributes:
@@ -47,6 +48,9 @@ class ExperimentConfig:
         server_model: server architecture for methods that train a server model.
         encoder: the shared frozen encoder of encoder-based methods (FedAGE), an encoder spec
             such as ``random:dim=64`` or ``torchvision:arch=resnet18:weights=PATH``.
+        graph: the neighbour graph of peer (server-free) methods: ``complete``,
+            ``ring:k=K``, ``random:degree=D`` or ``file:path=F`` (drawn with the partition
+            seed; star methods ignore it).
         local_epochs, batch_size, lr, optimizer, momentum, weight_decay: client training.
         server_epochs, server_batch_size, server_lr, server_optimizer: server training.
         seed: model/training seed root.
@@ -73,16 +77,17 @@ class ExperimentConfig:
     model: str = "cnn"
     server_model: str | None = None
     encoder: str | None = None
+    graph: str = "complete"
     local_epochs: int = 5
     batch_size: int = 64
     lr: float = 0.01
-    optimizer: str = "sgd"
+    optimizer: Literal["sgd", "adam"] = "sgd"
     momentum: float = 0.9
     weight_decay: float = 0.0
     server_epochs: int = 10
     server_batch_size: int = 128
     server_lr: float = 0.001
-    server_optimizer: str = "adam"
+    server_optimizer: Literal["sgd", "adam"] = "adam"
     seed: int = 0
     partition_seed: int | None = None
     min_clients: int = 1
@@ -91,6 +96,14 @@ class ExperimentConfig:
     group: str = ""
 
     def __post_init__(self) -> None:
+        try:
+            super().__post_init__()
+        except ConfigError:
+            raise
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+    def validate(self) -> None:
         if not self.methods:
             raise ConfigError("methods: expected at least one method, got none")
         if self.clients < 1:
@@ -108,11 +121,8 @@ class ExperimentConfig:
             )
         if self.device not in DEVICE_CHOICES and not self.device.startswith("cuda:"):
             raise ConfigError(f"device: expected auto, cpu, cuda or cuda:N, got {self.device!r}")
-        try:
-            self.client_train_config()
-            self.server_train_config()
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
+        self.client_train_config()
+        self.server_train_config()
 
     @property
     def data_seed(self) -> int:
@@ -124,7 +134,7 @@ class ExperimentConfig:
             self.local_epochs,
             self.batch_size,
             self.lr,
-            self.optimizer,  # type: ignore[arg-type]
+            self.optimizer,
             self.momentum,
             self.weight_decay,
         )
@@ -134,10 +144,26 @@ class ExperimentConfig:
             self.server_epochs,
             self.server_batch_size,
             self.server_lr,
-            self.server_optimizer,  # type: ignore[arg-type]
+            self.server_optimizer,
             self.momentum,
             self.weight_decay,
         )
+
+    def partitioner(self) -> Partitioner:
+        """The configured partitioner.
+
+        Raises:
+            ConfigError: for an unknown partitioner or an option out of range.
+        """
+        try:
+            return make_partitioner(
+                self.partition,
+                alpha=self.alpha,
+                classes_per_client=self.classes_per_client,
+                min_samples=self.min_samples,
+            )
+        except ValueError as exc:
+            raise ConfigError(f"partition {self.partition!r}: {exc}") from None
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -220,7 +246,7 @@ def make_config(values: Mapping[str, Any]) -> ExperimentConfig:
             value = normalise_model(value)
         clean[key] = value
     try:
-        config: ExperimentConfig = coerce_config(ExperimentConfig, clean)
+        config: ExperimentConfig = coerce_params(ExperimentConfig, clean)
     except ConfigError:
         raise
     except (TypeError, ValueError) as exc:

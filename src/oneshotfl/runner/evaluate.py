@@ -1,19 +1,35 @@
 """Evaluation of outcomes on the held-out test split (the final model, never a best epoch).
 
-For every outcome: ``accuracy`` on the global test set and ``personal_accuracy`` — each
-client's accuracy re-weighted to its own training label distribution, averaged over clients.
-For personalised outcomes each client's own model is used; ``accuracy`` is the mean over
-clients and ``accuracy_best`` / ``accuracy_worst`` the extremes (the best is an oracle pick
-reported for comparison, never used for selection).
+For every outcome: ``accuracy`` on the global test set and ``personal_accuracy`` — a client's
+accuracy on its own test distribution, i.e. the per-class test accuracy re-weighted to the
+client's training label distribution, averaged over clients. Personalised outcomes (``local``,
+and every peer method, whose receivers each build their own model) are evaluated per client
+with :func:`client_metrics` — on the client itself in a peer run, so a Flower node computes
+exactly what the simulation does — and summarised by :func:`summarise_clients`: ``accuracy``
+is the mean over clients, ``accuracy_best`` / ``accuracy_worst`` the extremes (the best is an
+oracle pick reported for comparison, never used for selection).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
 from oneshotfl.data.types import LabelledData
-from oneshotfl.federation.outcome import Ensemble, GlobalModel, Outcome, Personalised
+from oneshotfl.protocol.outcome import Ensemble, GlobalModel, Outcome, Personalised
+
+
+@dataclass(frozen=True)
+class ClientMetrics:
+    """One client's model on the test split: global accuracy and accuracy on the client's own
+    test distribution."""
+
+    accuracy: float
+    personal_accuracy: float
 
 
 def per_class_accuracy(probs: torch.Tensor, y: torch.Tensor, num_classes: int) -> np.ndarray:
@@ -34,9 +50,50 @@ def label_weighted(class_acc: np.ndarray, histogram: np.ndarray) -> float:
     return float((p * class_acc[mask]).sum())
 
 
+def label_histogram(y: torch.Tensor, num_classes: int) -> np.ndarray:
+    """A client's ``[classes]`` training-label counts."""
+    return np.bincount(y.numpy(), minlength=num_classes)
+
+
+def client_metrics(probs: torch.Tensor, test: LabelledData, histogram: np.ndarray) -> ClientMetrics:
+    """Test accuracy of one client's predictions, globally and on its own distribution."""
+    class_acc = per_class_accuracy(probs, test.y, len(histogram))
+    return ClientMetrics(
+        float((probs.argmax(1) == test.y).double().mean()), label_weighted(class_acc, histogram)
+    )
+
+
+def receiver_metrics(
+    outcome: Outcome, test: LabelledData, histogram: np.ndarray, device: torch.device
+) -> ClientMetrics:
+    """A peer receiver's own model (a :class:`GlobalModel` or :class:`Ensemble`) evaluated
+    for that client."""
+    if not isinstance(outcome, GlobalModel | Ensemble):
+        raise TypeError(
+            f"a peer receiver must build a GlobalModel or an Ensemble, got {type(outcome).__name__}"
+        )
+    return client_metrics(outcome.predict_proba(test.x, device), test, histogram)
+
+
+def summarise_clients(metrics: Sequence[ClientMetrics]) -> dict[str, Any]:
+    """Mean, best and worst accuracy over clients, and the mean personal accuracy."""
+    if not metrics:
+        raise ValueError("summarise_clients: expected at least one client's metrics, got none")
+    accs = [m.accuracy for m in metrics]
+    personal = [m.personal_accuracy for m in metrics]
+    return {
+        "accuracy": float(np.mean(accs)),
+        "accuracy_best": float(np.max(accs)),
+        "accuracy_worst": float(np.min(accs)),
+        "personal_accuracy": float(np.nanmean(personal)),
+        "client_accuracy": accs,
+        "client_personal_accuracy": personal,
+    }
+
+
 def evaluate_outcome(
     outcome: Outcome, test: LabelledData, histograms: np.ndarray, device: torch.device
-) -> dict[str, float | list[float]]:
+) -> dict[str, Any]:
     """Metrics of an outcome; ``histograms`` is the ``[clients, classes]`` label count matrix."""
     num_classes = histograms.shape[1]
     if isinstance(outcome, GlobalModel | Ensemble):
@@ -49,25 +106,12 @@ def evaluate_outcome(
             "per_class_accuracy": [float(a) for a in class_acc],
         }
     if isinstance(outcome, Personalised):
-        return _evaluate_personalised(outcome, test, histograms, device)
-    raise TypeError(f"expected a GlobalModel, Ensemble or Personalised outcome, got {outcome!r}")
-
-
-def _evaluate_personalised(
-    outcome: Personalised, test: LabelledData, histograms: np.ndarray, device: torch.device
-) -> dict[str, float | list[float]]:
-    num_classes = histograms.shape[1]
-    accs, personal = [], []
-    for cid in sorted(outcome.models):
-        probs = outcome.predict_proba_for(cid, test.x, device)
-        accs.append(float((probs.argmax(1) == test.y).double().mean()))
-        personal.append(
-            label_weighted(per_class_accuracy(probs, test.y, num_classes), histograms[cid])
+        return summarise_clients(
+            [
+                client_metrics(
+                    outcome.predict_proba_for(cid, test.x, device), test, histograms[cid]
+                )
+                for cid in sorted(outcome.models)
+            ]
         )
-    return {
-        "accuracy": float(np.mean(accs)),
-        "accuracy_best": float(np.max(accs)),
-        "accuracy_worst": float(np.min(accs)),
-        "personal_accuracy": float(np.nanmean(personal)),
-        "client_accuracy": accs,
-    }
+    raise TypeError(f"expected a GlobalModel, Ensemble or Personalised outcome, got {outcome!r}")

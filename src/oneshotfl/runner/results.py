@@ -1,12 +1,15 @@
-"""Writing and reading run results: ``result.json``, ``methods.csv``, ``clients.csv``."""
+"""Run results: the typed per-method result, and writing and reading ``result.json``,
+``methods.csv``, ``clients.csv`` and ``local.csv``."""
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,18 +26,99 @@ METHOD_COLUMNS = (
     "upload_bytes_mean",
     "download_bytes_per_client",
     "client_wall_s_mean",
-    "client_train_s_mean",
     "server_wall_s",
 )
-CLIENT_COLUMNS = (
-    "client",
-    "arch",
-    "train_size",
-    "val_size",
-    "local_test_accuracy",
-    "local_val_accuracy",
-    "label_histogram",
-)
+CLIENT_COLUMNS = ("client", "arch", "train_size", "val_size", "label_histogram")
+LOCAL_COLUMNS = ("method", "client", "local_test_accuracy", "local_val_accuracy")
+
+
+@dataclass(frozen=True)
+class MethodResult:
+    """What one method did on one federation (one entry of ``result.json``'s ``methods``).
+
+    Accuracy fields follow :mod:`oneshotfl.runner.evaluate`: a global model or ensemble has
+    ``per_class_accuracy``; personalised outcomes (``local`` and every peer method) have the
+    per-client lists and the best/worst client. Bytes are counted on the wire: a client's
+    upload is the sum over the edges it sent on (one edge, to the server, in a star).
+
+    Attributes:
+        local_test_accuracy: per client, the test accuracy of the model this method's client
+            trained (``None`` where the method trains no classifier of its own).
+        local_val_accuracy: the same on the client's validation split (when it has one).
+        topology: peer methods only: the edges that carried a payload, with their bytes.
+        rounds_history: multi-round methods only: accuracy and bytes after each round.
+    """
+
+    key: str
+    method: str
+    params: dict[str, Any]
+    outcome: str
+    accuracy: float
+    personal_accuracy: float
+    rounds: int
+    upload_bytes_per_client: list[int]
+    download_bytes_per_client: int
+    communicates: bool
+    client_wall_s: list[float]
+    server_wall_s: float
+    clients_used: list[int]
+    per_class_accuracy: list[float] | None = None
+    accuracy_best: float | None = None
+    accuracy_worst: float | None = None
+    client_accuracy: list[float] | None = None
+    client_personal_accuracy: list[float] | None = None
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+    rejected: dict[str, str] = field(default_factory=dict)
+    no_reply: dict[str, str] = field(default_factory=dict)
+    rounds_history: list[dict[str, Any]] = field(default_factory=list)
+    topology: dict[str, Any] | None = None
+    local_test_accuracy: list[float | None] | None = None
+    local_val_accuracy: list[float | None] | None = None
+
+    @property
+    def upload_bytes_mean(self) -> float:
+        return float(sum(self.upload_bytes_per_client) / max(1, len(self.upload_bytes_per_client)))
+
+    @property
+    def client_wall_s_mean(self) -> float:
+        return float(sum(self.client_wall_s) / max(1, len(self.client_wall_s)))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form: every field plus the two means; empty optional fields left out."""
+        data: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None or (f.name in _OMIT_EMPTY and not value):
+                continue
+            data[f.name] = value
+            if f.name == "upload_bytes_per_client":
+                data["upload_bytes_mean"] = self.upload_bytes_mean
+            elif f.name == "client_wall_s":
+                data["client_wall_s_mean"] = self.client_wall_s_mean
+        return data
+
+
+_OMIT_EMPTY = ("no_reply", "rounds_history")
+
+
+def local_rows(methods: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per method and client with a local model: its local accuracies."""
+    rows = []
+    for m in methods:
+        tests, vals = m.get("local_test_accuracy"), m.get("local_val_accuracy") or []
+        for cid, acc in enumerate(tests or []):
+            if acc is None:
+                continue
+            val = vals[cid] if cid < len(vals) else None
+            rows.append(
+                {
+                    "method": m["key"],
+                    "client": cid,
+                    "local_test_accuracy": acc,
+                    "local_val_accuracy": val,
+                }
+            )
+    return rows
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -73,6 +157,7 @@ def write_result(out_dir: Path, doc: dict[str, Any]) -> Path:
     atomic_write_text(path, json.dumps(doc, indent=2, default=_json_default) + "\n")
     write_csv(out_dir / "methods.csv", doc["methods"], METHOD_COLUMNS)
     write_csv(out_dir / "clients.csv", doc["clients"], CLIENT_COLUMNS)
+    write_csv(out_dir / "local.csv", local_rows(doc["methods"]), LOCAL_COLUMNS)
     privacy = {
         m["key"]: m["diagnostics"]["privacy"]
         for m in doc["methods"]

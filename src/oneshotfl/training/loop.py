@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from oneshotfl.data.types import LabelledData
+from oneshotfl.params import Params, require
 from oneshotfl.training.progress import NullTracker, Tracker
 
 Batch = tuple[torch.Tensor, ...]
@@ -26,7 +27,7 @@ LossFn = Callable[[nn.Module, Batch], torch.Tensor]
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(Params):
     """Hyper-parameters of one training run.
 
     Attributes:
@@ -45,22 +46,30 @@ class TrainConfig:
     momentum: float = 0.9
     weight_decay: float = 0.0
 
-    def __post_init__(self) -> None:
-        if self.epochs < 0:
-            raise ValueError(f"epochs must be >= 0, got {self.epochs}")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
-        if self.optimizer not in ("sgd", "adam"):
-            raise ValueError(f"optimizer must be 'sgd' or 'adam', got {self.optimizer!r}")
-        if not 0 <= self.momentum < 1:
-            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
-        if self.weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+    def validate(self) -> None:
+        require(self.epochs >= 0, "epochs", ">= 0", self.epochs)
+        require(self.batch_size >= 1, "batch_size", ">= 1", self.batch_size)
+        require(self.lr > 0, "lr", "> 0", self.lr)
+        require(0 <= self.momentum < 1, "momentum", "in [0, 1)", self.momentum)
+        require(self.weight_decay >= 0, "weight_decay", ">= 0", self.weight_decay)
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class FitHooks:
+    """Callbacks of :func:`fit` (each optional).
+
+    Attributes:
+        epoch_start: called with the 0-based epoch before its first step.
+        step_end: called after every optimiser step (e.g. re-applying pruning masks).
+        epoch_end: called with the 0-based epoch after its last step.
+    """
+
+    epoch_start: Callable[[int], None] | None = None
+    step_end: Callable[[], None] | None = None
+    epoch_end: Callable[[int], object] | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +110,7 @@ def fit(
     device: torch.device,
     tracker: Tracker | None = None,
     description: str = "training",
+    hooks: FitHooks | None = None,
 ) -> FitStats:
     """Train ``model`` in place on ``tensors`` (aligned along dim 0) with ``loss_fn``.
 
@@ -113,6 +123,7 @@ def fit(
         device: where to compute.
         tracker: progress display (steps).
         description: progress label.
+        hooks: callbacks at epoch and step boundaries.
     """
     n = int(tensors[0].shape[0])
     if any(int(t.shape[0]) != n for t in tensors):
@@ -125,9 +136,12 @@ def fit(
     optimizer = make_optimizer([p for p in model.parameters() if p.requires_grad], cfg)
     steps_per_epoch = len(batch_indices(n, cfg.batch_size, torch.Generator().manual_seed(0)))
     steps, loss_value = 0, math.nan
+    hooks = hooks or FitHooks()
     model.train()
     with (tracker or NullTracker()).task(description, cfg.epochs * steps_per_epoch) as advance:
-        for _ in range(cfg.epochs):
+        for epoch in range(cfg.epochs):
+            if hooks.epoch_start is not None:
+                hooks.epoch_start(epoch)
             for idx in batch_indices(n, cfg.batch_size, generator):
                 batch = tuple(t[idx].to(device, non_blocking=True) for t in tensors)
                 optimizer.zero_grad(set_to_none=True)
@@ -139,9 +153,13 @@ def fit(
                     )
                 loss.backward()
                 optimizer.step()
+                if hooks.step_end is not None:
+                    hooks.step_end()
                 steps += 1
                 loss_value = float(loss.detach())
                 advance(1)
+            if hooks.epoch_end is not None:
+                hooks.epoch_end(epoch)
     model.eval()
     return FitStats(steps, loss_value, time.perf_counter() - start)
 

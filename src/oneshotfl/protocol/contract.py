@@ -4,40 +4,55 @@ A method is a registered :class:`Method` subclass with
 
 * ``requires`` — what it needs from the federation (:class:`Requires`), checked by the runner
   before any training;
-* ``Config`` — a frozen dataclass of its hyper-parameters, validated in ``__post_init__``;
+* ``Config`` — a frozen :class:`~oneshotfl.params.Params` dataclass of its hyper-parameters;
 * :meth:`Method.payload_spec` — what one client sends, checked on receipt;
 * :meth:`Method.client_update` — runs on one client and sees only that client's data;
-* :meth:`Method.aggregate` — runs on the server and sees only payloads and what the server
-  legitimately has: :class:`ServerContext` has no field through which client data could flow.
+* :meth:`Method.local_model` — the model the client trained, if any (its local accuracy is
+  reported; it is never sent);
+* a receiver: :meth:`Method.aggregate` for the **star** topology — it runs on the server and
+  sees only payloads and what the server legitimately has (:class:`ServerContext` has no field
+  through which client data could flow) — or :meth:`PeerMethod.aggregate_for` for the **peer**
+  topology, where every client receives its graph neighbours' payloads and builds its own
+  model with its own private context.
 
-Nothing here loops over clients, touches transport, or imports flwr.
+Contexts are frozen: a round number and a broadcast are inputs of a client's context
+(:meth:`ClientContext.for_round`), never fields written from outside. Nothing here loops over
+clients, touches transport, or imports flwr.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-import types
-import typing
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar, Generic, TypeVar
 
 import torch
+from torch import nn
 
-from oneshotfl.data.types import LabelledData, UnlabelledData
-from oneshotfl.federation.artefacts import ArtefactStore, tensor_fingerprint
-from oneshotfl.federation.outcome import Outcome
-from oneshotfl.federation.payload import Payload
-from oneshotfl.federation.spec import PayloadSpec, WireDims
+from oneshotfl.artefacts import ArtefactStore, tensor_fingerprint
+from oneshotfl.data.types import LabelledData, TaskInfo, UnlabelledData
+from oneshotfl.encoders.base import Encoder
+from oneshotfl.params import Params
+from oneshotfl.protocol.outcome import Outcome
+from oneshotfl.protocol.payload import Payload
+from oneshotfl.protocol.spec import (
+    PayloadSpec,
+    WireDims,
+    model_fields,
+    model_from_fields,
+    task_dims,
+)
 from oneshotfl.training.loop import TrainConfig
 from oneshotfl.training.progress import NullTracker, Tracker
+from oneshotfl.training.recipe import ClientRecipe, train_recipe
 
 
 class Topology(enum.StrEnum):
-    """Who talks to whom: clients to one server, or clients to peers."""
+    """Who talks to whom: clients to one server, or clients to their graph neighbours."""
 
     STAR = "star"
     PEER = "peer"
@@ -52,7 +67,7 @@ class Requires:
         shared_encoder: a frozen encoder known to every party.
         same_architecture: every client uses the same model architecture.
         server_model: a server architecture (``server_model``) is configured.
-        topology: star (server) or peer (server-free).
+        topology: star (server) or peer (server-free, over the neighbour graph).
         min_clients: fewest clients the method can work with.
     """
 
@@ -64,21 +79,13 @@ class Requires:
     min_clients: int = 1
 
 
+def _dims(task: TaskInfo, public: UnlabelledData | None, encoder: Encoder | None) -> WireDims:
+    return task_dims(
+        task, 0 if public is None else len(public), None if encoder is None else encoder.dim
+    )
+
+
 @dataclass(frozen=True)
-class TaskInfo:
-    """Public facts of the learning task that every party knows."""
-
-    dataset: str
-    num_classes: int
-    in_channels: int
-    image_size: int
-    class_names: tuple[str, ...] = ()
-
-    def dims(self, public_size: int = 0) -> WireDims:
-        return WireDims(self.num_classes, self.in_channels, self.image_size, public_size)
-
-
-@dataclass
 class ClientContext:
     """Everything one client may use: its own data, public facts, and its tools.
 
@@ -94,9 +101,7 @@ class ClientContext:
         seed: the model-seed root (streams derive from it).
         store: artefact cache.
         tracker: progress display.
-        notes: facts a recipe records for the result file (``train_seconds``,
-            ``cache_hit``); never sent anywhere.
-        encoder: the shared frozen encoder (``Encoder``), when the federation has one.
+        encoder: the shared frozen encoder, when the federation has one.
         round: the communication round, from 0 (always 0 for one-shot methods).
         broadcast: the server's validated message of this round (multi-round methods
             only; ``None`` in one-shot methods, whose clients hear nothing from the server).
@@ -113,8 +118,7 @@ class ClientContext:
     seed: int
     store: ArtefactStore = field(default_factory=ArtefactStore)
     tracker: Tracker = field(default_factory=NullTracker)
-    notes: dict[str, float | bool] = field(default_factory=dict)
-    encoder: Any = None
+    encoder: Encoder | None = None
     round: int = 0
     broadcast: Payload | None = None
 
@@ -125,10 +129,57 @@ class ClientContext:
 
     @property
     def dims(self) -> WireDims:
-        return self.task.dims(0 if self.public is None else len(self.public))
+        """The wire dims payloads resolve against (``D`` when there is an encoder)."""
+        return _dims(self.task, self.public, self.encoder)
+
+    def for_round(self, round_index: int, broadcast: Payload | None) -> ClientContext:
+        """This context in round ``round_index``, with the server's validated broadcast."""
+        return dataclasses.replace(self, round=round_index, broadcast=broadcast)
+
+    def recipe(self, **changes: Any) -> ClientRecipe:
+        """The federation's plain local-training recipe for this client (ERM on its own
+        architecture and training settings), with ``changes`` applied."""
+        return dataclasses.replace(ClientRecipe(self.arch, self.train_config), **changes)
+
+    def artefact(
+        self, kind: str, parts: Mapping[str, object], make: Callable[[], Payload], label: str
+    ) -> Payload:
+        """This client's artefact ``kind`` keyed by ``parts`` plus everything client-specific
+        (data, task, seed, id): computed by ``make()`` once, then a cache hit."""
+        key = {
+            **parts,
+            "data": self.data_fingerprint,
+            "task": [self.task.num_classes, self.task.in_channels, self.task.image_size],
+            "seed": self.seed,
+            "client": self.client_id,
+        }
+        payload, _ = self.store.get_or_make(kind, key, make, f"client {self.client_id} {label}")
+        return payload
+
+    def train(self, recipe: ClientRecipe | None = None) -> nn.Module:
+        """The model ``recipe`` (default: :meth:`recipe`) trains on this client's data —
+        trained once, then a cache hit; returned on ``device`` in eval mode."""
+        recipe = recipe or self.recipe()
+
+        def make() -> Payload:
+            done = train_recipe(
+                recipe,
+                self.data,
+                self.task,
+                seed=self.seed,
+                client_id=self.client_id,
+                device=self.device,
+                tracker=self.tracker,
+            )
+            info = {"train_seconds": done.stats.seconds, "steps": done.stats.steps}
+            return model_fields(done.model.cpu()).merged(Payload({}, {**info, **done.facts}))
+
+        payload = self.artefact("local_model", {"recipe": recipe.key()}, make, recipe.name)
+        model = model_from_fields(payload, self.dims, extra_outputs=recipe.extra_outputs)
+        return model.to(self.device).eval()
 
 
-@dataclass
+@dataclass(frozen=True)
 class ServerContext:
     """What the server legitimately has. By construction it holds no client data.
 
@@ -140,12 +191,11 @@ class ServerContext:
             (public configuration, not data).
         train_config: training settings for server-side learning.
         client_train_config: the clients' local training settings (public configuration).
-        num_clients: clients in the federation (including any that were rejected).
         device: compute device.
         seed: the model-seed root.
         store: artefact cache.
         tracker: progress display.
-        encoder: the shared frozen encoder (``Encoder``), when the federation has one.
+        encoder: the shared frozen encoder, when the federation has one.
     """
 
     task: TaskInfo
@@ -154,20 +204,20 @@ class ServerContext:
     client_archs: tuple[str, ...]
     train_config: TrainConfig
     client_train_config: TrainConfig
-    num_clients: int
     device: torch.device
     seed: int
     store: ArtefactStore = field(default_factory=ArtefactStore)
     tracker: Tracker = field(default_factory=NullTracker)
-    encoder: Any = None
+    encoder: Encoder | None = None
 
     @property
     def dims(self) -> WireDims:
-        return self.task.dims(0 if self.public is None else len(self.public))
+        """The wire dims payloads resolve against (``D`` when there is an encoder)."""
+        return _dims(self.task, self.public, self.encoder)
 
 
 @dataclass(frozen=True)
-class NoConfig:
+class NoConfig(Params):
     """A method without hyper-parameters."""
 
 
@@ -186,10 +236,10 @@ class Method(ABC, Generic[ConfigT]):
             as zero upload bytes.
 
     One-shot is the default: one call of ``client_update`` per client, one ``aggregate``.
-    A multi-round reference method (``fedavg_rounds``) overrides :meth:`num_rounds`,
-    :meth:`broadcast_spec` and :meth:`server_message`; the runner then repeats
-    broadcast → clients → aggregate, counting every round's bytes, and evaluates the outcome
-    of each round.
+    A multi-round reference method (``fedavg_rounds``, star only) overrides
+    :meth:`num_rounds`, :meth:`broadcast_spec` and :meth:`server_message`; the runner then
+    repeats broadcast → clients → aggregate, counting every round's bytes, and evaluates the
+    outcome of each round.
     """
 
     name: ClassVar[str] = ""
@@ -211,6 +261,12 @@ class Method(ABC, Generic[ConfigT]):
     @abstractmethod
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         """Build the outcome from validated payloads (client id → payload, ascending ids)."""
+
+    def local_model(self, ctx: ClientContext) -> nn.Module | None:
+        """The model this method's client trained (for its local accuracy), or ``None``
+        when it trains no classifier of its own. Called after :meth:`client_update` on the
+        same context, so a recipe's model is a cache hit."""
+        return None
 
     def num_rounds(self) -> int:
         """Communication rounds (1 for every one-shot method)."""
@@ -240,48 +296,23 @@ class Method(ABC, Generic[ConfigT]):
         return {"method": self.name, "params": params}
 
 
-def coerce_config(config_cls: type, params: Mapping[str, Any]) -> Any:
-    """Build ``config_cls(**params)``, converting strings (from the CLI) to the field types.
+class PeerMethod(Method[ConfigT]):
+    """A server-free method: every client sends its one message to the neighbours the graph
+    (and :meth:`senders_for`) name, and each receiver builds its own model from what it got
+    and its own private context (:meth:`aggregate_for`). The result is per client."""
 
-    Raises:
-        ValueError: for an unknown parameter or a value that does not convert.
-    """
-    fields = {f.name: f for f in dataclasses.fields(config_cls)}
-    unknown = sorted(set(params) - set(fields))
-    if unknown:
-        raise ValueError(
-            f"unknown parameter(s) {unknown} for {config_cls.__qualname__}; "
-            f"expected some of {sorted(fields)}"
-        )
-    hints = typing.get_type_hints(config_cls)
-    values = {k: _coerce(k, v, hints[k]) for k, v in params.items()}
-    return config_cls(**values)
+    requires: ClassVar[Requires] = Requires(topology=Topology.PEER)
 
+    def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
+        raise TypeError(f"{self.name} is server-free: there is no server to aggregate on")
 
-def _coerce(name: str, value: Any, hint: Any) -> Any:
-    if not isinstance(value, str):
-        if hint is float and isinstance(value, int) and not isinstance(value, bool):
-            return float(value)
-        return value
-    origin = typing.get_origin(hint)
-    if origin is typing.Literal:
-        return value
-    if origin in (typing.Union, types.UnionType):
-        options = [a for a in typing.get_args(hint) if a is not type(None)]
-        if value.lower() in ("none", "null"):
-            return None
-        hint = options[0] if len(options) == 1 else str
-    try:
-        if hint is bool:
-            if value.lower() in ("1", "true", "yes", "on"):
-                return True
-            if value.lower() in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(value)
-        if hint in (int, float, str):
-            return hint(value)
-    except ValueError:
-        raise ValueError(
-            f"parameter {name!r}: expected {getattr(hint, '__name__', hint)}, got {value!r}"
-        ) from None
-    return value
+    @abstractmethod
+    def aggregate_for(self, ctx: ClientContext, payloads: Mapping[int, Payload]) -> Outcome:
+        """Run on the receiving client: build its model from its neighbours' validated
+        payloads (sender id → payload, ascending; possibly empty) and its own context."""
+
+    def senders_for(self, receiver: int, neighbours: Sequence[int], seed: int) -> tuple[int, ...]:
+        """Which of the receiver's graph neighbours send to it (default: all of them). A
+        method with an encounter schedule draws it here from ``seed``; only these edges
+        carry bytes."""
+        return tuple(neighbours)

@@ -16,8 +16,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from oneshotfl.federation.payload import Payload
+from oneshotfl.data.types import TaskInfo
 from oneshotfl.models import MODELS, create_model
+from oneshotfl.protocol.payload import Payload
 
 Dim = int | str
 
@@ -125,6 +126,13 @@ class WireDims:
             "N_pub": self.public_size,
         }
         return {**base, **self.extra}
+
+
+def task_dims(task: TaskInfo, public_size: int = 0, embedding_dim: int | None = None) -> WireDims:
+    """The wire dims of a task: its classes and images, the public pool's size, and ``D``,
+    the shared encoder's embedding size, when the federation has an encoder."""
+    extra = {} if embedding_dim is None else {"D": embedding_dim}
+    return WireDims(task.num_classes, task.in_channels, task.image_size, public_size, extra)
 
 
 def validate_payload(

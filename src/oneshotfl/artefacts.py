@@ -1,6 +1,6 @@
 """A content-addressed cache of trained client (and server) artefacts.
 
-An artefact is a :class:`~oneshotfl.federation.payload.Payload` stored as safetensors under a
+An artefact is a :class:`~oneshotfl.protocol.payload.Payload` stored as safetensors under a
 key that hashes everything that determines it (data fingerprint, architecture, training
 config, seeds, recipe). A sweep therefore trains each client once, whichever methods use the
 model. Hits and misses are logged and counted.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from oneshotfl.federation.payload import Payload, WireError, decode, encode
+from oneshotfl.protocol.payload import Payload, WireError, decode, encode
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def tensor_fingerprint(*tensors: torch.Tensor) -> str:
     for t in tensors:
         c = t.detach().cpu().contiguous()
         digest.update(f"{c.dtype}{tuple(c.shape)}".encode())
-        digest.update(c.view(torch.uint8).numpy().tobytes() if c.numel() else b"")
+        digest.update(c.reshape(-1).view(torch.uint8).numpy().tobytes() if c.numel() else b"")
     return digest.hexdigest()
 
 
@@ -79,6 +79,18 @@ class ArtefactStore:
         self.misses += 1
         payload = make()
         self._write(kind, key, payload)
+        self._memo[key] = payload
+        return payload, False
+
+    def memo(
+        self, kind: str, parts: Mapping[str, object], make: Callable[[], Payload]
+    ) -> tuple[Payload, bool]:
+        """Like :meth:`get_or_make`, in memory only: for cheap derived facts (evaluations)
+        that are not worth a file and do not count as cache hits or misses."""
+        key = cache_key({"kind": kind, "memo": True, **parts})
+        if key in self._memo:
+            return self._memo[key], True
+        payload = make()
         self._memo[key] = payload
         return payload, False
 

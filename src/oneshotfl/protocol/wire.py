@@ -7,8 +7,8 @@ boundary with a sentence naming the client, the field, what was expected and wha
 
 from __future__ import annotations
 
-from oneshotfl.federation.payload import Payload, decode, encode
-from oneshotfl.federation.spec import PayloadSpec, WireDims, validate_payload
+from oneshotfl.protocol.payload import Payload, decode, encode
+from oneshotfl.protocol.spec import PayloadSpec, WireDims, validate_payload
 
 
 def receive(data: bytes, spec: PayloadSpec, dims: WireDims, client: int | None) -> Payload:

@@ -1,4 +1,4 @@
-"""Turning a dataset and a config into a federation: public pool, client shards, test set.
+"""Federated data: a dataset carved into a public pool, client shards and the test split.
 
 Order of carving, each step from its own named stream of the partition seed:
 
@@ -18,10 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from oneshotfl.data.partition import make_partitioner
-from oneshotfl.data.types import Dataset, LabelledData, UnlabelledData
-from oneshotfl.federation.contract import TaskInfo
-from oneshotfl.runner.config import ConfigError, ExperimentConfig
+from oneshotfl.data.partition import Partitioner, PartitionError
+from oneshotfl.data.types import Dataset, LabelledData, TaskInfo, UnlabelledData
 from oneshotfl.seeding import numpy_rng
 
 
@@ -43,8 +41,15 @@ class ClientShard:
 
 
 @dataclass(frozen=True)
-class Federation:
-    """Everything a run needs from the data side."""
+class FederatedData:
+    """Everything a run needs from the data side.
+
+    Attributes:
+        task: the task's public facts.
+        clients: the client shards, in client-id order (a Flower node holds only its own).
+        public: the unlabelled public pool, if one was carved.
+        test: the test split (evaluation only).
+    """
 
     task: TaskInfo
     clients: tuple[ClientShard, ...]
@@ -57,27 +62,46 @@ class Federation:
             [np.bincount(c.train.y.numpy(), minlength=self.task.num_classes) for c in self.clients]
         )
 
+    def shard(self, client_id: int) -> ClientShard:
+        """The shard of client ``client_id``.
 
-def build_federation(dataset: Dataset, cfg: ExperimentConfig) -> Federation:
-    """Carve the public pool, partition the rest, hold out validation splits."""
-    seed = cfg.data_seed
+        Raises:
+            KeyError: when this data holds no such client.
+        """
+        for shard in self.clients:
+            if shard.client_id == client_id:
+                return shard
+        raise KeyError(f"client {client_id}: not among the shards held here")
+
+    def only(self, client_id: int) -> FederatedData:
+        """This data with only client ``client_id``'s shard (a node's view)."""
+        return FederatedData(self.task, (self.shard(client_id),), self.public, self.test)
+
+
+def carve_federated_data(
+    dataset: Dataset,
+    *,
+    clients: int,
+    partitioner: Partitioner,
+    seed: int,
+    public_size: int = 0,
+    max_train: int | None = None,
+    val_fraction: float = 0.0,
+) -> FederatedData:
+    """Carve the public pool, partition the rest, hold out validation splits (see the module
+    docs for the order); every step draws from its own stream of the partition ``seed``.
+
+    Raises:
+        PartitionError: when the pool leaves no examples or the partitioner cannot split.
+    """
     pool = np.arange(len(dataset.train))
-    if cfg.max_train is not None and cfg.max_train < len(pool):
-        pool = np.sort(numpy_rng(seed, "max_train").choice(pool, cfg.max_train, replace=False))
-    public_idx, pool = _carve_public(pool, cfg.public_size, seed)
+    if max_train is not None and max_train < len(pool):
+        pool = np.sort(numpy_rng(seed, "max_train").choice(pool, max_train, replace=False))
+    public_idx, pool = _carve_public(pool, public_size, seed)
     labels = dataset.train.y.numpy()[pool]
-    try:
-        partitioner = make_partitioner(
-            cfg.partition,
-            alpha=cfg.alpha,
-            classes_per_client=cfg.classes_per_client,
-            min_samples=cfg.min_samples,
-        )
-    except ValueError as exc:
-        raise ConfigError(f"partition {cfg.partition!r}: {exc}") from None
-    parts = partitioner.split(labels, cfg.clients, numpy_rng(seed, "partition"))
+    parts = partitioner.split(labels, clients, numpy_rng(seed, "partition"))
     shards = tuple(
-        _make_shard(dataset.train, cid, pool[part], cfg.val_fraction, seed)
+        _make_shard(dataset.train, cid, pool[part], val_fraction, seed)
         for cid, part in enumerate(parts)
     )
     public = None
@@ -90,7 +114,7 @@ def build_federation(dataset: Dataset, cfg: ExperimentConfig) -> Federation:
         dataset.image_size,
         tuple(dataset.class_names),
     )
-    return Federation(task, shards, public, dataset.test)
+    return FederatedData(task, shards, public, dataset.test)
 
 
 def _carve_public(
@@ -99,7 +123,7 @@ def _carve_public(
     if public_size == 0:
         return None, pool
     if public_size >= len(pool):
-        raise ConfigError(
+        raise PartitionError(
             f"public_size: expected fewer than the {len(pool)} training examples available, "
             f"got {public_size}"
         )

@@ -1,4 +1,9 @@
-"""What ``aggregate`` returns: a global model, an ensemble, or personalised models."""
+"""What a receiver builds: a global model, an ensemble, or personalised models.
+
+A star method's ``aggregate`` returns any of them; a peer method's ``aggregate_for`` returns a
+:class:`GlobalModel` or :class:`Ensemble` for its receiving client, and the runner reports
+those per client.
+"""
 
 from __future__ import annotations
 
@@ -10,17 +15,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from oneshotfl.functional import weighted_softmax_mean
 from oneshotfl.training.loop import predict_logits
 
 #: Turns member logits ``[M, N, K]`` (and member weights ``[M]``) into probabilities ``[N, C]``.
 Combiner = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-def weighted_softmax_mean(logits: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """Σ_m w_m softmax(z_m) / Σ_m w_m: the classic ensemble of probabilities."""
-    probs = F.softmax(logits, dim=-1)
-    w = weights.to(probs.dtype) / weights.sum()
-    return torch.einsum("m,mnc->nc", w, probs)
 
 
 @dataclass
@@ -41,6 +40,7 @@ class Ensemble:
     members: Sequence[nn.Module]
     weights: torch.Tensor | None = None
     combine: Combiner = field(default=weighted_softmax_mean)
+    info: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.members:

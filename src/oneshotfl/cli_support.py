@@ -1,0 +1,130 @@
+"""What every ``oneshotfl`` command shares: consoles, logging, the user errors that end a
+command with one line instead of a traceback, and command options generated from a frozen
+config dataclass (so a field is declared once, in its dataclass, with its docs)."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+import sys
+import typing
+from collections.abc import Callable
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.markup import escape
+
+from oneshotfl.data.datasets import DatasetFormatError, DatasetNotFoundError
+from oneshotfl.data.partition import PartitionError
+from oneshotfl.params import literal_options
+from oneshotfl.registry import RegistryError
+from oneshotfl.runner.config import ConfigError
+from oneshotfl.runner.engine import QuorumError
+
+# Off a terminal (pipes, CI logs) rich would wrap tables at 80 columns; give them room.
+console = Console(width=None if sys.stdout.isatty() else 140)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
+
+USER_ERRORS = (
+    ConfigError,
+    RegistryError,
+    DatasetNotFoundError,
+    DatasetFormatError,
+    PartitionError,
+    QuorumError,
+    FileNotFoundError,
+)
+
+
+def setup_logging(verbose: bool) -> None:
+    """INFO (or DEBUG) lines through rich on stderr."""
+    import logging
+
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(message)s",
+        handlers=[RichHandler(console=err_console, show_path=False, show_time=False)],
+        force=True,
+    )
+
+
+def fail(exc: BaseException) -> NoReturn:
+    """End the command with one red line naming the problem (exit code 2)."""
+    err_console.print(f"[bold red]error:[/] {escape(str(exc))}")
+    raise typer.Exit(2)
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """``name → description`` from a dataclass's Google-style ``Attributes:`` section
+    (an entry ``a, b, c: text`` documents several fields)."""
+    doc = inspect.cleandoc(cls.__doc__ or "")
+    section = doc.partition("Attributes:")[2]
+    docs: dict[str, str] = {}
+    names: list[str] = []
+    for line in section.splitlines():
+        match = re.match(r"^\s{4}([\w, ]+):\s*(.*)$", line)
+        if match:
+            names = [n.strip() for n in match.group(1).split(",")]
+            for name in names:
+                docs[name] = match.group(2).replace("``", "")
+        elif line.startswith("        ") and names:
+            for name in names:
+                docs[name] += " " + line.strip().replace("``", "")
+    return docs
+
+
+def _option_type(hint: Any) -> type:
+    """The CLI type of a config field: its scalar type; strings for lists and choices."""
+    options = literal_options(hint)
+    if options is not None:
+        return str
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    base = args[0] if typing.get_origin(hint) in (typing.Union, type(int | None)) else hint
+    return base if base in (int, float, bool, str) else str
+
+
+def config_options(
+    cls: type, names: dict[str, tuple[str, ...]] | None = None, skip: tuple[str, ...] = ()
+) -> list[inspect.Parameter]:
+    """One ``--field-name`` option per field of the dataclass ``cls`` (default ``None``:
+    not given), with the field's documentation as help; ``names`` overrides option names."""
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    params = []
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        kind = _option_type(hints[f.name])
+        choices = literal_options(hints[f.name])
+        help_text = docs.get(f.name, "")
+        if choices:
+            help_text += f" [{'|'.join(str(c) for c in choices if c is not None)}]"
+        decls = (names or {}).get(f.name, ())
+        option = typer.Option(*decls, help=help_text, show_default=False)
+        annotation = Annotated[kind | None, option]  # type: ignore[valid-type]
+        params.append(
+            inspect.Parameter(
+                f.name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation
+            )
+        )
+    return params
+
+
+def with_options(params: list[inspect.Parameter]) -> Callable[[Callable[..., Any]], Any]:
+    """Decorator: append ``params`` (from :func:`config_options`) to a command's signature;
+    the command receives them in ``**options``."""
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        own = [
+            p
+            for p in inspect.signature(func, eval_str=True).parameters.values()
+            if p.kind is not inspect.Parameter.VAR_KEYWORD
+        ]
+        func.__signature__ = inspect.Signature([*own, *params])  # type: ignore[attr-defined]
+        func.__annotations__ = {}
+        return func
+
+    return decorate

@@ -1,0 +1,150 @@
+"""Shared math of the methods, as pure functions on tensors and arrays.
+
+Paper modules import from here instead of from each other: entropies and the entropy
+weights of FedOL's Eq. (14) / FedHKT, softmax averaging (the ensemble of FedDF, DENSE,
+IntactOFL), per-sample KL rows, vote tallies (FedKT's PATE, FedOV's votes) and parameter
+averaging (FedAvg). Nothing here trains, loads, or knows a method.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+EPS = 1e-12
+
+
+def entropy(probs: torch.Tensor) -> torch.Tensor:
+    """H(p) = −Σ_c p_c log p_c over the last axis."""
+    return -(probs * probs.clamp_min(EPS).log()).sum(dim=-1)
+
+
+def entropy_weights(
+    probs: torch.Tensor, weighting: Literal["entropy", "uniform"] = "entropy"
+) -> torch.Tensor:
+    """λ_k(x) = softmax_k(−H(p_k(x))) (FedOL's Eq. 14, FedHKT's weighting), or 1/K with
+    ``uniform``; ``[K, N, C] → [K, N]``."""
+    if weighting == "uniform":
+        return torch.full(probs.shape[:2], 1.0 / probs.shape[0], dtype=probs.dtype)
+    return torch.softmax(-entropy(probs), dim=0)
+
+
+def weighted_mixture(probs: torch.Tensor, lam: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Σ_k λ_k KL(p_k ‖ q) = const − Σ_c m_c log q_c with m = Σ_k λ_k p_k.
+
+    Returns:
+        ``(m [N, C], const [N])`` where const = Σ_k λ_k Σ_c p_kc log p_kc, so that
+        :func:`weighted_kl_rows` equals the weighted KL exactly while its gradient needs only
+        the mixture m.
+    """
+    mixture = torch.einsum("kn,knc->nc", lam, probs)
+    const = torch.einsum("kn,knc->n", lam, probs * probs.clamp_min(EPS).log())
+    return mixture, const
+
+
+def weighted_kl_rows(
+    log_q: torch.Tensor, mixture: torch.Tensor, const: torch.Tensor
+) -> torch.Tensor:
+    """Per sample Σ_k λ_k KL(p_k ‖ q) from :func:`weighted_mixture`'s ``(m, const)``."""
+    return const - (mixture * log_q).sum(dim=-1)
+
+
+def kl_rows(target: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
+    """Per sample KL(t ‖ q) = Σ_c t_c (log t_c − log q_c), with 0·log 0 = 0."""
+    return (torch.special.xlogy(target, target) - target * log_q).sum(dim=-1)
+
+
+def soft_cross_entropy_rows(target: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
+    """Per sample −Σ_c t_c log q_c (cross-entropy with probability or one-hot targets)."""
+    return -(target * log_q).sum(dim=-1)
+
+
+def kl_to_student(
+    student_logits: torch.Tensor, target: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
+    """Per sample KL(t ‖ softmax(z_s/T)): the distillation loss of FedDF, FedKD, FedAGE."""
+    return kl_rows(target, F.log_softmax(student_logits / temperature, dim=-1))
+
+
+def average_probabilities(probs: torch.Tensor) -> torch.Tensor:
+    """The uniform ensemble (1/K)·Σ_k p_k, ``[K, N, C] → [N, C]``."""
+    if probs.ndim != 3 or probs.shape[0] == 0:
+        raise ValueError(
+            f"average_probabilities: expected [K >= 1, N, C], got {tuple(probs.shape)}"
+        )
+    return probs.mean(dim=0)
+
+
+def weighted_softmax_mean(logits: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Σ_m w_m softmax(z_m) / Σ_m w_m: the classic ensemble of probabilities,
+    ``logits [M, N, C]``, ``weights [M]``."""
+    probs = F.softmax(logits, dim=-1)
+    w = weights.to(probs.dtype) / weights.sum()
+    return torch.einsum("m,mnc->nc", w, probs)
+
+
+def ensemble_target(
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    form: Literal["probabilities", "logits"] = "probabilities",
+) -> torch.Tensor:
+    """An ensemble's probabilities from member logits ``[K, N, C] → [N, C]``:
+    ``probabilities`` (1/K)·Σ_k softmax(z_k/T); ``logits`` softmax(((1/K)·Σ_k z_k)/T)."""
+    if form == "logits":
+        return F.softmax(logits.mean(dim=0) / temperature, dim=-1)
+    return average_probabilities(F.softmax(logits / temperature, dim=-1))
+
+
+def vote_counts(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """Votes per class, ``[M voters, N] int labels → [N, C]`` float64 counts."""
+    if labels.ndim != 2:
+        raise ValueError(f"vote_counts: expected [voters, N] labels, got {tuple(labels.shape)}")
+    onehot = F.one_hot(labels.long(), num_classes).to(torch.float64)
+    return onehot.sum(dim=0)
+
+
+def consistent_vote_counts(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """One party's consistent vote: M votes for the label its M voters all give, else none,
+    ``[M, N] → [N, C]`` (FedKT's consistent voting)."""
+    counts = vote_counts(labels, num_classes)
+    agree = (labels == labels[:1]).all(dim=0)
+    return counts * agree.unsqueeze(-1).to(counts.dtype)
+
+
+def noisy_argmax(counts: torch.Tensor, gamma: float, rng: np.random.Generator) -> torch.Tensor:
+    """argmax_c (counts_c + Lap(1/γ)) per row — PATE's report-noisy-max (no noise when
+    γ = 0; ties: lowest class)."""
+    if gamma > 0:
+        noise = rng.laplace(0.0, 1.0 / gamma, size=tuple(counts.shape))
+        counts = counts + torch.from_numpy(noise)
+    return counts.argmax(dim=-1)
+
+
+def weighted_average(
+    states: Sequence[Mapping[str, np.ndarray]], weights: Sequence[float]
+) -> dict[str, np.ndarray]:
+    """Σ_k w_k θ_k / Σ_k w_k per tensor; integer tensors are rounded back to their dtype.
+
+    Raises:
+        ValueError: for no states, mismatched keys, or non-positive total weight.
+    """
+    if not states:
+        raise ValueError("weighted_average: expected at least one state, got none")
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape != (len(states),) or (w < 0).any() or w.sum() <= 0:
+        raise ValueError(f"weighted_average: expected {len(states)} non-negative weights, got {w}")
+    w = w / w.sum()
+    keys = list(states[0])
+    if any(set(s) != set(keys) for s in states[1:]):
+        raise ValueError("weighted_average: expected states with the same keys, got different")
+    out: dict[str, np.ndarray] = {}
+    for key in keys:
+        stacked = np.stack([np.asarray(s[key], dtype=np.float64) for s in states])
+        mean = np.tensordot(w, stacked, axes=1)
+        dtype = states[0][key].dtype
+        out[key] = np.asarray(np.rint(mean) if dtype.kind in "iub" else mean, dtype=dtype)
+    return out

@@ -1,0 +1,210 @@
+"""Building blocks shared by many methods: the client halves that recur (send the trained
+model; send predictions on the public pool; embed with the shared encoder and train a head)
+and the server-side readers of those payloads.
+
+A client's model comes from its recipe (:meth:`ClientContext.train`), cached under a key of
+everything that determines it, so every method in a sweep that needs "the client's locally
+trained model" gets the same one, trained once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+from torch import nn
+
+from oneshotfl.artefacts import tensor_fingerprint
+from oneshotfl.data.types import LabelledData
+from oneshotfl.encoders.base import EncodedClassifier
+from oneshotfl.functional import weighted_average
+from oneshotfl.models import create_model
+from oneshotfl.protocol.contract import ClientContext, ConfigT, Method, ServerContext
+from oneshotfl.protocol.payload import Payload
+from oneshotfl.protocol.spec import (
+    ArraySpec,
+    ModelSpec,
+    PayloadSpec,
+    ScalarSpec,
+    WireDims,
+    model_fields,
+    model_from_fields,
+)
+from oneshotfl.seeding import seeded_torch, torch_generator
+from oneshotfl.training.loop import TrainConfig, predict_logits, train_classifier
+from oneshotfl.training.recipe import initial_model
+
+__all__ = [
+    "SendsTrainedModel",
+    "SharesPredictions",
+    "average_models",
+    "client_embeddings",
+    "encoded_head",
+    "head_from_payload",
+    "head_train_config",
+    "initial_model",
+    "probabilities_payload",
+    "probabilities_spec",
+    "public_probabilities",
+    "stack_probabilities",
+    "trained_client_head",
+]
+
+
+def public_probabilities(
+    model: nn.Module, ctx: ClientContext, temperature: float = 1.0
+) -> torch.Tensor:
+    """softmax(f(x)/T) of a client model on the public pool, ``[N_pub, C]`` float32 on CPU.
+
+    Raises:
+        ValueError: when the federation has no public pool.
+    """
+    if ctx.public is None:
+        raise ValueError("this method needs a public pool: set public_size > 0")
+    logits = predict_logits(model, ctx.public.x, ctx.device)
+    return torch.softmax(logits / temperature, dim=-1)
+
+
+def probabilities_payload(
+    ctx: ClientContext, temperature: float = 1.0, dtype: str = "float32"
+) -> Payload:
+    """The prediction-sharing message: the client's locally trained model (its recipe),
+    softmax(f(x)/T) on the public pool, sent as ``probs`` in ``dtype``."""
+    probs = public_probabilities(ctx.train(), ctx, temperature)
+    return Payload({"probs": probs.numpy().astype(dtype)})
+
+
+def probabilities_spec(dtype: str = "float32", name: str = "probs") -> PayloadSpec:
+    """One ``[N_pub, C]`` array of probability rows (the prediction-sharing message)."""
+    return PayloadSpec(arrays=(ArraySpec(name, ("N_pub", "C"), (dtype,), (0.0, 1.0), True),))
+
+
+def stack_probabilities(payloads: Mapping[int, Payload], key: str = "probs") -> torch.Tensor:
+    """Client probability payloads as float32 ``[K, N, C]`` in client-id order, rows
+    re-normalised (float16 payloads do not sum to exactly 1)."""
+    probs = torch.stack(
+        [
+            torch.from_numpy(np.asarray(payloads[c].arrays[key], np.float32))
+            for c in sorted(payloads)
+        ]
+    )
+    return probs / probs.sum(-1, keepdim=True)
+
+
+class SharesPredictions(Method[ConfigT]):
+    """The client half of prediction-sharing methods (FedOL, FedHKT, MinE, …): train locally
+    with the federation's recipe, send softmax(f(x)/T) on the public pool and nothing else.
+    Override :meth:`prediction_format` to change T or the wire dtype."""
+
+    def prediction_format(self) -> tuple[float, str]:
+        """``(temperature, dtype)`` of the predictions on the wire."""
+        return 1.0, "float32"
+
+    def payload_spec(self, dims: WireDims) -> PayloadSpec:
+        return probabilities_spec(self.prediction_format()[1])
+
+    def client_update(self, ctx: ClientContext) -> Payload:
+        temperature, dtype = self.prediction_format()
+        return probabilities_payload(ctx, temperature, dtype)
+
+    def local_model(self, ctx: ClientContext) -> nn.Module | None:
+        return ctx.train()
+
+
+class SendsTrainedModel(Method[ConfigT]):
+    """The client half shared by model-sharing methods (FedAvg, the ensemble, …): train
+    locally with the federation's recipe, send the model and the example count n_k."""
+
+    def payload_spec(self, dims: WireDims) -> PayloadSpec:
+        return PayloadSpec(models=(ModelSpec(),), scalars=(ScalarSpec("n_examples", int, 1),))
+
+    def client_update(self, ctx: ClientContext) -> Payload:
+        model = self.local_model(ctx)
+        assert model is not None
+        return model_fields(model.cpu()).merged(Payload({}, {"n_examples": len(ctx.data)}))
+
+    def local_model(self, ctx: ClientContext) -> nn.Module | None:
+        return ctx.train()
+
+
+def average_models(payloads: Mapping[int, Payload], dims: WireDims) -> nn.Module:
+    """The size-weighted average Σ_k (n_k/n)·w_k of the models in ``payloads`` (each with an
+    ``n_examples`` scalar), built as the architecture of the lowest client id."""
+    ids = sorted(payloads)
+    prefix = "model."
+    states = [
+        {k[len(prefix) :]: v for k, v in payloads[c].arrays.items() if k.startswith(prefix)}
+        for c in ids
+    ]
+    sizes = [float(payloads[c].scalars["n_examples"]) for c in ids]
+    averaged = weighted_average(states, sizes)
+    model = model_from_fields(payloads[ids[0]], dims)
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in averaged.items()})
+    return model
+
+
+def client_embeddings(ctx: ClientContext) -> torch.Tensor:
+    """E(x) for the client's training data through the shared frozen encoder, ``[n, d]``
+    float32 on the CPU — computed once and cached under the encoder's fingerprint.
+
+    Raises:
+        ValueError: when the federation has no shared encoder.
+    """
+    encoder = ctx.encoder
+    if encoder is None:
+        raise ValueError("this method needs a shared frozen encoder: set encoder")
+
+    def make() -> Payload:
+        return Payload({"z": encoder.embed(ctx.data.x, ctx.device).numpy()})
+
+    payload = ctx.artefact("embeddings", {"encoder": encoder.fingerprint}, make, "embeddings")
+    return torch.from_numpy(payload.arrays["z"].copy())
+
+
+def head_train_config(epochs: int, lr: float, batch_size: int) -> TrainConfig:
+    """Adam for heads and server heads (FedAGE's optimiser)."""
+    return TrainConfig(epochs, batch_size, lr, "adam")
+
+
+def trained_client_head(
+    ctx: ClientContext, arch: str, epochs: int, lr: float, latents: torch.Tensor | None = None
+) -> tuple[nn.Module, torch.Tensor]:
+    """FedAGE's Algorithm 2 (and its head baselines' client): embed the client's data once
+    (cached) and train the head ``arch`` on (E(x), y) with cross-entropy — or on
+    (``latents``, y) when given (e.g. noised ones). The head is cached under the latents it
+    was trained on. Returns the head (CPU, eval mode) and those latents."""
+    z = client_embeddings(ctx) if latents is None else latents
+    d = int(z.shape[1])
+
+    def make() -> Payload:
+        with seeded_torch(ctx.seed, "fedage", "head", ctx.client_id):
+            head = create_model(arch, d, ctx.task.num_classes, 1)
+        train_classifier(
+            head,
+            LabelledData(z, ctx.data.y),
+            head_train_config(epochs, lr, ctx.train_config.batch_size),
+            torch_generator(ctx.seed, "fedage", "client", ctx.client_id),
+            ctx.device,
+            tracker=ctx.tracker,
+            description=f"client {ctx.client_id} head ({arch})",
+        )
+        return model_fields(head.cpu(), "head")
+
+    key = {"arch": arch, "epochs": epochs, "lr": lr, "latents": tensor_fingerprint(z)}
+    payload = ctx.artefact("head", key, make, f"head ({arch})")
+    dims = WireDims(ctx.task.num_classes, d, 1)
+    return model_from_fields(payload, dims, "head").eval(), z
+
+
+def head_from_payload(payload: Payload, dims: WireDims, prefix: str = "head") -> nn.Module:
+    """A head on ``D``-dimensional embeddings rebuilt from its payload fields."""
+    head_dims = ModelSpec(prefix, input_dims=(dims.extra["D"], 1)).model_dims(dims)
+    return model_from_fields(payload, head_dims, prefix).eval()
+
+
+def encoded_head(ctx: ClientContext | ServerContext, head: nn.Module) -> EncodedClassifier:
+    """E followed by ``head``, evaluated on images (needs the context's shared encoder)."""
+    if ctx.encoder is None:
+        raise ValueError("this method needs the shared frozen encoder: set encoder")
+    return EncodedClassifier(ctx.encoder, head).eval()

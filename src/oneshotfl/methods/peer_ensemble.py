@@ -1,0 +1,66 @@
+"""The neighbourhood ensemble: the server-free reference of the peer topology.
+
+Every client trains its own model with the federation's recipe and sends it, once, to its
+neighbours in the graph (``graph`` in the experiment config: ``complete``, ``ring:k=K``,
+``random:degree=D`` or a file). There is no server. Each client's personalised model is the
+ensemble of its own model and the models it received,
+p_k(x) = Σ_m w_m softmax(f_m(x)) / Σ_m w_m over m ∈ {k} ∪ N(k), with uniform weights or the
+members' example counts n_m (``weighting=size``); ``include_own=false`` leaves the client's
+own model out.
+
+It is the peer analogue of ``ensemble`` and what FOL's Top-K ensemble (Huang and Shu, the
+paper in ``shared/papers/fol--003``, stage 3) reduces to with K = every candidate, uniform
+weights, and none of FOL's fine-tuning, alignment-aware pruning or distillation — the
+reference FOL's stages are measured against. Not a method of its own paper; the weighting is
+the choice of the ``ensemble`` baseline. A client whose neighbours all failed (or that has
+none) keeps its own model alone, whatever ``include_own`` says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from oneshotfl.methods.base import register_method
+from oneshotfl.methods.common import SendsTrainedModel
+from oneshotfl.params import Params
+from oneshotfl.protocol.contract import ClientContext, PeerMethod
+from oneshotfl.protocol.outcome import Ensemble, Outcome
+from oneshotfl.protocol.payload import Payload
+from oneshotfl.protocol.spec import model_from_fields
+
+
+@dataclass(frozen=True)
+class PeerEnsembleConfig(Params):
+    """Neighbourhood-ensemble hyper-parameters.
+
+    Attributes:
+        weighting: ``uniform`` (every member 1) or ``size`` (members weighted by n_k).
+        include_own: the receiving client's own model is a member.
+    """
+
+    weighting: Literal["uniform", "size"] = "uniform"
+    include_own: bool = True
+
+
+@register_method("peer_ensemble", "server-free: each client's ensemble of its own + neighbours")
+class PeerEnsemble(PeerMethod[PeerEnsembleConfig], SendsTrainedModel[PeerEnsembleConfig]):
+    """Each client predicts with the softmax ensemble of its own and its neighbours' models."""
+
+    Config = PeerEnsembleConfig
+
+    def aggregate_for(self, ctx: ClientContext, payloads: Mapping[int, Payload]) -> Outcome:
+        members, weights = [], []
+        if self.config.include_own or not payloads:
+            members.append(ctx.train())
+            weights.append(float(len(ctx.data)))
+        for sender in sorted(payloads):
+            members.append(model_from_fields(payloads[sender], ctx.dims))
+            weights.append(float(payloads[sender].scalars["n_examples"]))
+        if self.config.weighting == "uniform":
+            weights = [1.0] * len(members)
+        info = {"members": len(members), "senders": sorted(payloads)}
+        return Ensemble(members, torch.tensor(weights), info=info)

@@ -1,0 +1,286 @@
+"""The round engine: one method over a federation, on (receiver, senders) edges.
+
+Every method runs as rounds of: the clients' updates through the transport, then each
+receiver's build from the payloads its senders delivered. The topology decides the edges:
+
+* **star** — one receiver, the server (this process): every client sends to it; the engine
+  decodes and validates each payload (rejections named, bytes still counted), checks the
+  quorum, calls ``aggregate`` and evaluates the outcome. A multi-round reference method
+  repeats broadcast → clients → aggregate and records accuracy and bytes per round.
+* **peer** — every client is a receiver: client *s* sends its one message on the edges
+  (s → r) of the neighbour graph that :meth:`~oneshotfl.protocol.contract.PeerMethod.senders_for`
+  keeps; the transport relays each receiver its senders' bytes unchanged, and the receiver
+  validates, builds its own model and evaluates it on its own test distribution
+  (:func:`~oneshotfl.runner.transport.peer_step`). Bytes are counted per edge.
+
+The engine knows no transport: the in-process one and Flower's both satisfy
+:class:`~oneshotfl.runner.transport.Transport`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from oneshotfl.protocol.contract import Method, PeerMethod, Topology
+from oneshotfl.protocol.outcome import Outcome
+from oneshotfl.protocol.payload import Payload, WireError, encode
+from oneshotfl.protocol.spec import PayloadError
+from oneshotfl.protocol.wire import receive
+from oneshotfl.runner.config import ConfigError
+from oneshotfl.runner.evaluate import evaluate_outcome, summarise_clients
+from oneshotfl.runner.results import MethodResult
+from oneshotfl.runner.transport import ClientReply, Missing, Transport
+
+if TYPE_CHECKING:
+    from oneshotfl.runner.experiment import Experiment
+
+log = logging.getLogger(__name__)
+
+
+class RequirementError(ConfigError):
+    """A method needs something this federation does not provide."""
+
+
+class QuorumError(RuntimeError):
+    """Too few valid payloads (or receivers' reports) arrived."""
+
+
+@dataclass
+class RoundTraffic:
+    """What one round of a star method put on the wire, and what arrived.
+
+    Lists are indexed by client id; a client that never replied counts 0 bytes and 0 s.
+    """
+
+    received: dict[int, Payload]
+    rejected: dict[int, str]
+    upload_bytes: list[int]
+    download_bytes: int
+    client_wall: list[float]
+    local: dict[int, dict[str, float]] = field(default_factory=dict)
+    missing: Missing = field(default_factory=dict)
+
+
+def admit_replies(
+    key: str, replies: Sequence[ClientReply], clients: int, missing: Mapping[str, str]
+) -> tuple[dict[int, ClientReply], Missing]:
+    """Replies by client id: a second reply from one id, or one from an id outside the
+    federation, is dropped and named; a client that sent nothing is named."""
+    admitted: dict[int, ClientReply] = {}
+    named = dict(missing)
+    for reply in sorted(replies, key=lambda r: r.client_id):
+        cid = reply.client_id
+        if not 0 <= cid < clients or cid in admitted:
+            why = "outside the federation" if not 0 <= cid < clients else "a second reply"
+            log.warning("%s: dropped %s from client %d", key, why, cid)
+            named.setdefault(f"client {cid}", f"{why} (client ids are 0..{clients - 1})")
+            continue
+        admitted[cid] = reply
+    for cid in sorted(set(range(clients)) - set(admitted)):
+        log.warning("%s: no reply from client %d", key, cid)
+        if not any(f"(client {cid})" in name for name in named):
+            named[f"client {cid}"] = "no reply"
+    return admitted, named
+
+
+def collect_round(
+    key: str,
+    method: Method[Any],
+    exp: Experiment,
+    round_index: int,
+    replies: Sequence[ClientReply],
+    download: int = 0,
+    missing: Mapping[str, str] | None = None,
+) -> RoundTraffic:
+    """The server side of one star round: count, decode and validate every reply in
+    client-id order, record rejections, and check the quorum.
+
+    Raises:
+        QuorumError: fewer valid payloads than ``max(min_clients, requires.min_clients)``.
+    """
+    n, dims = exp.cfg.clients, exp.dims
+    spec = method.payload_spec(dims)
+    admitted, named = admit_replies(key, replies, n, missing or {})
+    traffic = RoundTraffic({}, {}, [0] * n, download, [0.0] * n, missing=named)
+    for cid, reply in admitted.items():
+        traffic.client_wall[cid] = reply.wall_s
+        if reply.local_stats:
+            traffic.local[cid] = reply.local_stats
+        traffic.upload_bytes[cid] = len(reply.data) if method.communicates else 0
+        try:
+            traffic.received[cid] = receive(reply.data, spec, dims, cid)
+        except (WireError, PayloadError) as exc:
+            log.warning("%s: round %d: rejected payload: %s", key, round_index, exc)
+            traffic.rejected[cid] = str(exc)
+    check_quorum(key, method, exp, len(traffic.received), traffic.rejected, traffic.missing)
+    return traffic
+
+
+def check_quorum(
+    key: str,
+    method: Method[Any],
+    exp: Experiment,
+    valid: int,
+    rejected: Mapping[Any, str],
+    missing: Mapping[str, str],
+) -> None:
+    """Raise :class:`QuorumError` when fewer than the quorum arrived, naming who failed."""
+    quorum = max(exp.cfg.min_clients, method.requires.min_clients)
+    if valid >= quorum:
+        return
+    silent = f"; no reply: {dict(missing)}" if missing else ""
+    raise QuorumError(
+        f"{key}: {valid} valid answer(s) arrived, expected at least {quorum} (min_clients); "
+        f"rejected: {dict(rejected)}{silent}"
+    )
+
+
+def encode_broadcast(
+    key: str, method: Method[Any], exp: Experiment, round_index: int, previous: Outcome | None
+) -> bytes | None:
+    """The server's message before round ``round_index`` as wire bytes (``None``: none)."""
+    message = method.server_message(round_index, previous, exp.server_context())
+    if message is None:
+        return None
+    if method.broadcast_spec(exp.dims) is None:
+        raise TypeError(f"{key}: server_message returned a message but no broadcast_spec")
+    return encode(message)
+
+
+def run_method(
+    key: str, method: Method[Any], exp: Experiment, transport: Transport
+) -> MethodResult:
+    """Run one method over the federation through ``transport`` (see the module docs)."""
+    if method.requires.topology is Topology.PEER:
+        if not isinstance(method, PeerMethod):
+            raise TypeError(f"{key}: a peer-topology method must subclass PeerMethod")
+        return _run_peer(key, method, exp, transport)
+    return _run_star(key, method, exp, transport)
+
+
+def _local_lists(
+    local: Mapping[int, Mapping[str, float]], clients: int
+) -> tuple[list[float | None] | None, list[float | None] | None]:
+    if not local:
+        return None, None
+    test = [local.get(c, {}).get("local_test_accuracy") for c in range(clients)]
+    val = [local.get(c, {}).get("local_val_accuracy") for c in range(clients)]
+    return test, (val if any(v is not None for v in val) else None)
+
+
+def _run_star(key: str, method: Method[Any], exp: Experiment, transport: Transport) -> MethodResult:
+    """A star method's rounds: broadcast, the clients' updates, the server's aggregate."""
+    n, test = exp.cfg.clients, exp.data.test
+    histograms = exp.data.label_histograms()
+    rounds = method.num_rounds()
+    upload = np.zeros(n, dtype=np.int64)
+    client_wall = np.zeros(n)
+    download, server_wall = 0, 0.0
+    outcome: Outcome | None = None
+    history: list[dict[str, Any]] = []
+    rejected: dict[str, str] = {}
+    missing: Missing = {}
+    local: dict[int, dict[str, float]] = {}
+    for r in range(rounds):
+        broadcast = encode_broadcast(key, method, exp, r, outcome)
+        replies, silent = transport.upload(key, method, r, broadcast)
+        size = 0 if broadcast is None else len(broadcast)
+        traffic = collect_round(key, method, exp, r, replies, size, silent)
+        upload += np.asarray(traffic.upload_bytes, dtype=np.int64)
+        client_wall += np.asarray(traffic.client_wall)
+        download += traffic.download_bytes
+        rejected.update({str(k): v for k, v in traffic.rejected.items()})
+        missing.update(traffic.missing)
+        local = local or traffic.local
+        start = time.perf_counter()
+        outcome = method.aggregate(traffic.received, exp.server_context())
+        server_wall += time.perf_counter() - start
+        if rounds > 1:
+            metrics = evaluate_outcome(outcome, test, histograms, exp.device)
+            history.append(
+                {
+                    "round": r + 1,
+                    "accuracy": metrics["accuracy"],
+                    "upload_bytes_mean": float(upload.mean()),
+                    "download_bytes": download,
+                }
+            )
+    assert outcome is not None  # rounds >= 1
+    metrics = evaluate_outcome(outcome, test, histograms, exp.device)
+    local_test, local_val = _local_lists(local, n)
+    return MethodResult(
+        key=key,
+        **method.describe(),
+        outcome=type(outcome).__name__,
+        **metrics,
+        rounds=rounds,
+        upload_bytes_per_client=upload.tolist(),
+        download_bytes_per_client=download,
+        communicates=method.communicates,
+        client_wall_s=client_wall.tolist(),
+        server_wall_s=server_wall,
+        clients_used=sorted(traffic.received),
+        diagnostics=getattr(outcome, "info", {}),
+        rejected=rejected,
+        no_reply=missing,
+        rounds_history=history,
+        local_test_accuracy=local_test,
+        local_val_accuracy=local_val,
+    )
+
+
+def _run_peer(
+    key: str, method: PeerMethod[Any], exp: Experiment, transport: Transport
+) -> MethodResult:
+    """A peer method: every client's update, then each receiver's build from its senders."""
+    n, graph = exp.cfg.clients, exp.graph
+    replies, silent = transport.upload(key, method, 0, None)
+    admitted, missing = admit_replies(key, replies, n, silent)
+    routes: dict[int, dict[int, bytes]] = {}
+    edges: list[list[int]] = []
+    upload = [0] * n
+    for r in range(n):
+        senders = method.senders_for(r, graph.senders(r), exp.cfg.data_seed)
+        unknown = sorted(set(senders) - set(graph.senders(r)))
+        if unknown:
+            raise ValueError(f"{key}: senders_for({r}) named non-neighbours {unknown}")
+        routes[r] = {s: admitted[s].data for s in senders if s in admitted}
+        for s, data in routes[r].items():
+            size = len(data) if method.communicates else 0
+            edges.append([s, r, size])
+            upload[s] += size
+    reports, unanswered = transport.relay(key, method, routes)
+    missing.update(unanswered)
+    reports = sorted(reports, key=lambda p: p.receiver)
+    rejected = {f"{s}->{p.receiver}": why for p in reports for s, why in p.rejected.items()}
+    check_quorum(key, method, exp, len(reports), rejected, missing)
+    local = {c: reply.local_stats for c, reply in admitted.items() if reply.local_stats}
+    local_test, local_val = _local_lists(local, n)
+    wall = [0.0] * n
+    for c, reply in admitted.items():
+        wall[c] = reply.wall_s
+    return MethodResult(
+        key=key,
+        **method.describe(),
+        outcome="Personalised",
+        **summarise_clients([p.metrics for p in reports]),
+        rounds=1,
+        upload_bytes_per_client=upload,
+        download_bytes_per_client=0,
+        communicates=method.communicates,
+        client_wall_s=wall,
+        server_wall_s=float(sum(p.wall_s for p in reports)),
+        clients_used=[p.receiver for p in reports],
+        diagnostics={str(p.receiver): p.diagnostics for p in reports if p.diagnostics},
+        rejected=rejected,
+        no_reply=missing,
+        topology={"graph": graph.spec, "edges": edges},
+        local_test_accuracy=local_test,
+        local_val_accuracy=local_val,
+    )

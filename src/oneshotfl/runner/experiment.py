@@ -1,0 +1,282 @@
+"""The experiment: what a run fixes once for all its methods, and the run itself.
+
+:meth:`Experiment.prepare` turns an :class:`~oneshotfl.runner.config.ExperimentConfig` into
+a frozen :class:`Experiment` — the federated data carved from the dataset, the client
+architectures, the device, the artefact cache, the shared encoder and the neighbour graph —
+checking every name before any data is loaded. The experiment hands out the contexts
+methods run in (a client's own shard; the server's public view), checks each method's
+``requires`` before any training, runs the methods in order through a transport (in
+process by default; Flower passes its own) and writes the result document.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import oneshotfl
+from oneshotfl.artefacts import ArtefactStore
+from oneshotfl.data.datasets import load_dataset
+from oneshotfl.data.federated import FederatedData, carve_federated_data
+from oneshotfl.data.types import Dataset
+from oneshotfl.devices import resolve_device
+from oneshotfl.encoders import Encoder, EncoderError, build_encoder
+from oneshotfl.methods import METHODS, build_method, parse_method_spec
+from oneshotfl.models import MODELS
+from oneshotfl.protocol.contract import ClientContext, Method, ServerContext, Topology
+from oneshotfl.protocol.graph import Graph, GraphError, build_graph
+from oneshotfl.protocol.spec import WireDims, task_dims
+from oneshotfl.runner.config import ConfigError, ExperimentConfig, client_architectures
+from oneshotfl.runner.engine import RequirementError, run_method
+from oneshotfl.runner.results import MethodResult
+from oneshotfl.runner.transport import LocalTransport, Transport
+from oneshotfl.training.progress import NullTracker, Tracker
+
+log = logging.getLogger(__name__)
+
+Methods = Sequence[tuple[str, Method[Any]]]
+
+
+def resolve_methods(specs: Sequence[str]) -> list[tuple[str, Method[Any]]]:
+    """Parse and build every method spec, failing before any data is loaded."""
+    built: list[tuple[str, Method[Any]]] = []
+    for text in specs:
+        spec = parse_method_spec(text)
+        if spec.name not in METHODS:
+            raise ConfigError(
+                f"unknown method {spec.name!r}; expected one of: {', '.join(METHODS.names())}"
+            )
+        try:
+            built.append((spec.key, build_method(spec)))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    keys = [k for k, _ in built]
+    if len(set(keys)) != len(keys):
+        raise ConfigError(f"methods: the same method spec is listed twice in {keys}")
+    return built
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A prepared run (see the module docs).
+
+    Attributes:
+        cfg: the experiment config.
+        data: the federated data (a Flower node holds only its own shard).
+        archs: every client's architecture, by client id.
+        device: compute device.
+        store: artefact cache.
+        tracker: progress display.
+        encoder: the shared frozen encoder, when configured.
+        graph: the neighbour graph of peer methods, drawn with the partition seed.
+    """
+
+    cfg: ExperimentConfig
+    data: FederatedData
+    archs: tuple[str, ...]
+    device: torch.device
+    store: ArtefactStore
+    tracker: Tracker
+    graph: Graph
+    encoder: Encoder | None = None
+
+    @classmethod
+    def prepare(
+        cls, cfg: ExperimentConfig, tracker: Tracker | None = None, dataset: Dataset | None = None
+    ) -> Experiment:
+        """Check names, load the data (unless ``dataset`` is given), carve the federation,
+        build the encoder and the graph.
+
+        Raises:
+            ConfigError: for an unknown model, a bad encoder or graph spec.
+        """
+        archs = client_architectures(cfg.model, cfg.clients)
+        for arch in {*archs, *([cfg.server_model] if cfg.server_model else [])}:
+            if arch not in MODELS:
+                raise ConfigError(
+                    f"unknown model {arch!r}; expected one of: {', '.join(MODELS.names())}"
+                )
+        try:
+            graph = build_graph(cfg.graph, cfg.clients, cfg.data_seed)
+        except GraphError as exc:
+            raise ConfigError(f"graph: {exc}") from None
+        partitioner = cfg.partitioner()
+        if dataset is None:
+            dataset = load_dataset(cfg.dataset, cfg.data_root, cfg.download)
+        data = carve_federated_data(
+            dataset,
+            clients=cfg.clients,
+            partitioner=partitioner,
+            seed=cfg.data_seed,
+            public_size=cfg.public_size,
+            max_train=cfg.max_train,
+            val_fraction=cfg.val_fraction,
+        )
+        store = ArtefactStore(Path(cfg.cache_dir) if cfg.cache_dir else None)
+        device = resolve_device(cfg.device)
+        encoder = None
+        if cfg.encoder:
+            public = None if data.public is None else data.public.x
+            try:
+                encoder = build_encoder(
+                    cfg.encoder, data.task, cfg.seed, public=public, store=store, device=device
+                )
+            except EncoderError as exc:
+                raise ConfigError(str(exc)) from None
+        return cls(cfg, data, archs, device, store, tracker or NullTracker(), graph, encoder)
+
+    def only(self, client_id: int) -> Experiment:
+        """This experiment as one node sees it: its own shard only."""
+        return replace(self, data=self.data.only(client_id))
+
+    @property
+    def dims(self) -> WireDims:
+        """The public facts payload shapes resolve against (``D`` with an encoder)."""
+        public = 0 if self.data.public is None else len(self.data.public)
+        return task_dims(self.data.task, public, None if self.encoder is None else self.encoder.dim)
+
+    def client_context(self, client_id: int) -> ClientContext:
+        """Client ``client_id``'s context: its own shard and the federation's public facts."""
+        shard = self.data.shard(client_id)
+        return ClientContext(
+            client_id=client_id,
+            data=shard.train,
+            val=shard.val,
+            task=self.data.task,
+            arch=self.archs[client_id],
+            train_config=self.cfg.client_train_config(),
+            public=self.data.public,
+            device=self.device,
+            seed=self.cfg.seed,
+            store=self.store,
+            tracker=self.tracker,
+            encoder=self.encoder,
+        )
+
+    def server_context(self) -> ServerContext:
+        """The server's context: public facts and configuration, no client data."""
+        return ServerContext(
+            task=self.data.task,
+            public=self.data.public,
+            server_arch=self.cfg.server_model,
+            client_archs=self.archs,
+            train_config=self.cfg.server_train_config(),
+            client_train_config=self.cfg.client_train_config(),
+            device=self.device,
+            seed=self.cfg.seed,
+            store=self.store,
+            tracker=self.tracker,
+            encoder=self.encoder,
+        )
+
+    def check(self, methods: Methods) -> None:
+        """Raise :class:`RequirementError` listing every unmet requirement of every method."""
+        cfg, problems = self.cfg, []
+        for key, method in methods:
+            req = method.requires
+            if req.public_data and self.data.public is None:
+                problems.append(f"{key} needs a public unlabelled pool: set public_size > 0")
+            if req.same_architecture and len(set(self.archs)) > 1:
+                problems.append(
+                    f"{key} needs identical client architectures, got {sorted(set(self.archs))}"
+                )
+            if req.server_model and cfg.server_model is None:
+                problems.append(f"{key} needs a server architecture: set server_model")
+            if req.shared_encoder and self.encoder is None:
+                problems.append(f"{key} needs a shared frozen encoder: set encoder (e.g. random)")
+            if cfg.clients < req.min_clients:
+                problems.append(
+                    f"{key} needs at least {req.min_clients} clients, got {cfg.clients}"
+                )
+            if req.topology is Topology.PEER and method.num_rounds() != 1:
+                problems.append(f"{key}: peer methods run one round, got {method.num_rounds()}")
+        if problems:
+            raise RequirementError("cannot run: " + "; ".join(problems))
+
+    def run(self, methods: Methods, transport: Transport | None = None) -> list[MethodResult]:
+        """Run ``methods`` in order (they share trained client artefacts)."""
+        transport = transport or LocalTransport(self)
+        results = []
+        for key, method in methods:
+            log.info("running %s", key)
+            results.append(run_method(key, method, self, transport))
+        return results
+
+    def document(
+        self, results: Sequence[MethodResult], started: datetime, t0: float
+    ) -> dict[str, Any]:
+        """The result document of a run: config, environment, data, clients, methods, cache.
+
+        Args:
+            results: one result per method, in run order.
+            started: when the run started (UTC).
+            t0: ``time.perf_counter()`` at the start, for the wall time.
+        """
+        fed = self.data
+        doc: dict[str, Any] = {
+            "oneshotfl_version": oneshotfl.__version__,
+            "started": started.isoformat(timespec="seconds"),
+            "wall_time_s": time.perf_counter() - t0,
+            "environment": {
+                "python": platform.python_version(),
+                "torch": torch.__version__,
+                "device": str(self.device),
+                "threads": torch.get_num_threads(),
+            },
+            "config": self.cfg.to_dict(),
+            "encoder": None
+            if self.encoder is None
+            else {
+                "spec": self.encoder.spec,
+                "fingerprint": self.encoder.fingerprint,
+                "dim": self.encoder.dim,
+                **self.encoder.info,
+            },
+            "data": {
+                "dataset": fed.task.dataset,
+                "num_classes": fed.task.num_classes,
+                "input_shape": [fed.task.in_channels, fed.task.image_size, fed.task.image_size],
+                "client_examples": int(sum(len(c.train) for c in fed.clients)),
+                "public_size": 0 if fed.public is None else len(fed.public),
+                "test_size": len(fed.test),
+            },
+            "clients": self.client_rows(),
+            "methods": [r.to_dict() for r in results],
+            "cache": {"hits": self.store.hits, "misses": self.store.misses},
+        }
+        if any(r.topology is not None for r in results):
+            doc["graph"] = self.graph.to_dict()
+        return doc
+
+    def client_rows(self) -> list[dict[str, Any]]:
+        """Per client: architecture, data sizes and label histogram."""
+        histograms = self.data.label_histograms()
+        return [
+            {
+                "client": shard.client_id,
+                "arch": self.archs[shard.client_id],
+                "train_size": len(shard.train),
+                "val_size": 0 if shard.val is None else len(shard.val),
+                "label_histogram": histograms[i].tolist(),
+            }
+            for i, shard in enumerate(self.data.clients)
+        ]
+
+
+def run_experiment(
+    cfg: ExperimentConfig, tracker: Tracker | None = None, transport: Transport | None = None
+) -> dict[str, Any]:
+    """Run every configured method on one federation; return the result document."""
+    started, t0 = datetime.now(UTC), time.perf_counter()
+    methods = resolve_methods(cfg.methods)
+    exp = Experiment.prepare(cfg, tracker)
+    exp.check(methods)
+    return exp.document(exp.run(methods, transport), started, t0)

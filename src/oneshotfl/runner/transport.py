@@ -1,0 +1,192 @@
+"""The two steps that run on a client, and the transports that carry them.
+
+A client does at most two things for a method:
+
+* :func:`client_step` — its update: ``client_update`` on its own context, timed by the
+  runner, serialised to the exact bytes that cross the wire, plus the accuracies of the model
+  it trained (facts for the result file, never an input to any receiver);
+* :func:`peer_step` — for a peer (server-free) method, its receipt: it decodes and
+  validates each neighbour's bytes (a bad payload is rejected and named, the others go on),
+  builds its own model with ``aggregate_for`` and evaluates it on its own test distribution.
+
+A :class:`Transport` runs these steps on the clients and brings back what they answer. The
+engine (:mod:`oneshotfl.runner.engine`) never knows which transport it uses: the in-process
+:class:`LocalTransport` calls the steps directly; Flower's (:mod:`oneshotfl.flower.server`)
+sends one message per node through the Grid, and the node calls the same functions.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from torch import nn
+
+from oneshotfl.artefacts import tensor_fingerprint
+from oneshotfl.data.types import LabelledData
+from oneshotfl.protocol.contract import ClientContext, Method, PeerMethod
+from oneshotfl.protocol.payload import Payload, WireError, encode
+from oneshotfl.protocol.spec import PayloadError, WireDims
+from oneshotfl.protocol.wire import receive
+from oneshotfl.runner.evaluate import ClientMetrics, label_histogram, receiver_metrics
+from oneshotfl.training.loop import accuracy, predict_logits
+
+if TYPE_CHECKING:
+    from oneshotfl.runner.experiment import Experiment
+
+
+@dataclass(frozen=True)
+class ClientReply:
+    """One client's answer to one round, as it leaves the client.
+
+    Attributes:
+        client_id: the sending client.
+        data: the payload bytes exactly as they cross the wire (``encode(payload)``).
+        wall_s: seconds the client spent in ``client_update`` (timed by the runner).
+        local_stats: ``local_test_accuracy`` / ``local_val_accuracy`` of the model the
+            method's client trained (empty when it trains none). Result-file facts only.
+    """
+
+    client_id: int
+    data: bytes
+    wall_s: float
+    local_stats: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PeerReport:
+    """One receiver's answer in a peer method: how its own model did, and what it refused.
+
+    Attributes:
+        receiver: the receiving client.
+        metrics: its model on the test split, globally and on its own distribution.
+        rejected: sender id → why its payload was refused.
+        wall_s: seconds spent in ``aggregate_for``.
+        diagnostics: what the method reported about this receiver's model.
+    """
+
+    receiver: int
+    metrics: ClientMetrics
+    rejected: dict[int, str]
+    wall_s: float
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+
+
+def local_stats(
+    model: nn.Module | None, ctx: ClientContext, test: LabelledData | None
+) -> dict[str, float]:
+    """Test and validation accuracy of a client's local model (empty without one); memoised
+    per model content, so methods that share a model evaluate it once."""
+    if model is None or test is None:
+        return {}
+    key = {"model": tensor_fingerprint(*model.state_dict().values()), "test": len(test)}
+
+    def evaluate() -> Payload:
+        stats = {"local_test_accuracy": accuracy(predict_logits(model, test.x, ctx.device), test.y)}
+        if ctx.val is not None:
+            val = predict_logits(model, ctx.val.x, ctx.device)
+            stats["local_val_accuracy"] = accuracy(val, ctx.val.y)
+        return Payload({}, stats)
+
+    payload, _ = ctx.store.memo("local_accuracy", key, evaluate)
+    return {k: float(v) for k, v in payload.scalars.items()}
+
+
+def client_step(method: Method[Any], ctx: ClientContext, test: LabelledData | None) -> ClientReply:
+    """The client side of one round: ``client_update`` (timed), serialisation, and the local
+    model's accuracies. The same function runs in the simulation and in a Flower ClientApp."""
+    start = time.perf_counter()
+    payload = method.client_update(ctx)
+    wall = time.perf_counter() - start
+    data = encode(payload)  # what crosses the network; counted even if rejected
+    stats = local_stats(method.local_model(ctx), ctx, test) if ctx.round == 0 else {}
+    return ClientReply(ctx.client_id, data, wall, stats)
+
+
+def peer_step(
+    method: PeerMethod[Any],
+    ctx: ClientContext,
+    deliveries: Mapping[int, bytes],
+    test: LabelledData,
+) -> PeerReport:
+    """A receiver's side of a peer method: validate every neighbour's bytes (refusing the
+    bad ones by sender), build this client's own model, evaluate it for this client."""
+    spec = method.payload_spec(ctx.dims)
+    payloads: dict[int, Payload] = {}
+    rejected: dict[int, str] = {}
+    for sender in sorted(deliveries):
+        try:
+            payloads[sender] = receive(deliveries[sender], spec, ctx.dims, sender)
+        except (WireError, PayloadError) as exc:
+            rejected[sender] = str(exc)
+    start = time.perf_counter()
+    outcome = method.aggregate_for(ctx, payloads)
+    wall = time.perf_counter() - start
+    histogram = label_histogram(ctx.data.y, ctx.task.num_classes)
+    metrics = receiver_metrics(outcome, test, histogram, ctx.device)
+    return PeerReport(ctx.client_id, metrics, rejected, wall, dict(getattr(outcome, "info", {})))
+
+
+def receive_broadcast(method: Method[Any], data: bytes | None, dims: WireDims) -> Payload | None:
+    """Decode and validate a server broadcast on the receiving side (``None`` passes)."""
+    if data is None:
+        return None
+    spec = method.broadcast_spec(dims)
+    if spec is None:
+        raise WireError(f"{method.name}: received a broadcast, but the method defines none")
+    return receive(data, spec, dims, None)
+
+
+Missing = dict[str, str]
+"""A party that did not answer (``"client 3"``, ``"node 42 (client 3)"``) → why."""
+
+
+class Transport(Protocol):
+    """Runs client steps somewhere and returns their answers (see the module docs)."""
+
+    def upload(
+        self, key: str, method: Method[Any], round_index: int, broadcast: bytes | None
+    ) -> tuple[list[ClientReply], Missing]:
+        """Every client's :func:`client_step` for one round, after ``broadcast``."""
+        ...
+
+    def relay(
+        self, key: str, method: PeerMethod[Any], routes: Mapping[int, Mapping[int, bytes]]
+    ) -> tuple[list[PeerReport], Missing]:
+        """Forward each receiver its senders' bytes (receiver → sender → bytes) unchanged,
+        and return every receiver's :func:`peer_step` report."""
+        ...
+
+
+@dataclass(frozen=True)
+class LocalTransport:
+    """The in-process transport: every client of the experiment, in client-id order."""
+
+    experiment: Experiment
+
+    def upload(
+        self, key: str, method: Method[Any], round_index: int, broadcast: bytes | None
+    ) -> tuple[list[ClientReply], Missing]:
+        exp = self.experiment
+        received = receive_broadcast(method, broadcast, exp.dims)
+        replies = [
+            client_step(
+                method,
+                exp.client_context(c.client_id).for_round(round_index, received),
+                exp.data.test,
+            )
+            for c in exp.data.clients
+        ]
+        return replies, {}
+
+    def relay(
+        self, key: str, method: PeerMethod[Any], routes: Mapping[int, Mapping[int, bytes]]
+    ) -> tuple[list[PeerReport], Missing]:
+        exp = self.experiment
+        reports = [
+            peer_step(method, exp.client_context(r), routes[r], exp.data.test)
+            for r in sorted(routes)
+        ]
+        return reports, {}

@@ -1,0 +1,248 @@
+"""Training components: what a client recipe adds to cross-entropy.
+
+A component is registered by name (:data:`COMPONENTS`) and configured by a frozen
+:class:`~oneshotfl.params.Params` dataclass; a recipe lists components as
+:class:`ComponentSpec` values (name, parameters, active epochs), so recipes stay hashable
+cache keys. Hooks (override what is needed): ``setup`` sees the initial model,
+``extra_examples`` appends labelled examples to a batch (adversarial examples, augmented
+negatives, …), ``loss_term`` adds a term (a proximal penalty, a regulariser). A method
+module may register its own components next to the method.
+
+Built in: ``proximal`` (FedProx) and ``adversarial`` (FGSM / iterative FGSM examples,
+labelled with their true class — adversarial training — or with the extra "unknown" class —
+open-set negatives as in FedOV).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from oneshotfl.params import Params, coerce_params, require
+from oneshotfl.registry import Registry
+
+Scalar = int | float | str | bool
+
+
+@dataclass(frozen=True)
+class ComponentSpec:
+    """A registered training component with its parameters and active epochs.
+
+    Attributes:
+        name: the component's registry name.
+        params: its parameters, as sorted ``(key, value)`` pairs (hashable, a cache key).
+        start_epoch: first 0-based epoch in which it is active.
+        stop_epoch: first epoch in which it is no longer active (``None``: to the end).
+    """
+
+    name: str
+    params: tuple[tuple[str, Scalar], ...] = ()
+    start_epoch: int = 0
+    stop_epoch: int | None = None
+
+    @classmethod
+    def of(
+        cls, name: str, *, start_epoch: int = 0, stop_epoch: int | None = None, **params: Scalar
+    ) -> ComponentSpec:
+        """``ComponentSpec.of("proximal", mu=0.01)``."""
+        return cls(name, tuple(sorted(params.items())), start_epoch, stop_epoch)
+
+    def active(self, epoch: int) -> bool:
+        return self.start_epoch <= epoch and (self.stop_epoch is None or epoch < self.stop_epoch)
+
+
+@dataclass(frozen=True)
+class ComponentEnv:
+    """What a component may know: the task's class count, the extra outputs, its stream."""
+
+    num_classes: int
+    extra_outputs: int
+    generator: torch.Generator = field(compare=False)
+
+
+class Component:
+    """Base of registered training components; override the hooks a component needs.
+
+    Class attributes:
+        Config: the component's frozen parameter dataclass (built from the spec's params).
+    """
+
+    Config: ClassVar[type] = Params
+
+    def __init__(self, config: Any, env: ComponentEnv) -> None:
+        self.config = config
+        self.env = env
+
+    def setup(self, model: nn.Module) -> None:
+        """Called once with the freshly initialised model, before training."""
+
+    def extra_examples(
+        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Labelled examples appended to the batch (``None``: none this step)."""
+        return None
+
+    def loss_term(
+        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, logits: torch.Tensor
+    ) -> torch.Tensor | None:
+        """A term added to the loss (``None``: none)."""
+        return None
+
+
+COMPONENTS: Registry[type[Component]] = Registry("training component")
+
+
+def register_component(name: str, description: str = "") -> Any:
+    """Class decorator registering a :class:`Component` subclass."""
+    return COMPONENTS.register(name, description)
+
+
+def build_component(spec: ComponentSpec, env: ComponentEnv) -> Component:
+    """Instantiate a registered component from its spec.
+
+    Raises:
+        ValueError: for an unknown parameter or a value out of range.
+    """
+    cls = COMPONENTS.get(spec.name)
+    try:
+        config = coerce_params(cls.Config, dict(spec.params))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"component {spec.name!r}: {exc}") from None
+    return cls(config, env)
+
+
+@dataclass(frozen=True)
+class ProximalConfig(Params):
+    """Parameters of the proximal term.
+
+    Attributes:
+        mu: weight μ of (μ/2)·‖w − w0‖²; > 0.
+    """
+
+    mu: float = 0.01
+
+    def validate(self) -> None:
+        require(self.mu > 0, "mu", "> 0", self.mu)
+
+
+def proximal_penalty(
+    params: list[torch.Tensor], anchor: list[torch.Tensor], mu: float
+) -> torch.Tensor:
+    """(μ/2)·Σ_i ‖p_i − a_i‖² over aligned parameter tensors (gradients flow into ``params``).
+
+    Raises:
+        ValueError: when the two sequences differ in length or a pair differs in shape.
+    """
+    if len(params) != len(anchor):
+        raise ValueError(
+            f"proximal_penalty: expected as many anchor tensors as parameters ({len(params)}), "
+            f"got {len(anchor)}"
+        )
+    if not params:
+        return torch.zeros(())
+    total = params[0].new_zeros(())
+    for p, a in zip(params, anchor, strict=True):
+        if p.shape != a.shape:
+            raise ValueError(
+                f"proximal_penalty: expected anchor shape {tuple(p.shape)}, got {tuple(a.shape)}"
+            )
+        total = total + (p - a.to(p.device, p.dtype)).pow(2).sum()
+    return 0.5 * mu * total
+
+
+@register_component("proximal", "FedProx's (μ/2)·‖w − w0‖² to the initial weights")
+class Proximal(Component):
+    """FedProx's proximal term (Li et al. 2020, Eq. 2) anchored at the initial model w0:
+    trainable parameters only (buffers such as BatchNorm statistics are not optimised)."""
+
+    Config = ProximalConfig
+
+    def setup(self, model: nn.Module) -> None:
+        trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self.names = [n for n, _ in trainable]
+        self.anchor = {n: p.detach().clone() for n, p in trainable}
+
+    def loss_term(
+        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, logits: torch.Tensor
+    ) -> torch.Tensor:
+        current = dict(model.named_parameters())
+        for n in self.names:  # the anchor follows the model to its device once
+            if self.anchor[n].device != current[n].device:
+                self.anchor[n] = self.anchor[n].to(current[n].device)
+        return proximal_penalty(
+            [current[n] for n in self.names], [self.anchor[n] for n in self.names], self.config.mu
+        )
+
+
+@dataclass(frozen=True)
+class AdversarialConfig(Params):
+    """Parameters of adversarial examples.
+
+    Attributes:
+        epsilon: L∞ budget in (normalised) input units; > 0.
+        steps: gradient-sign steps of size ε/steps (1 = FGSM; more = iterative FGSM).
+        label: ``true`` keeps each example's label (adversarial training); ``unknown`` labels
+            it with the first extra output, class index C (open-set negatives; needs
+            ``extra_outputs >= 1``).
+        fraction: share of each batch turned into adversarial examples, in (0, 1].
+    """
+
+    epsilon: float = 0.1
+    steps: int = 1
+    label: Literal["true", "unknown"] = "true"
+    fraction: float = 1.0
+
+    def validate(self) -> None:
+        require(self.epsilon > 0, "epsilon", "> 0", self.epsilon)
+        require(self.steps >= 1, "steps", ">= 1", self.steps)
+        require(0 < self.fraction <= 1, "fraction", "in (0, 1]", self.fraction)
+
+
+def gradient_sign_examples(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, epsilon: float, steps: int
+) -> torch.Tensor:
+    """x' = Π_{‖x'−x‖∞≤ε}(x' + (ε/steps)·sign(∇_x' CE(f(x'), y))), ``steps`` times from x
+    (Goodfellow et al. 2015's FGSM for one step). Gradients reach the input only."""
+    step = epsilon / steps
+    adv = x.detach().clone()
+    for _ in range(steps):
+        adv.requires_grad_(True)
+        loss = F.cross_entropy(model(adv), y)
+        (grad,) = torch.autograd.grad(loss, adv)
+        adv = adv.detach() + step * grad.sign()
+        adv = x.detach() + (adv - x.detach()).clamp(-epsilon, epsilon)
+    return adv.detach()
+
+
+@register_component("adversarial", "FGSM / iterative FGSM examples (true or 'unknown' label)")
+class Adversarial(Component):
+    """Adversarial examples appended to every batch. They are generated with the model in
+    eval mode (BatchNorm running statistics are not disturbed by the attack's forward
+    passes), from a random ``fraction`` of the batch drawn from the component's stream."""
+
+    Config = AdversarialConfig
+
+    def setup(self, model: nn.Module) -> None:
+        if self.config.label == "unknown" and self.env.extra_outputs < 1:
+            raise ValueError(
+                "component 'adversarial': label=unknown needs a recipe with extra_outputs >= 1, "
+                f"got {self.env.extra_outputs}"
+            )
+
+    def extra_examples(
+        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        cfg = self.config
+        n = max(1, round(cfg.fraction * len(x)))
+        pick = torch.randperm(len(x), generator=self.env.generator)[:n].to(x.device)
+        was_training = model.training
+        model.eval()
+        adv = gradient_sign_examples(model, x[pick], y[pick], cfg.epsilon, cfg.steps)
+        model.train(was_training)
+        if cfg.label == "unknown":
+            return adv, torch.full_like(y[pick], self.env.num_classes)
+        return adv, y[pick]

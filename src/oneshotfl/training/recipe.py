@@ -1,0 +1,171 @@
+"""Client recipes: one declarative description of how a client trains its model.
+
+A :class:`ClientRecipe` is a frozen value whose fields are everything that determines the
+trained model — architecture, extra output classes, training settings, the registered
+components added to cross-entropy (loss terms, extra example streams such as adversarial
+examples), a pruning schedule — so it *is* the cache key: every method of a sweep that asks
+for the same recipe on the same client gets the same model, trained once
+(:meth:`oneshotfl.protocol.contract.ClientContext.train`). :func:`train_recipe` executes a
+recipe with the one training loop (:func:`oneshotfl.training.loop.fit`).
+
+Per step the loss is ``CE(f(x ⊕ x_extra), y ⊕ y_extra) + Σ loss terms``: a component may
+append labelled examples to the batch (``extra_examples``; one forward pass over the joint
+batch) and add a term (``loss_term``). Components are active in ``[start_epoch,
+stop_epoch)``, which is how a curriculum is written. A plain recipe (no components, no
+pruning) is exactly ERM: ``CE(f(x), y)``.
+
+Random streams (see :mod:`oneshotfl.seeding`): the shared initialisation is
+``("init", arch, extra_outputs)`` — the same weights for every client of an architecture,
+what one-shot FedAvg needs; shuffling is ``("client", id, "train", name)``; component ``i``
+draws from ``("client", id, "train", name, "component", i)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from oneshotfl.data.types import LabelledData, TaskInfo
+from oneshotfl.models import create_model
+from oneshotfl.params import Params, require
+from oneshotfl.seeding import seeded_torch, torch_generator
+from oneshotfl.training.components import (
+    COMPONENTS,
+    ComponentEnv,
+    ComponentSpec,
+    build_component,
+)
+from oneshotfl.training.loop import Batch, FitHooks, FitStats, TrainConfig, fit
+from oneshotfl.training.progress import Tracker
+from oneshotfl.training.pruning import MagnitudePruner, PruningSchedule
+
+
+@dataclass(frozen=True)
+class ClientRecipe(Params):
+    """How one client trains its model; every field is part of the cache key.
+
+    Attributes:
+        arch: the model architecture (model registry name).
+        train: optimiser, epochs, batch size (with ``pruning``, its epochs are replaced by
+            the schedule's budget).
+        name: names the recipe's random streams and its progress bar (``erm``, ``fedprox``).
+        extra_outputs: outputs beyond the task's classes (1 for an abstention class).
+        components: registered components added to cross-entropy, in order.
+        pruning: iterative magnitude pruning inside the training budget.
+    """
+
+    arch: str
+    train: TrainConfig
+    name: str = "erm"
+    extra_outputs: int = 0
+    components: tuple[ComponentSpec, ...] = ()
+    pruning: PruningSchedule | None = None
+
+    def validate(self) -> None:
+        require(self.extra_outputs >= 0, "extra_outputs", ">= 0", self.extra_outputs)
+        require(bool(self.name), "name", "a non-empty recipe name", self.name)
+        for spec in self.components:
+            require(spec.name in COMPONENTS, "components", f"one of {COMPONENTS.names()}", spec)
+
+    def key(self) -> dict[str, Any]:
+        """The recipe as a JSON-able mapping (the artefact cache key)."""
+        return dataclasses.asdict(self)
+
+    def epochs(self) -> int:
+        """The training budget in epochs."""
+        return self.train.epochs if self.pruning is None else self.pruning.total_epochs
+
+
+def initial_model(arch: str, task: TaskInfo, seed: int, extra_outputs: int = 0) -> nn.Module:
+    """The shared initialisation of ``arch``: the same for every client with that architecture.
+
+    One-shot FedAvg and FedProx assume the server broadcast one initial model; deriving it
+    from the model seed and the architecture name gives every party the same weights.
+    """
+    with seeded_torch(seed, "init", arch, extra_outputs):
+        return create_model(
+            arch, task.in_channels, task.num_classes + extra_outputs, task.image_size
+        )
+
+
+@dataclass(frozen=True)
+class RecipeResult:
+    """A trained recipe: the model (on ``device``, eval mode) and what training did."""
+
+    model: nn.Module
+    stats: FitStats
+    facts: Mapping[str, float] = field(default_factory=dict)
+
+
+def train_recipe(
+    recipe: ClientRecipe,
+    data: LabelledData,
+    task: TaskInfo,
+    *,
+    seed: int,
+    client_id: int,
+    device: torch.device,
+    tracker: Tracker | None = None,
+) -> RecipeResult:
+    """Execute ``recipe`` on a client's data (see the module docs); no caching here."""
+    model = initial_model(recipe.arch, task, seed, recipe.extra_outputs)
+    components = [
+        build_component(
+            spec,
+            ComponentEnv(
+                task.num_classes,
+                recipe.extra_outputs,
+                torch_generator(seed, "client", client_id, "train", recipe.name, "component", i),
+            ),
+        )
+        for i, spec in enumerate(recipe.components)
+    ]
+    for component in components:
+        component.setup(model)
+    pruner = None if recipe.pruning is None else MagnitudePruner(model, recipe.pruning)
+    epoch = [0]
+
+    def loss_fn(m: nn.Module, batch: Batch) -> torch.Tensor:
+        x, y = batch
+        active = [
+            c for c, s in zip(components, recipe.components, strict=True) if s.active(epoch[0])
+        ]
+        for component in active:
+            extra = component.extra_examples(m, x, y)
+            if extra is not None:
+                x, y = torch.cat([x, extra[0]]), torch.cat([y, extra[1]])
+        logits = m(x)
+        loss = F.cross_entropy(logits, y)
+        for component in active:
+            term = component.loss_term(m, x, y, logits)
+            if term is not None:
+                loss = loss + term
+        return loss
+
+    def start(e: int) -> None:
+        epoch[0] = e
+
+    hooks = FitHooks(
+        epoch_start=start,
+        step_end=None if pruner is None else pruner.apply,
+        epoch_end=None if pruner is None else pruner.on_epoch_end,
+    )
+    stats = fit(
+        model,
+        (data.x, data.y),
+        loss_fn,
+        dataclasses.replace(recipe.train, epochs=recipe.epochs()),
+        torch_generator(seed, "client", client_id, "train", recipe.name),
+        device,
+        tracker,
+        f"client {client_id} {recipe.name} ({recipe.arch})",
+        hooks,
+    )
+    facts = {} if pruner is None else {"sparsity": pruner.sparsity()}
+    return RecipeResult(model, stats, facts)
