@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
 .PHONY: setup data demo test lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
-	bench-flower bench-flower-deploy bench-flower-sim clean-cache
+	bench-flower bench-flower-deploy bench-flower-sim check-reproduce clean-cache
 VENV := .venv/bin
 
 setup:
@@ -99,6 +99,22 @@ bench-flower-sim: setup data
 	    $(VENV)/oneshotfl run $(FLOWER_SIM) clients=$$n --out runs/local-sim-$$n || exit 1; \
 	  $(VENV)/oneshotfl flower compare runs/local-sim-$$n/result.json \
 	    runs/flower-sim-$$n/result.json || exit 1; \
+	done
+
+## Before/after check of a change to the core: the committed benchmark sweeps run with the
+## code of BASE and of HEAD (each in a clean worktree with its own cache, two 1-thread shards),
+## then every result of the one is compared with the other field by field (metrics, bytes,
+## clients, local accuracies); the comparisons land in benchmarks/results/reproduce/.
+## Hours on 2 cores: core-fmnist ~35 min, fedol-fmnist ~2.5 h per revision.
+BASE ?= HEAD~1
+REPRODUCE ?= core-fmnist fedol-fmnist
+check-reproduce: setup data
+	bash scripts/sweeps_at.sh $(BASE) runs/reproduce/before $(REPRODUCE)
+	bash scripts/sweeps_at.sh HEAD runs/reproduce/after $(REPRODUCE)
+	mkdir -p benchmarks/results/reproduce
+	for s in $(REPRODUCE); do s=$${s%@*}; \
+	  $(VENV)/oneshotfl compare runs/reproduce/before/$$s runs/reproduce/after/$$s \
+	    --out benchmarks/results/reproduce/$$s.json || exit 1; \
 	done
 
 clean-cache:

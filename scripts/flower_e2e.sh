@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end test of the Flower adapter on loopback (127.0.0.1 only), as CI runs it.
 #
-#   1. the local simulation of a tiny experiment (the reference result);
+#   1. the local simulation of a tiny experiment (the reference result), with star methods and
+#      a peer method (peer_ensemble over a ring, relayed by the ServerApp);
 #   2. a SuperLink and 3 SuperNodes, insecure: flwr run, status from `flwr ls`, result compared;
 #   3. the same with TLS and CLI-managed SuperNode authentication: 3 registered nodes run,
 #      a 4th, unregistered node must be refused.
@@ -78,7 +79,8 @@ lr: 0.05
 alpha: 1.0
 min_samples: 5
 device: cpu
-methods: [fedavg, ensemble, "fedavg_rounds:rounds=2"]
+graph: ring
+methods: [fedavg, ensemble, "fedavg_rounds:rounds=2", peer_ensemble]
 EOF
 "$BIN/oneshotfl" flower app-dir "$WORK/app" >/dev/null
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
 from oneshotfl.data.types import TaskInfo
+from oneshotfl.methods import METHODS
+from oneshotfl.methods.base import register_method
 from oneshotfl.protocol.contract import Method, ServerContext
 from oneshotfl.runner import engine
 from oneshotfl.runner.config import ExperimentConfig
@@ -39,3 +43,13 @@ def prepare(cfg: ExperimentConfig) -> Experiment:
 def run_method(key: str, method: Method[Any], exp: Experiment) -> dict[str, Any]:
     """One method over the in-process transport, as its result.json entry."""
     return engine.run_method(key, method, exp, LocalTransport(exp)).to_dict()
+
+
+@contextlib.contextmanager
+def registered(name: str, cls: type[Method[Any]]) -> Iterator[None]:
+    """Register a test's own method under ``name`` for the ``with`` block only."""
+    register_method(name, cls.__doc__ or name)(cls)
+    try:
+        yield
+    finally:
+        del METHODS._entries[name]  # the registry has no public removal: tests only

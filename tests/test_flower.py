@@ -18,7 +18,8 @@ flwr = pytest.importorskip("flwr")
 from flwr.app import Array, ArrayRecord, Context, Error, Message, RecordDict  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
-from helpers import prepare  # noqa: E402
+import toys  # noqa: E402
+from helpers import prepare, registered  # noqa: E402
 from oneshotfl.flower.app import client_main  # noqa: E402
 from oneshotfl.flower.messages import (  # noqa: E402
     PAYLOADS,
@@ -28,9 +29,13 @@ from oneshotfl.flower.messages import (  # noqa: E402
     read_reply,
     record_bytes,
     reply_content,
+)
+from oneshotfl.flower.node import (  # noqa: E402
+    NodeIdentity,
+    node_identity,
+    node_state,
     sender,
 )
-from oneshotfl.flower.node import NodeIdentity, node_identity, node_state  # noqa: E402
 from oneshotfl.flower.server import ServerSettings, run_server  # noqa: E402
 from oneshotfl.protocol.payload import Payload, decode, encode  # noqa: E402
 from oneshotfl.runner.config import ConfigError, ExperimentConfig  # noqa: E402
@@ -61,6 +66,7 @@ class FakeGrid:
         self.node_config = {100 + p: {"partition-id": p} for p in range(clients)}
         self.tamper = tamper
         self.sent: list[Message] = []
+        self.replies: list[Message] = []
 
     def get_node_ids(self) -> Iterable[int]:
         return list(self.node_config)
@@ -79,6 +85,7 @@ class FakeGrid:
                 reply = self.tamper(node, message, reply)
             if reply is not None:
                 replies.append(reply)
+        self.replies.extend(replies)
         return replies
 
 
@@ -229,3 +236,32 @@ def test_a_node_holds_only_its_own_shard(tiny_config: Any) -> None:
     assert np.array_equal(shard.indices, local.data.clients[1].indices)
     with pytest.raises(ConfigError, match="num-partitions=4, but the experiment has clients=3"):
         node_state(cfg.to_dict(), NodeIdentity(partition_id=1, num_partitions=4))
+
+
+def test_a_peer_method_is_relayed_and_equals_the_local_simulation(
+    tiny_config: Any, tmp_path: Path
+) -> None:
+    with registered("toy_average", toys.NeighbourAverage):
+        cfg = tiny_config(methods=["peer_ensemble", "toy_average"], graph="ring:k=1", clients=4)
+        local = run_experiment(cfg)
+        grid = FakeGrid(cfg.clients)
+        flower = _run(tmp_path, dataclasses.replace(cfg, cache_dir=str(tmp_path / "nodes")), grid)
+    assert _core(flower) == _core(local)
+    for a, b in zip(local["methods"], flower["methods"], strict=True):
+        for name in ("client_accuracy", "client_personal_accuracy", "topology", "rejected"):
+            assert a[name] == b[name], name
+    assert flower["graph"] == local["graph"]
+    # per method: one update and one receive message per node; the relay forwards each
+    # sender's bytes unchanged, only to its graph neighbours
+    assert len(grid.sent) == 2 * (4 + 4)
+    updates = {m.metadata.dst_node_id: m for m in grid.sent[:4]}
+    assert set(updates) == {100, 101, 102, 103}
+    sent_bytes: dict[int, bytes] = {}
+    for reply in grid.replies[:4]:
+        parsed = read_reply(reply.content)
+        sent_bytes[parsed.client_id] = parsed.data
+    for message in grid.sent[4:8]:
+        receiver = message.metadata.dst_node_id - 100
+        relayed = record_bytes(message.content.array_records[PAYLOADS])
+        neighbours = {(receiver - 1) % 4, (receiver + 1) % 4}
+        assert relayed == {sender(s): sent_bytes[s] for s in sorted(neighbours)}

@@ -93,12 +93,12 @@ def test_geometric_and_linear_targets() -> None:
         ("sparsity", 1.0, r"sparsity: expected a number in \[0, 1\), got 1.0"),
         ("sparsity", -0.1, r"sparsity: expected a number in \[0, 1\), got -0.1"),
         ("sparsity", "0.5", r"sparsity: expected a number in \[0, 1\), got '0.5'"),
-        ("schedule", "cosine", "schedule: expected geometric|linear, got 'cosine'"),
-        ("scope", "net", "scope: expected global|layer, got 'net'"),
+        ("schedule", "cosine", "schedule: expected one of geometric|linear, got 'cosine'"),
+        ("scope", "net", "scope: expected one of global|layer, got 'net'"),
     ],
 )
 def test_schedule_validation(field: str, value: object, message: str) -> None:
-    with pytest.raises(PruningError, match=message):
+    with pytest.raises(ValueError, match=message):
         schedule(**{field: value})
     assert issubclass(PruningError, ValueError)
 

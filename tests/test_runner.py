@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -156,3 +157,26 @@ def test_training_does_not_touch_global_torch_rng(tiny_config: Any) -> None:
     torch.manual_seed(123)
     run_experiment(tiny_config(methods=["fedavg"]))
     torch.testing.assert_close(torch.rand(3), expected)
+
+
+def test_a_run_trains_only_what_its_methods_need(tiny_config: Any) -> None:
+    # FedProx trains its proximal models and nothing else: no plain local model per client
+    prox = run_experiment(tiny_config(methods=["fedprox"]))
+    assert prox["cache"]["misses"] == 3
+    (method,) = prox["methods"]
+    assert len(method["local_test_accuracy"]) == 3  # the FedProx models' own accuracies
+    both = run_experiment(tiny_config(methods=["fedprox", "local"]))
+    by_key = {m["key"]: m for m in both["methods"]}
+    assert by_key["fedprox"]["local_test_accuracy"] == method["local_test_accuracy"]
+    assert by_key["local"]["local_test_accuracy"] != method["local_test_accuracy"]
+
+
+def test_an_encoder_only_run_trains_no_full_client_model(tiny_config: Any, tmp_path: Path) -> None:
+    cache = tmp_path / "enc-cache"
+    doc = run_experiment(
+        tiny_config(methods=["fedage"], encoder="random:dim=16", cache_dir=str(cache))
+    )
+    assert not (cache / "local_model").exists()
+    assert {p.name for p in cache.iterdir()} == {"embeddings", "head"}
+    local = doc["methods"][0]["local_test_accuracy"]  # the clients' heads on the encoder
+    assert len(local) == 3 and all(0 <= a <= 1 for a in local)

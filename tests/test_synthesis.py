@@ -334,7 +334,7 @@ def test_non_finite_loss_names_round_and_loss() -> None:
 )
 def test_config_rejects_bad_values(field: str, value: object) -> None:
     extra = {"pool": "accumulate"} if field == "max_pool" else {}
-    with pytest.raises(ValueError, match=rf"^{field} must be .*, got {value!r}$"):
+    with pytest.raises(ValueError, match=rf"^{field}: expected .*, got {value!r}$"):
         config(**extra, **{field: value})
 
 

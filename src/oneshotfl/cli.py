@@ -35,6 +35,7 @@ from oneshotfl.methods import METHODS
 from oneshotfl.models import MODELS
 from oneshotfl.plots import partition_heatmap
 from oneshotfl.registry import Registry, RegistryError
+from oneshotfl.runner.compare import compare_trees, read_result, result_differences
 from oneshotfl.runner.config import ConfigError, ExperimentConfig, load_config, make_config
 from oneshotfl.runner.experiment import run_experiment
 from oneshotfl.runner.report import human_bytes, setting_label, splice_markdown, write_report
@@ -310,6 +311,33 @@ def report(
         fail(exc)
     console.print(text, markup=False)
     console.print(f"report: {out_dir}", markup=False)
+
+
+@app.command()
+def compare(
+    reference: Annotated[Path, typer.Argument(help="a result.json, or a folder of runs")],
+    other: Annotated[Path, typer.Argument(help="the same, from the run to check")],
+    out: Annotated[Path | None, typer.Option(help="write the comparison as JSON here")] = None,
+) -> None:
+    """Exit 1 unless two runs (or two folders of runs, paired by path) have identical
+    metrics, bytes and clients — e.g. a sweep before and after a change of the code."""
+    try:
+        if reference.is_dir() and not (reference / "result.json").exists():
+            report = compare_trees(reference, other)
+        else:
+            diffs = result_differences(read_result(reference), read_result(other))
+            report = {"runs": {str(other): diffs}, "summary": {"runs": 1}}
+    except ValueError as exc:
+        fail(exc)
+    if out is not None:
+        atomic_write_text(out, json.dumps(report, indent=2) + "\n")
+    bad = {run: diffs for run, diffs in report["runs"].items() if diffs}
+    for run, diffs in bad.items():
+        for line in diffs[:5]:
+            err_console.print(f"{run}: {line}", markup=False)
+    console.print(f"compared: {report['summary']}", markup=False)
+    if bad:
+        raise typer.Exit(1)
 
 
 from oneshotfl.encoders.cli import app as encoder_app  # noqa: E402

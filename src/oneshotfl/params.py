@@ -29,6 +29,17 @@ class Params:
         :func:`require`); the base has none."""
 
 
+def is_int(value: object, low: int | None = None) -> bool:
+    """An int (not a bool), at least ``low`` when given."""
+    ok = isinstance(value, int) and not isinstance(value, bool)
+    return ok and (low is None or value >= low)  # type: ignore[operator]
+
+
+def is_number(value: object) -> bool:
+    """An int or float (not a bool)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def require(ok: bool, name: str, expected: str, got: object) -> None:
     """Raise ``ValueError("<name>: expected <expected>, got <got>")`` unless ``ok``."""
     if not ok:

@@ -7,13 +7,13 @@ with the ``flower`` extra), so ``oneshotfl --help`` works without Flower install
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 import oneshotfl
+from oneshotfl.runner.compare import read_result, result_differences
 
 app = typer.Typer(
     help="Run oneshotfl on Flower (needs the 'flower' extra: pip install 'oneshotfl\\[flower]').",
@@ -102,45 +102,6 @@ def certs(
         typer.echo(f"SuperNode key pair:  {private}  {public}")
 
 
-COMPARED = (
-    "key",
-    "accuracy",
-    "personal_accuracy",
-    "per_class_accuracy",
-    "client_accuracy",
-    "upload_bytes_per_client",
-    "download_bytes_per_client",
-    "clients_used",
-    "rejected",
-)
-
-
-def result_differences(local: dict[str, Any], flower: dict[str, Any]) -> list[str]:
-    """What differs between two result documents in what must be identical: every
-    method's metrics, byte counts and clients used, and the per-client rows (wall times,
-    dates and Flower's own facts are not compared)."""
-    diffs = []
-    keys = [[m["key"] for m in doc["methods"]] for doc in (local, flower)]
-    if keys[0] != keys[1]:
-        return [f"methods: {keys[0]} locally, {keys[1]} through Flower"]
-    for a, b in zip(local["methods"], flower["methods"], strict=True):
-        for name in COMPARED:
-            if a.get(name) != b.get(name):
-                diffs.append(
-                    f"{a['key']}.{name}: {a.get(name)!r} locally, {b.get(name)!r} via Flower"
-                )
-    if len(local["clients"]) != len(flower["clients"]):
-        return [*diffs, f"clients: {len(local['clients'])} locally, {len(flower['clients'])}"]
-    for a, b in zip(local["clients"], flower["clients"], strict=True):
-        for name in sorted(set(a) | set(b)):
-            if a.get(name) != b.get(name):
-                diffs.append(
-                    f"client {a.get('client')}.{name}: {a.get(name)!r} locally, "
-                    f"{b.get(name)!r} via Flower"
-                )
-    return diffs
-
-
 @app.command()
 def compare(
     local: Annotated[Path, typer.Argument(help="result.json of the local simulation")],
@@ -152,14 +113,12 @@ def compare(
     reference with the thread count the nodes use (OMP_NUM_THREADS; Flower's simulation
     engine gives each virtual node its num-cpus).
     """
-    docs = []
-    for path in (local, flower):
-        try:
-            docs.append(json.loads(path.read_text()))
-        except (OSError, json.JSONDecodeError) as exc:
-            typer.echo(f"error: expected a result.json at {path}: {exc}", err=True)
-            raise typer.Exit(2) from None
-    diffs = result_differences(docs[0], docs[1])
+    try:
+        docs = [read_result(path) for path in (local, flower)]
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    diffs = result_differences(docs[0], docs[1], ("locally", "via Flower"))
     for line in diffs:
         typer.echo(f"differs: {line}", err=True)
     if diffs:

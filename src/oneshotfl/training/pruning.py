@@ -24,6 +24,8 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from oneshotfl.params import Params, is_int, is_number, require
+
 PRUNABLE = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
 
 
@@ -36,12 +38,8 @@ def _require(ok: bool, field: str, expected: str, got: object) -> None:
         raise PruningError(f"pruning {field}: expected {expected}, got {got!r}")
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 @dataclass(frozen=True)
-class PruningSchedule:
+class PruningSchedule(Params):
     """When and how far a client model is pruned within its epoch budget.
 
     Attributes:
@@ -61,17 +59,12 @@ class PruningSchedule:
     schedule: Literal["geometric", "linear"] = "geometric"
     scope: Literal["global", "layer"] = "global"
 
-    def __post_init__(self) -> None:
-        _require(_is_int(self.stages) and self.stages >= 1, "stages", "an int >= 1", self.stages)
+    def validate(self) -> None:
+        require(is_int(self.stages, 1), "stages", "an int >= 1", self.stages)
         e_p, e_f, s = self.epochs_per_stage, self.finetune_epochs, self.sparsity
-        _require(_is_int(e_p) and e_p >= 1, "epochs_per_stage", "an int >= 1", e_p)
-        _require(_is_int(e_f) and e_f >= 0, "finetune_epochs", "an int >= 0", e_f)
-        is_number = isinstance(s, int | float) and not isinstance(s, bool)
-        _require(is_number and 0 <= s < 1, "sparsity", "a number in [0, 1)", s)
-        _require(
-            self.schedule in ("geometric", "linear"), "schedule", "geometric|linear", self.schedule
-        )
-        _require(self.scope in ("global", "layer"), "scope", "global|layer", self.scope)
+        require(is_int(e_p, 1), "epochs_per_stage", "an int >= 1", e_p)
+        require(is_int(e_f, 0), "finetune_epochs", "an int >= 0", e_f)
+        require(is_number(s) and 0 <= s < 1, "sparsity", "a number in [0, 1)", s)
 
     @property
     def total_epochs(self) -> int:
@@ -81,7 +74,7 @@ class PruningSchedule:
     def sparsity_after(self, stage: int) -> float:
         """Target fraction of zero prunable weights after ``stage`` (1..S)."""
         S = self.stages
-        _require(_is_int(stage) and 1 <= stage <= S, "stage", f"an int in 1..{S}", stage)
+        _require(is_int(stage) and 1 <= stage <= S, "stage", f"an int in 1..{S}", stage)
         if stage == S:
             return float(self.sparsity)
         if self.schedule == "geometric":
@@ -90,7 +83,7 @@ class PruningSchedule:
 
     def prune_after_epoch(self, epoch: int) -> int | None:
         """The stage whose pruning step ends 0-based ``epoch``, or None (stage k: ``k·e_p - 1``)."""
-        _require(_is_int(epoch) and epoch >= 0, "epoch", "an int >= 0", epoch)
+        _require(is_int(epoch, 0), "epoch", "an int >= 0", epoch)
         stage, rest = divmod(epoch + 1, self.epochs_per_stage)
         return stage if rest == 0 and 1 <= stage <= self.stages else None
 

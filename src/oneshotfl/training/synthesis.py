@@ -28,6 +28,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from oneshotfl.params import Params, is_int, is_number, require
 from oneshotfl.training.loop import TrainConfig, make_optimizer
 from oneshotfl.training.progress import NullTracker, Tracker
 
@@ -113,7 +114,7 @@ class BatchNormStatistics:
 
 
 @dataclass(frozen=True)
-class SynthesisConfig:
+class SynthesisConfig(Params):
     """Hyper-parameters of :func:`synthesise`.
 
     Attributes:
@@ -144,35 +145,21 @@ class SynthesisConfig:
     pool: Literal["latest", "accumulate"] = "latest"
     max_pool: int | None = None
 
-    def __post_init__(self) -> None:
+    def validate(self) -> None:
+        for name in ("rounds", "batch_size", "noise_dim"):
+            require(is_int(getattr(self, name), 1), name, "an int >= 1", getattr(self, name))
+        for name in ("generator_steps", "learner_steps"):
+            require(is_int(getattr(self, name), 0), name, "an int >= 0", getattr(self, name))
+        for name in ("generator_lr", "learner_lr"):
+            value = getattr(self, name)
+            require(is_number(value) and value > 0, name, "> 0", value)
+        ok = is_number(self.momentum) and 0 <= self.momentum < 1
+        require(ok, "momentum", "in [0, 1)", self.momentum)
         max_ok = self.max_pool is None or (
-            self.pool == "accumulate" and _is_int(self.max_pool, self.batch_size)
+            self.pool == "accumulate" and is_int(self.max_pool, self.batch_size)
         )
-        checks = [
-            ("rounds", _is_int(self.rounds, 1), "an int >= 1"),
-            ("generator_steps", _is_int(self.generator_steps, 0), "an int >= 0"),
-            ("learner_steps", _is_int(self.learner_steps, 0), "an int >= 0"),
-            ("batch_size", _is_int(self.batch_size, 1), "an int >= 1"),
-            ("noise_dim", _is_int(self.noise_dim, 1), "an int >= 1"),
-            ("generator_lr", _is_number(self.generator_lr) and self.generator_lr > 0, "> 0"),
-            ("learner_lr", _is_number(self.learner_lr) and self.learner_lr > 0, "> 0"),
-            ("generator_optimizer", self.generator_optimizer in ("adam", "sgd"), "adam or sgd"),
-            ("learner_optimizer", self.learner_optimizer in ("adam", "sgd"), "adam or sgd"),
-            ("momentum", _is_number(self.momentum) and 0 <= self.momentum < 1, "in [0, 1)"),
-            ("pool", self.pool in ("latest", "accumulate"), "latest or accumulate"),
-            ("max_pool", max_ok, f"None, or with pool=accumulate an int >= {self.batch_size}"),
-        ]
-        for name, ok, expected in checks:
-            if not ok:
-                raise ValueError(f"{name} must be {expected}, got {getattr(self, name)!r}")
-
-
-def _is_int(value: object, low: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= low
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+        expected = f"None, or with pool=accumulate an int >= {self.batch_size}"
+        require(max_ok, "max_pool", expected, self.max_pool)
 
 
 class SynthesisProblem(Protocol):

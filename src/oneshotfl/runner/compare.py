@@ -1,0 +1,151 @@
+"""Comparing result documents: what must be identical between two runs of one experiment.
+
+Two runs of the same config on the same machine and thread count — the local simulation and
+Flower, or the code before and after a refactor — must agree exactly on every method's
+metrics, byte counts and clients, and on the per-client data facts; wall times, dates and
+environment facts are not compared. :func:`result_differences` lists what differs in
+sentences; :func:`compare_trees` pairs every ``result.json`` of two result folders (a sweep
+before and after a change) and summarises.
+
+Result files written before the typed per-method results (oneshotfl 0.1, issue 10) kept each
+client's local accuracy in ``clients[*]`` rather than per method; such a file is compared
+with a newer one by requiring that some method of the newer file reports exactly those local
+accuracies (the plain local-training recipe's).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+COMPARED = (
+    "key",
+    "accuracy",
+    "personal_accuracy",
+    "per_class_accuracy",
+    "accuracy_best",
+    "accuracy_worst",
+    "client_accuracy",
+    "upload_bytes_per_client",
+    "download_bytes_per_client",
+    "clients_used",
+    "rejected",
+)
+"""Method fields compared whenever present in the reference."""
+
+COMPARED_IF_BOTH = (
+    "client_personal_accuracy",
+    "local_test_accuracy",
+    "local_val_accuracy",
+    "topology",
+)
+"""Method fields compared when both documents have them (newer result files)."""
+
+CLIENT_FIELDS = ("client", "arch", "train_size", "val_size", "label_histogram")
+LEGACY_LOCAL = ("local_test_accuracy", "local_val_accuracy")
+
+
+def _history(method: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    return [
+        (h["round"], h["accuracy"], h["upload_bytes_mean"], h["download_bytes"])
+        for h in method.get("rounds_history", [])
+    ]
+
+
+def _method_differences(
+    a: Mapping[str, Any], b: Mapping[str, Any], labels: Sequence[str]
+) -> list[str]:
+    diffs = []
+    names = [n for n in COMPARED if n in a]
+    names += [n for n in COMPARED_IF_BOTH if n in a and n in b]
+    for name in names:
+        if a.get(name) != b.get(name):
+            diffs.append(
+                f"{a['key']}.{name}: {a.get(name)!r} {labels[0]}, {b.get(name)!r} {labels[1]}"
+            )
+    if _history(a) != _history(b):
+        diffs.append(f"{a['key']}.rounds_history differs")
+    return diffs
+
+
+def _legacy_local(ref: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """An older file's per-client local accuracies must be some newer method's."""
+    diffs = []
+    for field in LEGACY_LOCAL:
+        old = [c.get(field) for c in ref["clients"]]
+        if all(v is None for v in old) or any(field in c for c in new["clients"]):
+            continue
+        if not any(m.get(field) == old for m in new["methods"]):
+            diffs.append(f"clients' {field} {old}: no method reports these")
+    return diffs
+
+
+def result_differences(
+    ref: Mapping[str, Any], new: Mapping[str, Any], labels: Sequence[str] = ("before", "after")
+) -> list[str]:
+    """What differs between two result documents in what must be identical (see the module
+    docs); ``labels`` name the two sides in the sentences."""
+    keys = [[m["key"] for m in doc["methods"]] for doc in (ref, new)]
+    if keys[0] != keys[1]:
+        return [f"methods: {keys[0]} {labels[0]}, {keys[1]} {labels[1]}"]
+    diffs = []
+    for a, b in zip(ref["methods"], new["methods"], strict=True):
+        diffs += _method_differences(a, b, labels)
+    if len(ref["clients"]) != len(new["clients"]):
+        return [*diffs, f"clients: {len(ref['clients'])} {labels[0]}, {len(new['clients'])}"]
+    for a, b in zip(ref["clients"], new["clients"], strict=True):
+        for name in CLIENT_FIELDS:
+            if a.get(name) != b.get(name):
+                diffs.append(
+                    f"client {a.get('client')}.{name}: {a.get(name)!r} {labels[0]}, "
+                    f"{b.get(name)!r} {labels[1]}"
+                )
+    if ref.get("graph") is not None and ref.get("graph") != new.get("graph"):
+        diffs.append(f"graph: {ref.get('graph')} {labels[0]}, {new.get('graph')} {labels[1]}")
+    return diffs + _legacy_local(ref, new)
+
+
+def read_result(path: Path) -> dict[str, Any]:
+    """A result document from ``path`` (a ``result.json`` or a folder holding one).
+
+    Raises:
+        ValueError: when there is no readable result document there.
+    """
+    file = path / "result.json" if path.is_dir() else path
+    try:
+        doc: dict[str, Any] = json.loads(file.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"expected a result.json at {file}: {exc}") from None
+    return doc
+
+
+def compare_trees(
+    ref: Path, new: Path, labels: Sequence[str] = ("before", "after")
+) -> dict[str, Any]:
+    """Every ``result.json`` under ``ref`` against the one at the same relative path under
+    ``new``: a summary with each run's differences (a run missing on either side is one)."""
+    runs = sorted(p.parent.relative_to(ref) for p in ref.rglob("result.json"))
+    others = {p.parent.relative_to(new) for p in new.rglob("result.json")}
+    report: dict[str, Any] = {"reference": str(ref), "compared": str(new), "runs": {}}
+    methods = identical = 0
+    for run in runs:
+        if run not in others:
+            report["runs"][str(run)] = [f"missing {labels[1]}"]
+            continue
+        a, b = read_result(ref / run), read_result(new / run)
+        report["runs"][str(run)] = result_differences(a, b, labels)
+        methods += len(a["methods"])
+        if [m["key"] for m in a["methods"]] == [m["key"] for m in b["methods"]]:
+            pairs = zip(a["methods"], b["methods"], strict=True)
+            identical += sum(not _method_differences(x, y, labels) for x, y in pairs)
+    for run in sorted(others - set(runs)):
+        report["runs"][str(run)] = [f"missing {labels[0]}"]
+    report["summary"] = {
+        "runs": len(report["runs"]),
+        "runs_identical": sum(not d for d in report["runs"].values()),
+        "method_rows": methods,
+        "method_rows_identical": identical,
+    }
+    return report

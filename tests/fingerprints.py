@@ -1,0 +1,120 @@
+"""Recorded payload fingerprints of every registered method (``tests/fingerprints.json``).
+
+A fingerprint is, per client and per payload field, its dtype and shape and — for floats —
+a few statistics (sum, |sum|, sum of squares, four sampled values), for everything else a
+hash of its bytes. Floats are compared with a tolerance: a change of seed stream, loss or
+recipe moves them by orders of magnitude more than float kernels differ between CPUs, which
+is all the tolerance absorbs.
+
+After a change that is *meant* to change what a method sends, re-record and review the diff::
+
+    OMP_NUM_THREADS=1 .venv/bin/python tests/fingerprints.py            # all methods
+    OMP_NUM_THREADS=1 .venv/bin/python tests/fingerprints.py fedol      # one method
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from oneshotfl.methods import METHODS, build_method
+from oneshotfl.protocol.payload import decode
+from oneshotfl.runner.config import ExperimentConfig, make_config
+from oneshotfl.runner.experiment import Experiment
+from oneshotfl.runner.transport import LocalTransport
+
+RECORD = Path(__file__).with_name("fingerprints.json")
+
+
+def contract_config(name: str, **overrides: Any) -> ExperimentConfig:
+    """The fixed digits federation a method's contract is checked on: 3 clients, one
+    epoch, no disk cache, and whatever the method requires."""
+    requires = METHODS.get(name).requires
+    values: dict[str, Any] = {
+        "dataset": "digits",
+        "clients": 3,
+        "model": "mlp",
+        "local_epochs": 1,
+        "batch_size": 32,
+        "lr": 0.05,
+        "partition": "dirichlet",
+        "alpha": 1.0,
+        "min_samples": 5,
+        "device": "cpu",
+        "cache_dir": "",
+        "server_epochs": 1,
+        "val_fraction": 0.1,
+        "methods": [name],
+        "public_size": 100 if requires.public_data else 0,
+        "server_model": "mlp" if requires.server_model else None,
+        "encoder": "random:dim=16" if requires.shared_encoder else None,
+    }
+    values.update(overrides)
+    return make_config(values)
+
+
+def client_payloads(name: str) -> dict[int, bytes]:
+    """Every client's round-0 wire bytes for ``name`` on :func:`contract_config`."""
+    exp = Experiment.prepare(contract_config(name))
+    replies, _ = LocalTransport(exp).upload(name, build_method(name), 0, None)
+    return {r.client_id: r.data for r in replies}
+
+
+def fingerprint(data: bytes) -> dict[str, Any]:
+    """The fingerprint of one payload's bytes (see the module docs)."""
+    payload = decode(data)
+    arrays: dict[str, Any] = {}
+    for key, value in sorted(payload.arrays.items()):
+        entry: dict[str, Any] = {"dtype": value.dtype.name, "shape": list(value.shape)}
+        if value.dtype.kind == "f" and value.size:
+            v = value.astype(np.float64).ravel()
+            picks = np.linspace(0, v.size - 1, min(v.size, 4)).astype(int)
+            entry["stats"] = [float(v.sum()), float(np.abs(v).sum()), float((v * v).sum())]
+            entry["stats"] += [float(v[i]) for i in picks]
+        else:
+            entry["sha256"] = hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()
+        arrays[key] = entry
+    return {"arrays": arrays, "scalars": dict(sorted(payload.scalars.items()))}
+
+
+def differences(want: dict[str, Any], got: dict[str, Any], where: str) -> list[str]:
+    """What differs between two fingerprints (floats within a relative 1e-4)."""
+    if set(want["arrays"]) != set(got["arrays"]):
+        return [f"{where}: fields {sorted(want['arrays'])} recorded, {sorted(got['arrays'])} now"]
+    diffs = []
+    for key, w in want["arrays"].items():
+        g = got["arrays"][key]
+        if {k: v for k, v in w.items() if k != "stats"} != {
+            k: v for k, v in g.items() if k != "stats"
+        }:
+            diffs.append(f"{where}.{key}: {w} recorded, {g} now")
+        elif "stats" in w:
+            scale = max(1.0, abs(w["stats"][1]))
+            if not np.allclose(g["stats"], w["stats"], rtol=1e-4, atol=1e-6 * scale):
+                diffs.append(f"{where}.{key}: stats {w['stats']} recorded, {g['stats']} now")
+    for key in sorted(set(want["scalars"]) | set(got["scalars"])):
+        a, b = want["scalars"].get(key), got["scalars"].get(key)
+        close = isinstance(a, float) and isinstance(b, float) and np.isclose(a, b, rtol=1e-4)
+        if a != b and not close:
+            diffs.append(f"{where}.{key}: {a!r} recorded, {b!r} now")
+    return diffs
+
+
+def record(names: list[str]) -> None:
+    """Re-record ``names`` (all methods when empty) into :data:`RECORD`."""
+    recorded = json.loads(RECORD.read_text()) if RECORD.exists() else {}
+    for name in names or METHODS.names():
+        payloads = client_payloads(name)
+        recorded[name] = {str(c): fingerprint(data) for c, data in sorted(payloads.items())}
+        print(f"recorded {name}")
+    recorded = {k: recorded[k] for k in sorted(recorded) if k in METHODS}
+    RECORD.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    record(sys.argv[1:])

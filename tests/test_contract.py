@@ -1,0 +1,174 @@
+"""The contract every registered method honours, checked over the whole registry on a fixed
+digits federation (``fingerprints.contract_config``):
+
+* its declaration: registered name, ``Requires``, a frozen ``Config``;
+* its payload equals the recorded fingerprint (``tests/fingerprints.json``);
+* the context its receiver gets holds no client data (a server's holds none at all);
+* every requirement it declares is enforced before any training;
+* a second run, from scratch, is bit-identical (payload bytes and every metric).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import typing
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from fingerprints import RECORD, client_payloads, contract_config, differences, fingerprint
+from helpers import prepare, run_method
+from oneshotfl.data.types import LabelledData
+from oneshotfl.methods import METHODS, build_method
+from oneshotfl.protocol.contract import Method, Requires, ServerContext, Topology
+from oneshotfl.protocol.payload import Payload, decode, encode
+from oneshotfl.protocol.spec import PayloadSpec
+from oneshotfl.runner.engine import RequirementError
+from oneshotfl.runner.experiment import Experiment
+from oneshotfl.runner.transport import LocalTransport
+
+NAMES = METHODS.names()
+RECORDED: dict[str, Any] = json.loads(RECORD.read_text())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_declaration(name: str) -> None:
+    cls = METHODS.get(name)
+    assert issubclass(cls, Method) and cls.name == name
+    assert isinstance(cls.requires, Requires)
+    assert dataclasses.is_dataclass(cls.Config)
+    config = cls.Config()
+    field_names = [f.name for f in dataclasses.fields(cls.Config)]
+    if field_names:  # frozen: hyper-parameters cannot change mid-run
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(config, field_names[0], None)
+    assert (cls.__doc__ or "").strip(), "a method documents itself"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_payload_matches_the_recorded_fingerprint(name: str) -> None:
+    assert name in RECORDED, f"no fingerprint recorded for {name}: run tests/fingerprints.py"
+    payloads = client_payloads(name)
+    assert sorted(RECORDED[name]) == [str(c) for c in sorted(payloads)]
+    diffs = [
+        line
+        for c, data in sorted(payloads.items())
+        for line in differences(RECORDED[name][str(c)], fingerprint(data), f"client {c}")
+    ]
+    assert not diffs, "\n".join(diffs[:10])
+
+
+def _rows(x: torch.Tensor) -> set[bytes]:
+    flat = x.detach().cpu().reshape(len(x), -1).contiguous().numpy()
+    return {hashlib.sha256(r.tobytes()).digest() for r in flat}
+
+
+def _reachable_tensors(obj: Any, seen: set[int] | None = None) -> list[torch.Tensor]:
+    """Every tensor reachable from ``obj`` through dataclass fields, modules and containers."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return []
+    seen.add(id(obj))
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, torch.nn.Module):
+        return list(obj.state_dict().values())
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        items: list[Any] = [getattr(obj, f.name) for f in dataclasses.fields(obj)]
+    elif isinstance(obj, dict):
+        items = list(obj.values())
+    elif isinstance(obj, list | tuple):
+        items = list(obj)
+    else:
+        return []
+    return [t for item in items for t in _reachable_tensors(item, seen)]
+
+
+def test_the_server_context_has_no_field_for_client_data() -> None:
+    hints = typing.get_type_hints(ServerContext)
+    assert all("LabelledData" not in str(hint) for hint in hints.values())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_receiver_holds_no_other_clients_data(name: str) -> None:
+    exp = prepare(contract_config(name))
+    clients = {c.client_id: _rows(c.train.x) for c in exp.data.clients}
+    if METHODS.get(name).requires.topology is Topology.PEER:
+        for receiver, own in clients.items():
+            ctx = exp.client_context(receiver)
+            held = set().union(*(_rows(t) for t in _reachable_tensors(ctx) if t.ndim > 1))
+            others = set().union(*(rows for c, rows in clients.items() if c != receiver))
+            assert own <= held and not held & others
+        return
+    ctx = exp.server_context()
+    held = set().union(*(_rows(t) for t in _reachable_tensors(ctx) if t.ndim > 1))
+    assert not held & set().union(*clients.values())
+    assert not any(isinstance(v, LabelledData) for v in vars(ctx).values())
+
+
+def _lacking(name: str) -> dict[str, dict[str, Any]]:
+    """For each requirement ``name`` declares: a config override that lacks it."""
+    req = METHODS.get(name).requires
+    lacks: dict[str, dict[str, Any]] = {}
+    if req.public_data:
+        lacks["public unlabelled pool"] = {"public_size": 0}
+    if req.server_model:
+        lacks["server architecture"] = {"server_model": None}
+    if req.shared_encoder:
+        lacks["shared frozen encoder"] = {"encoder": None}
+    if req.same_architecture:
+        lacks["identical client architectures"] = {"model": "mlp,cnn"}
+    if req.min_clients > 1:
+        lacks[f"at least {req.min_clients} clients"] = {"clients": req.min_clients - 1}
+    return lacks
+
+
+@pytest.mark.parametrize(
+    ("name", "needs"), [(n, k) for n in NAMES for k in _lacking(n)] or [("local", "")]
+)
+def test_declared_requirements_are_enforced(name: str, needs: str) -> None:
+    if not needs:
+        pytest.skip("no method declares a requirement")
+    exp = Experiment.prepare(contract_config(name, **_lacking(name)[needs]))
+    with pytest.raises(RequirementError, match=needs):
+        exp.check([(name, build_method(name))])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_second_run_is_bit_identical(name: str) -> None:
+    method = build_method(name)
+    runs = []
+    for _ in range(2):  # a fresh experiment, no cache: everything is recomputed
+        exp = prepare(contract_config(name))
+        assert isinstance(method.payload_spec(exp.dims), PayloadSpec)
+        replies, _ = LocalTransport(exp).upload(name, method, 0, None)
+        runs.append(({r.client_id: r.data for r in replies}, run_method(name, method, exp)))
+    (payloads_a, a), (payloads_b, b) = runs
+    assert payloads_a == payloads_b
+    for key in ("accuracy", "personal_accuracy", "per_class_accuracy", "client_accuracy",
+                "upload_bytes_per_client", "local_test_accuracy", "local_val_accuracy",
+                "topology", "diagnostics"):  # fmt: skip
+        assert json.dumps(a.get(key), default=str) == json.dumps(b.get(key), default=str), key
+    assert 0.0 <= a["accuracy"] <= 1.0 and a["rejected"] == {}
+    assert a["clients_used"] == [0, 1, 2]
+    assert (min(a["upload_bytes_per_client"]) > 0) == method.communicates
+    assert np.isfinite(a["personal_accuracy"])
+
+
+def test_fingerprints_see_a_real_change_and_forgive_float_noise() -> None:
+    data = client_payloads("fedavg")[0]
+    payload = decode(data)
+    key = next(k for k, v in payload.arrays.items() if v.dtype.kind == "f" and v.size > 10)
+    noisy, changed = dict(payload.arrays), dict(payload.arrays)
+    noisy[key] = (payload.arrays[key] * np.float32(1 + 1e-6)).astype(np.float32)
+    changed[key] = payload.arrays[key].copy()
+    changed[key].flat[0] += 0.01
+    base = fingerprint(data)
+    assert not differences(base, fingerprint(encode(Payload(noisy, payload.scalars))), "c")
+    assert differences(base, fingerprint(encode(Payload(changed, payload.scalars))), "c")
+    fewer = Payload({k: v for k, v in payload.arrays.items() if k != key}, payload.scalars)
+    assert differences(base, fingerprint(encode(fewer)), "c")
