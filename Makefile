@@ -97,23 +97,27 @@ bench-flower-sim: setup data
 	  OMP_NUM_THREADS=1 /usr/bin/time -f '{"clients": '$$n', "local_wall_s": %e, "local_peak_rss_kib": %M}' \
 	    -a -o $(FLOWER_OUT)/local.jsonl \
 	    $(VENV)/oneshotfl run $(FLOWER_SIM) clients=$$n --out runs/local-sim-$$n || exit 1; \
-	  $(VENV)/oneshotfl flower compare runs/local-sim-$$n/result.json \
+	  $(VENV)/oneshotfl compare runs/local-sim-$$n/result.json \
 	    runs/flower-sim-$$n/result.json || exit 1; \
 	done
 
-## Before/after check of a change to the core: the committed benchmark sweeps run with the
-## code of BASE and of HEAD (each in a clean worktree with its own cache, two 1-thread shards),
-## then every result of the one is compared with the other field by field (metrics, bytes,
-## clients, local accuracies); the comparisons land in benchmarks/results/reproduce/.
-## Hours on 2 cores: core-fmnist ~35 min, fedol-fmnist ~2.5 h per revision.
-BASE ?= HEAD~1
-REPRODUCE ?= core-fmnist fedol-fmnist
+## Before/after check of a change to the core: the committed benchmark sweeps (SWEEP@SEEDS
+## runs only those seeds) run with the code of BASE and of HEAD, each in a clean worktree with
+## its own cache as two 1-thread shards; then every result of one is compared with the other
+## field by field (metrics, bytes, clients, local accuracies). CHANGED names methods whose
+## results are meant to differ (listed apart). The comparisons land in
+## benchmarks/results/reproduce/. BASE defaults to the last commit before the core reshape of
+## issue 10, whose check this is. About 9 hours on 2 cores for both revisions.
+BASE ?= 6b29115
+REPRODUCE ?= core-fmnist fedol-fmnist fedage-knobs@0 fedage-fmnist@0 fedage-clients@0
+CHANGED ?= fedcvae
 check-reproduce: setup data
 	bash scripts/sweeps_at.sh $(BASE) runs/reproduce/before $(REPRODUCE)
 	bash scripts/sweeps_at.sh HEAD runs/reproduce/after $(REPRODUCE)
 	mkdir -p benchmarks/results/reproduce
 	for s in $(REPRODUCE); do s=$${s%@*}; \
 	  $(VENV)/oneshotfl compare runs/reproduce/before/$$s runs/reproduce/after/$$s \
+	    $(foreach m,$(CHANGED),--changed $(m)) \
 	    --out benchmarks/results/reproduce/$$s.json || exit 1; \
 	done
 

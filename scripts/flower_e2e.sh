@@ -2,7 +2,8 @@
 # End-to-end test of the Flower adapter on loopback (127.0.0.1 only), as CI runs it.
 #
 #   1. the local simulation of a tiny experiment (the reference result), with star methods and
-#      a peer method (peer_ensemble over a ring, relayed by the ServerApp);
+#      a peer method (peer_ensemble over a directed ring from a graph file, relayed by the
+#      ServerApp to the one addressee of each message);
 #   2. a SuperLink and 3 SuperNodes, insecure: flwr run, status from `flwr ls`, result compared;
 #   3. the same with TLS and CLI-managed SuperNode authentication: 3 registered nodes run,
 #      a 4th, unregistered node must be refused.
@@ -69,6 +70,8 @@ wait_port() {
 }
 
 mkdir -p "$WORK/logs" "$FLWR_HOME"
+# a directed ring 0 → 1 → 2 → 0: each node receives one neighbour's model, not everyone's
+echo '{"directed": true, "edges": [[0, 1], [1, 2], [2, 0]]}' >"$WORK/graph.json"
 cat >"$WORK/experiment.yaml" <<EOF
 dataset: digits
 clients: 3
@@ -79,7 +82,7 @@ lr: 0.05
 alpha: 1.0
 min_samples: 5
 device: cpu
-graph: ring
+graph: "file:path=$WORK/graph.json"
 methods: [fedavg, ensemble, "fedavg_rounds:rounds=2", peer_ensemble]
 EOF
 "$BIN/oneshotfl" flower app-dir "$WORK/app" >/dev/null
@@ -107,7 +110,7 @@ flower_run() {
     sleep 3
   done
   [ "$status" = "finished:completed" ] || fail "$name: run $run_id ended '$status'"
-  "$BIN/oneshotfl" flower compare "$WORK/local/result.json" "$WORK/$name/result.json" \
+  "$BIN/oneshotfl" compare "$WORK/local/result.json" "$WORK/$name/result.json" \
     || fail "$name: the result differs from the local simulation"
   log "$name: bytes on the wire (flwr ls): $(json_get "$WORK/$name-ls.json" "d['runs'][0]['network-traffic']")"
   log "$name: bytes we counted (uploads + downloads): $(json_get "$WORK/$name/result.json" \
@@ -138,6 +141,9 @@ for i in 0 1 2; do
     --port $((PORT + 2 + i)) --node-config "$(node_config "$i")"
 done
 flower_run insecure insecure
+edges=$(json_get "$WORK/insecure/result.json" "sorted((s, r) for m in d['methods'] if 'topology' in m for s, r, _ in m['topology']['edges'])")
+[ "$edges" = "[(0, 1), (1, 2), (2, 0)]" ] || fail "relay: expected the directed ring's 3 edges, got $edges"
+log "relay: peer_ensemble crossed exactly the edges of the directed ring: $edges"
 
 # Dropout: node 2 goes away; with min_clients=2 the server aggregates the other two and names
 # client 2; with min_clients=3 the run must fail (and `flwr ls` must say so).

@@ -7,7 +7,7 @@
 # timeout, in its own process group, killed by PID at the end), then for every METHOD runs
 # the same experiment twice — through Flower (one run per method, status from `flwr ls`) and
 # with `oneshotfl run` — each with a fresh artefact cache, checks that the results are equal
-# (`oneshotfl flower compare`), and prints one JSON line per method: our upload and download
+# (`oneshotfl compare`), and prints one JSON line per method: our upload and download
 # byte counts, Flower's network traffic from `flwr ls`, the wall time of each (submission to
 # finished for Flower; the process for the local run). Loopback only.
 # Knobs: PYTHON_BIN, MEASURE_PORT (default 19380), MEASURE_TIMEOUT (s per run, default 1800).
@@ -71,7 +71,7 @@ for method in "$@"; do
   timeout "$LIMIT" "$BIN/oneshotfl" run $BASE "methods=$method" "cache_dir=$WORK/cache-local-$n" \
     --out "$WORK/local-$n" >"$WORK/local-$n.log" 2>&1
   t2=$(date +%s.%N)
-  "$BIN/oneshotfl" flower compare "$WORK/local-$n/result.json" "$WORK/flower-$n/result.json" >&2
+  "$BIN/oneshotfl" compare "$WORK/local-$n/result.json" "$WORK/flower-$n/result.json" >&2
   py "
 import json, sys
 ls = json.load(open(sys.argv[1]))['runs'][0]

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from helpers import TINY
 from oneshotfl.runner.config import ExperimentConfig, make_config
 
 
@@ -16,16 +17,7 @@ def tiny_config(tmp_path: Path) -> Any:
 
     def make(**overrides: Any) -> ExperimentConfig:
         values: dict[str, Any] = {
-            "dataset": "digits",
-            "clients": 3,
-            "model": "mlp",
-            "local_epochs": 1,
-            "batch_size": 32,
-            "lr": 0.05,
-            "partition": "dirichlet",
-            "alpha": 1.0,
-            "min_samples": 5,
-            "device": "cpu",
+            **TINY,
             "cache_dir": str(tmp_path / "cache"),
             "methods": ["local", "fedavg", "ensemble", "centralized"],
         }

@@ -2,9 +2,10 @@
 
 A fingerprint is, per client and per payload field, its dtype and shape and — for floats —
 a few statistics (sum, |sum|, sum of squares, four sampled values), for everything else a
-hash of its bytes. Floats are compared with a tolerance: a change of seed stream, loss or
-recipe moves them by orders of magnitude more than float kernels differ between CPUs, which
-is all the tolerance absorbs.
+hash of its bytes; and the outcome's test accuracy. Floats are compared with a tolerance: a
+change of seed stream, loss or recipe moves them by orders of magnitude more than float
+kernels differ between CPUs, which is all the tolerance absorbs (the accuracy may move by a
+few test images).
 
 After a change that is *meant* to change what a method sends, re-record and review the diff::
 
@@ -17,16 +18,21 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from helpers import TINY
 from oneshotfl.methods import METHODS, build_method
+from oneshotfl.protocol.contract import Method, PeerMethod
 from oneshotfl.protocol.payload import decode
 from oneshotfl.runner.config import ExperimentConfig, make_config
+from oneshotfl.runner.engine import run_method
 from oneshotfl.runner.experiment import Experiment
-from oneshotfl.runner.transport import LocalTransport
+from oneshotfl.runner.transport import ClientReply, LocalTransport, Missing, PeerReport
 
 RECORD = Path(__file__).with_name("fingerprints.json")
 
@@ -36,16 +42,7 @@ def contract_config(name: str, **overrides: Any) -> ExperimentConfig:
     epoch, no disk cache, and whatever the method requires."""
     requires = METHODS.get(name).requires
     values: dict[str, Any] = {
-        "dataset": "digits",
-        "clients": 3,
-        "model": "mlp",
-        "local_epochs": 1,
-        "batch_size": 32,
-        "lr": 0.05,
-        "partition": "dirichlet",
-        "alpha": 1.0,
-        "min_samples": 5,
-        "device": "cpu",
+        **TINY,
         "cache_dir": "",
         "server_epochs": 1,
         "val_fraction": 0.1,
@@ -58,11 +55,34 @@ def contract_config(name: str, **overrides: Any) -> ExperimentConfig:
     return make_config(values)
 
 
-def client_payloads(name: str) -> dict[int, bytes]:
-    """Every client's round-0 wire bytes for ``name`` on :func:`contract_config`."""
+@dataclass
+class Recording:
+    """A transport that keeps every client's round-0 wire bytes on the way through."""
+
+    inner: LocalTransport
+    sent: dict[int, bytes] = field(default_factory=dict)
+
+    def upload(
+        self, key: str, method: Method[Any], round_index: int, broadcast: bytes | None
+    ) -> tuple[list[ClientReply], Missing]:
+        replies, missing = self.inner.upload(key, method, round_index, broadcast)
+        if round_index == 0:
+            self.sent.update({r.client_id: r.data for r in replies})
+        return replies, missing
+
+    def relay(
+        self, key: str, method: PeerMethod[Any], routes: Mapping[int, Mapping[int, bytes]]
+    ) -> tuple[list[PeerReport], Missing]:
+        return self.inner.relay(key, method, routes)
+
+
+def contract_run(name: str) -> tuple[dict[int, bytes], dict[str, Any], Experiment]:
+    """One run of ``name`` from scratch on :func:`contract_config`: every client's round-0
+    wire bytes, the method's result entry, and the experiment it ran in."""
     exp = Experiment.prepare(contract_config(name))
-    replies, _ = LocalTransport(exp).upload(name, build_method(name), 0, None)
-    return {r.client_id: r.data for r in replies}
+    transport = Recording(LocalTransport(exp))
+    result = run_method(name, build_method(name), exp, transport).to_dict()
+    return dict(transport.sent), result, exp
 
 
 def fingerprint(data: bytes) -> dict[str, Any]:
@@ -109,8 +129,11 @@ def record(names: list[str]) -> None:
     """Re-record ``names`` (all methods when empty) into :data:`RECORD`."""
     recorded = json.loads(RECORD.read_text()) if RECORD.exists() else {}
     for name in names or METHODS.names():
-        payloads = client_payloads(name)
-        recorded[name] = {str(c): fingerprint(data) for c, data in sorted(payloads.items())}
+        payloads, result, _ = contract_run(name)
+        recorded[name] = {
+            "clients": {str(c): fingerprint(data) for c, data in sorted(payloads.items())},
+            "accuracy": result["accuracy"],
+        }
         print(f"recorded {name}")
     recorded = {k: recorded[k] for k in sorted(recorded) if k in METHODS}
     RECORD.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")

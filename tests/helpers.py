@@ -18,6 +18,20 @@ from oneshotfl.runner.experiment import Experiment
 from oneshotfl.runner.transport import LocalTransport
 from oneshotfl.training.loop import TrainConfig
 
+TINY: dict[str, Any] = {
+    "dataset": "digits",
+    "clients": 3,
+    "model": "mlp",
+    "local_epochs": 1,
+    "batch_size": 32,
+    "lr": 0.05,
+    "partition": "dirichlet",
+    "alpha": 1.0,
+    "min_samples": 5,
+    "device": "cpu",
+}
+"""The tiny digits federation of the tests: 3 clients, an MLP, one epoch (fast on 2 cores)."""
+
 
 def make_server_context(task: TaskInfo, **overrides: Any) -> ServerContext:
     """A CPU server context for ``task`` with one mlp client and no public pool by default."""

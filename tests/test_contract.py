@@ -3,7 +3,8 @@ digits federation (``fingerprints.contract_config``):
 
 * its declaration: registered name, ``Requires``, a frozen ``Config``;
 * its payload equals the recorded fingerprint (``tests/fingerprints.json``);
-* the context its receiver gets holds no client data (a server's holds none at all);
+* the context its receiver gets holds no other client's data, nor a route to another
+  party's cached artefacts (a server's holds no client data at all);
 * every requirement it declares is enforced before any training;
 * a second run, from scratch, is bit-identical (payload bytes and every metric).
 """
@@ -11,6 +12,7 @@ digits federation (``fingerprints.contract_config``):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import typing
@@ -20,8 +22,8 @@ import numpy as np
 import pytest
 import torch
 
-from fingerprints import RECORD, client_payloads, contract_config, differences, fingerprint
-from helpers import prepare, run_method
+from fingerprints import RECORD, contract_config, contract_run, differences, fingerprint
+from oneshotfl.artefacts import ArtefactStore
 from oneshotfl.data.types import LabelledData
 from oneshotfl.methods import METHODS, build_method
 from oneshotfl.protocol.contract import Method, Requires, ServerContext, Topology
@@ -29,10 +31,10 @@ from oneshotfl.protocol.payload import Payload, decode, encode
 from oneshotfl.protocol.spec import PayloadSpec
 from oneshotfl.runner.engine import RequirementError
 from oneshotfl.runner.experiment import Experiment
-from oneshotfl.runner.transport import LocalTransport
 
 NAMES = METHODS.names()
 RECORDED: dict[str, Any] = json.loads(RECORD.read_text())
+first_run = functools.cache(contract_run)  # shared by the fingerprint and the identity test
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -52,14 +54,16 @@ def test_declaration(name: str) -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_payload_matches_the_recorded_fingerprint(name: str) -> None:
     assert name in RECORDED, f"no fingerprint recorded for {name}: run tests/fingerprints.py"
-    payloads = client_payloads(name)
-    assert sorted(RECORDED[name]) == [str(c) for c in sorted(payloads)]
+    payloads, result, _ = first_run(name)
+    want = RECORDED[name]["clients"]
+    assert sorted(want) == [str(c) for c in sorted(payloads)]
     diffs = [
         line
         for c, data in sorted(payloads.items())
-        for line in differences(RECORDED[name][str(c)], fingerprint(data), f"client {c}")
+        for line in differences(want[str(c)], fingerprint(data), f"client {c}")
     ]
     assert not diffs, "\n".join(diffs[:10])
+    assert result["accuracy"] == pytest.approx(RECORDED[name]["accuracy"], abs=0.02)
 
 
 def _rows(x: torch.Tensor) -> set[bytes]:
@@ -67,16 +71,18 @@ def _rows(x: torch.Tensor) -> set[bytes]:
     return {hashlib.sha256(r.tobytes()).digest() for r in flat}
 
 
-def _reachable_tensors(obj: Any, seen: set[int] | None = None) -> list[torch.Tensor]:
-    """Every tensor reachable from ``obj`` through dataclass fields, modules and containers."""
+def _reachable(obj: Any, seen: set[int] | None = None) -> list[Any]:
+    """Every tensor, array and artefact store reachable from ``obj`` through dataclass fields
+    (the stores' private memos and views included), modules and containers."""
     seen = set() if seen is None else seen
     if id(obj) in seen:
         return []
     seen.add(id(obj))
-    if isinstance(obj, torch.Tensor):
+    if isinstance(obj, torch.Tensor | np.ndarray):
         return [obj]
     if isinstance(obj, torch.nn.Module):
         return list(obj.state_dict().values())
+    found: list[Any] = [obj] if isinstance(obj, ArtefactStore) else []
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         items: list[Any] = [getattr(obj, f.name) for f in dataclasses.fields(obj)]
     elif isinstance(obj, dict):
@@ -84,8 +90,15 @@ def _reachable_tensors(obj: Any, seen: set[int] | None = None) -> list[torch.Ten
     elif isinstance(obj, list | tuple):
         items = list(obj)
     else:
-        return []
-    return [t for item in items for t in _reachable_tensors(item, seen)]
+        return found
+    return found + [t for item in items for t in _reachable(item, seen)]
+
+
+def _held_rows(obj: Any) -> set[bytes]:
+    arrays = [
+        torch.as_tensor(a) for a in _reachable(obj) if isinstance(a, torch.Tensor | np.ndarray)
+    ]
+    return set().union(*(_rows(t) for t in arrays if t.ndim > 1))
 
 
 def test_the_server_context_has_no_field_for_client_data() -> None:
@@ -95,19 +108,22 @@ def test_the_server_context_has_no_field_for_client_data() -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_the_receiver_holds_no_other_clients_data(name: str) -> None:
-    exp = prepare(contract_config(name))
+    _, _, exp = first_run(name)  # after a run: the caches are full
     clients = {c.client_id: _rows(c.train.x) for c in exp.data.clients}
     if METHODS.get(name).requires.topology is Topology.PEER:
         for receiver, own in clients.items():
             ctx = exp.client_context(receiver)
-            held = set().union(*(_rows(t) for t in _reachable_tensors(ctx) if t.ndim > 1))
+            held = _held_rows(ctx)
             others = set().union(*(rows for c, rows in clients.items() if c != receiver))
             assert own <= held and not held & others
+            stores = [s for s in _reachable(ctx) if isinstance(s, ArtefactStore)]
+            assert {s.scope for s in stores} == {f"client {receiver}"}
         return
     ctx = exp.server_context()
-    held = set().union(*(_rows(t) for t in _reachable_tensors(ctx) if t.ndim > 1))
-    assert not held & set().union(*clients.values())
+    assert not _held_rows(ctx) & set().union(*clients.values())
     assert not any(isinstance(v, LabelledData) for v in vars(ctx).values())
+    stores = [s for s in _reachable(ctx) if isinstance(s, ArtefactStore)]
+    assert {s.scope for s in stores} == {"server"}  # no route to any client's artefacts
 
 
 def _lacking(name: str) -> dict[str, dict[str, Any]]:
@@ -141,13 +157,9 @@ def test_declared_requirements_are_enforced(name: str, needs: str) -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_a_second_run_is_bit_identical(name: str) -> None:
     method = build_method(name)
-    runs = []
-    for _ in range(2):  # a fresh experiment, no cache: everything is recomputed
-        exp = prepare(contract_config(name))
-        assert isinstance(method.payload_spec(exp.dims), PayloadSpec)
-        replies, _ = LocalTransport(exp).upload(name, method, 0, None)
-        runs.append(({r.client_id: r.data for r in replies}, run_method(name, method, exp)))
-    (payloads_a, a), (payloads_b, b) = runs
+    payloads_a, a, exp = first_run(name)
+    assert isinstance(method.payload_spec(exp.dims), PayloadSpec)
+    payloads_b, b, _ = contract_run(name)  # a fresh experiment, no cache: all recomputed
     assert payloads_a == payloads_b
     for key in ("accuracy", "personal_accuracy", "per_class_accuracy", "client_accuracy",
                 "upload_bytes_per_client", "local_test_accuracy", "local_val_accuracy",
@@ -160,7 +172,7 @@ def test_a_second_run_is_bit_identical(name: str) -> None:
 
 
 def test_fingerprints_see_a_real_change_and_forgive_float_noise() -> None:
-    data = client_payloads("fedavg")[0]
+    data = first_run("fedavg")[0][0]
     payload = decode(data)
     key = next(k for k, v in payload.arrays.items() if v.dtype.kind == "f" and v.size > 10)
     noisy, changed = dict(payload.arrays), dict(payload.arrays)

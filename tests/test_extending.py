@@ -15,9 +15,17 @@ import torch
 import toys
 from helpers import prepare, registered, run_method
 from oneshotfl.methods import build_method
-from oneshotfl.protocol.contract import ClientContext
+from oneshotfl.protocol.contract import (
+    ClientContext,
+    NoConfig,
+    PeerMethod,
+    Requires,
+    Topology,
+)
 from oneshotfl.protocol.payload import Payload
 from oneshotfl.protocol.spec import model_fields
+from oneshotfl.runner.config import ConfigError
+from oneshotfl.runner.engine import QuorumError
 from oneshotfl.runner.experiment import run_experiment
 
 
@@ -90,6 +98,50 @@ def test_a_bad_payload_is_refused_per_edge_and_the_others_go_on(tiny_config: Any
     assert "client 1" in result["rejected"]["1->0"] and "NaN" in result["rejected"]["1->0"]
     assert result["clients_used"] == [0, 1, 2]  # every receiver still built its model
     assert all(0 <= a <= 1 for a in result["client_accuracy"])
+    # the quorum counts the clients whose message arrived and nobody refused: 2 of 3 here
+    with (
+        registered("bad_sender", BadSender),
+        pytest.raises(QuorumError, match="expected at least 3"),
+    ):
+        run_experiment(tiny_config(methods=["bad_sender"], graph="complete", min_clients=3))
+
+
+class FailsOnClientTwo(toys.NeighbourAverage):
+    """Client 2 crashes in its update (e.g. data it cannot handle)."""
+
+    def client_update(self, ctx: ClientContext) -> Payload:
+        if ctx.client_id == 2:
+            raise RuntimeError("cannot train on this shard")
+        return super().client_update(ctx)
+
+
+def test_a_failing_client_is_named_and_the_run_goes_on(tiny_config: Any) -> None:
+    with registered("fails", FailsOnClientTwo):
+        doc = run_experiment(tiny_config(methods=["fails", "fedavg"], graph="complete"))
+    peer, fedavg = doc["methods"]
+    assert "cannot train on this shard" in peer["no_reply"]["client 2"]
+    assert peer["clients_used"] == [0, 1]  # a client whose update failed receives nothing
+    assert all(2 not in (s, r) for s, r, _ in peer["topology"]["edges"])
+    assert fedavg["clients_used"] == [0, 1, 2] and "no_reply" not in fedavg
+
+
+def test_a_peer_method_must_declare_its_topology() -> None:
+    with pytest.raises(TypeError, match=r"must declare topology=Topology\.PEER"):
+
+        class Forgot(PeerMethod[NoConfig]):
+            requires = Requires(same_architecture=True)
+
+    with pytest.raises(TypeError, match="must declare a star topology"):
+
+        class Wrong(toys.DataFreeDistillation):
+            requires = Requires(topology=Topology.PEER)
+
+
+def test_star_runs_never_build_the_graph(tiny_config: Any) -> None:
+    doc = run_experiment(tiny_config(methods=["fedavg"], graph="random:degree=3"))  # n·D odd
+    assert "graph" not in doc
+    with pytest.raises(ConfigError, match="graph: graph 'random'"):
+        run_experiment(tiny_config(methods=["peer_ensemble"], graph="random:degree=3"))
 
 
 @pytest.mark.parametrize(("model", "bn_layers"), [("mlp", 0), ("resnet8", 3 * 9)])

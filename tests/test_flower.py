@@ -265,3 +265,60 @@ def test_a_peer_method_is_relayed_and_equals_the_local_simulation(
         relayed = record_bytes(message.content.array_records[PAYLOADS])
         neighbours = {(receiver - 1) % 4, (receiver + 1) % 4}
         assert relayed == {sender(s): sent_bytes[s] for s in sorted(neighbours)}
+
+
+def _step(message: Message) -> str:
+    return str(message.content.config_records["oneshotfl.instruction"]["step"])
+
+
+def _fail_at(node_id: int, step: str) -> Tamper:
+    def tamper(node: int, instruction: Message, reply: Message) -> Message | None:
+        if node != node_id or _step(instruction) != step:
+            return reply
+        return Message(Error(code=1, reason=f"broken in {step}"), reply_to=instruction)
+
+    return tamper
+
+
+def test_a_peer_node_failing_its_update_is_named_and_never_relayed_to(
+    tiny_config: Any, tmp_path: Path
+) -> None:
+    cfg = tiny_config(methods=["peer_ensemble"], graph="complete", clients=4)
+    grid = FakeGrid(cfg.clients, tamper=_fail_at(102, "update"))
+    result = _run(tmp_path, cfg, grid)["methods"][0]
+    assert result["clients_used"] == [0, 1, 3]
+    assert "broken in update" in result["no_reply"]["node 102"]
+    assert all(2 not in (s, r) for s, r, _ in result["topology"]["edges"])
+    receives = [m for m in grid.sent if _step(m) == "receive"]
+    assert sorted(m.metadata.dst_node_id for m in receives) == [100, 101, 103]
+
+
+def test_a_peer_node_failing_its_receipt_is_named_and_the_others_report(
+    tiny_config: Any, tmp_path: Path
+) -> None:
+    cfg = tiny_config(methods=["peer_ensemble"], graph="complete", clients=4)
+    result = _run(tmp_path, cfg, FakeGrid(cfg.clients, tamper=_fail_at(101, "receive")))
+    method = result["methods"][0]
+    assert method["clients_used"] == [0, 2, 3] and len(method["client_accuracy"]) == 3
+    assert "broken in receive" in method["no_reply"]["node 101 (client 1)"]
+    assert method["upload_bytes_per_client"][1] > 0  # its own update went out
+
+
+def test_a_malformed_or_misattributed_report_is_refused(tiny_config: Any, tmp_path: Path) -> None:
+    cfg = tiny_config(methods=["peer_ensemble"], graph="complete", clients=3)
+
+    def tamper(node: int, instruction: Message, reply: Message) -> Message | None:
+        if _step(instruction) != "receive" or node == 100:
+            return reply
+        content = RecordDict()
+        if node == 101:  # a report without its record
+            content["oneshotfl.other"] = ArrayRecord()
+        else:  # a report for another client
+            content = reply.content
+            content.config_records["oneshotfl.report"]["receiver"] = 0
+        return Message(content, reply_to=instruction)
+
+    method = _run(tmp_path, cfg, FakeGrid(cfg.clients, tamper=tamper))["methods"][0]
+    assert method["clients_used"] == [0]
+    assert "malformed report" in method["no_reply"]["node 101 (client 1)"]
+    assert "reported for client 0" in method["no_reply"]["node 102 (client 2)"]

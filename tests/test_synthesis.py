@@ -85,12 +85,13 @@ class DistilProblem(NoAugmentation):
         z = torch.randn(batch_size, NOISE, generator=generator)
         return z, torch.randint(CLASSES, (batch_size,), generator=generator)
 
-    def generator_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def generator_loss(self, x: torch.Tensor, y: torch.Tensor, learner: nn.Module) -> torch.Tensor:
         self.bn.clear()
         logits = self.teacher(x)
         loss = F.cross_entropy(logits, y) + 0.1 * self.bn.loss()
         if self.adversarial:
-            loss = loss - self.adversarial * kl(self.learner(x), logits)
+            assert learner is self.learner  # the loop hands the learner it trains
+            loss = loss - self.adversarial * kl(learner(x), logits)
         return loss
 
     def learner_loss(self, learner: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

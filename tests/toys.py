@@ -78,7 +78,7 @@ class DistilFromNoise(NoAugmentation):
     def teacher(self, x: torch.Tensor) -> torch.Tensor:
         return torch.stack([t(x) for t in self.teachers]).softmax(-1).mean(0)
 
-    def generator_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def generator_loss(self, x: torch.Tensor, y: torch.Tensor, learner: nn.Module) -> torch.Tensor:
         self.bn.clear()
         return F.nll_loss(self.teacher(x).clamp_min(1e-8).log(), y) + self.bn.loss()
 

@@ -44,19 +44,49 @@ def tensor_fingerprint(*tensors: torch.Tensor) -> str:
 
 
 @dataclass
+class CacheCounts:
+    """Hits and misses, shared by a store and its scoped views."""
+
+    hits: int = 0
+    misses: int = 0
+
+
+@dataclass
 class ArtefactStore:
     """Disk cache (``root``) plus an in-memory memo; ``root=None`` keeps only the memo.
 
+    A run hands every party a *scoped view* (:meth:`scoped`): the server's and each client's
+    artefacts live under their own scope, with a memo of their own, so a context can reach
+    only its own party's artefacts — never another client's trained model or embeddings.
+
     Attributes:
         root: cache directory, or ``None`` for no disk cache.
-        hits: artefacts found (disk or memory).
-        misses: artefacts computed.
+        scope: the party this view belongs to ("" for the run's own, e.g. a shared encoder).
+        counts: hits and misses over every view of the run.
     """
 
     root: Path | None = None
-    hits: int = 0
-    misses: int = 0
+    scope: str = ""
+    counts: CacheCounts = field(default_factory=CacheCounts)
     _memo: dict[str, Payload] = field(default_factory=dict, repr=False)
+    _views: dict[str, ArtefactStore] = field(default_factory=dict, repr=False)
+
+    @property
+    def hits(self) -> int:
+        """Artefacts found (disk or memory), over every view."""
+        return self.counts.hits
+
+    @property
+    def misses(self) -> int:
+        """Artefacts computed, over every view."""
+        return self.counts.misses
+
+    def scoped(self, scope: str) -> ArtefactStore:
+        """The view of party ``scope`` (the same object on every call): same disk root and
+        counts, its own keys and memo, and no route back to this store or other views."""
+        if scope not in self._views:
+            self._views[scope] = ArtefactStore(self.root, scope, self.counts)
+        return self._views[scope]
 
     def get_or_make(
         self, kind: str, parts: Mapping[str, object], make: Callable[[], Payload], label: str
@@ -66,17 +96,17 @@ class ArtefactStore:
         Returns:
             ``(payload, hit)``.
         """
-        key = cache_key({"kind": kind, **parts})
+        key = cache_key({"kind": kind, "scope": self.scope, **parts})
         if key in self._memo:
-            self.hits += 1
+            self.counts.hits += 1
             return self._memo[key], True
         cached = self._read(kind, key, label)
         if cached is not None:
-            self.hits += 1
+            self.counts.hits += 1
             log.info("cache hit: %s (%s %s)", label, kind, key[:12])
             self._memo[key] = cached
             return cached, True
-        self.misses += 1
+        self.counts.misses += 1
         payload = make()
         self._write(kind, key, payload)
         self._memo[key] = payload

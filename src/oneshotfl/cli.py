@@ -15,7 +15,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
-import numpy as np
 import typer
 from rich.table import Table
 
@@ -34,6 +33,7 @@ from oneshotfl.data.partition import PARTITIONERS
 from oneshotfl.methods import METHODS
 from oneshotfl.models import MODELS
 from oneshotfl.plots import partition_heatmap
+from oneshotfl.protocol.graph import GRAPHS
 from oneshotfl.registry import Registry, RegistryError
 from oneshotfl.runner.compare import compare_trees, read_result, result_differences
 from oneshotfl.runner.config import ConfigError, ExperimentConfig, load_config, make_config
@@ -93,18 +93,11 @@ def run(
     except USER_ERRORS as exc:
         fail(exc)
     path = write_result(out_dir, doc)
-    _write_heatmap(doc, out_dir / "partition.png")
     console.print(results_table(doc))
     console.print(
         f"results: {path}  (cache: {doc['cache']['hits']} hits, "
         f"{doc['cache']['misses']} misses; {doc['wall_time_s']:.1f} s)"
     )
-
-
-def _write_heatmap(doc: dict[str, Any], path: Path) -> None:
-    counts = np.array([c["label_histogram"] for c in doc["clients"]])
-    c = doc["config"]
-    partition_heatmap(counts, path, f"{c['dataset']} · {c['partition']} · {c['clients']} clients")
 
 
 def results_table(doc: dict[str, Any]) -> Table:
@@ -199,12 +192,15 @@ REGISTRIES: dict[str, Registry[Any]] = {
     "datasets": DATASETS,
     "partitioners": PARTITIONERS,
     "components": COMPONENTS,
+    "graphs": GRAPHS,
 }
 
 
 @app.command("list")
 def list_(
-    what: Annotated[str, typer.Argument(help="methods|models|datasets|partitioners|components")],
+    what: Annotated[
+        str, typer.Argument(help="methods|models|datasets|partitioners|components|graphs")
+    ],
 ) -> None:
     """Print a registry: one name per line, then its description."""
     registry = REGISTRIES.get(what)
@@ -318,12 +314,16 @@ def compare(
     reference: Annotated[Path, typer.Argument(help="a result.json, or a folder of runs")],
     other: Annotated[Path, typer.Argument(help="the same, from the run to check")],
     out: Annotated[Path | None, typer.Option(help="write the comparison as JSON here")] = None,
+    changed: Annotated[
+        list[str] | None,
+        typer.Option(help="a method whose results are meant to differ (repeatable)"),
+    ] = None,
 ) -> None:
     """Exit 1 unless two runs (or two folders of runs, paired by path) have identical
     metrics, bytes and clients — e.g. a sweep before and after a change of the code."""
     try:
         if reference.is_dir() and not (reference / "result.json").exists():
-            report = compare_trees(reference, other)
+            report = compare_trees(reference, other, changed=changed or ())
         else:
             diffs = result_differences(read_result(reference), read_result(other))
             report = {"runs": {str(other): diffs}, "summary": {"runs": 1}}

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from oneshotfl.params import Params
 from oneshotfl.registry import Registry
 
 
@@ -30,7 +31,7 @@ class PartitionError(ValueError):
 
 
 @dataclass(frozen=True)
-class Partitioner:
+class Partitioner(Params):
     """Base of every partitioner: splits sample indices over clients by label."""
 
     def split(
@@ -181,7 +182,7 @@ class Dirichlet(Partitioner):
     min_samples: int = 10
     max_retries: int = 100
 
-    def __post_init__(self) -> None:
+    def validate(self) -> None:
         _check_alpha(self.alpha)
         _check_int("min_samples", self.min_samples, 0)
         _check_int("max_retries", self.max_retries, 1)
@@ -248,7 +249,7 @@ class DirichletClient(Partitioner):
     alpha: float
     min_samples: int = 10
 
-    def __post_init__(self) -> None:
+    def validate(self) -> None:
         _check_alpha(self.alpha)
         _check_int("min_samples", self.min_samples, 0)
 
@@ -317,7 +318,7 @@ class Pathological(Partitioner):
 
     classes_per_client: int
 
-    def __post_init__(self) -> None:
+    def validate(self) -> None:
         _check_int("classes_per_client", self.classes_per_client, 1)
 
     def split(

@@ -43,13 +43,14 @@ from oneshotfl.encoders.base import (
     take_options,
 )
 from oneshotfl.encoders.sources import conv_encoder
+from oneshotfl.params import Params, require
 from oneshotfl.protocol.payload import Payload
 from oneshotfl.seeding import seeded_torch, torch_generator
 from oneshotfl.training.progress import NullTracker, Tracker
 
 
 @dataclass(frozen=True)
-class PretrainConfig:
+class PretrainConfig(Params):
     """SimCLR settings.
 
     Attributes:
@@ -70,16 +71,13 @@ class PretrainConfig:
     temperature: float = 0.5
     seed: int = 0
 
-    def __post_init__(self) -> None:
-        if self.dim < 4 or self.dim % 4:
-            raise ValueError(f"dim: expected a positive multiple of 4, got {self.dim}")
-        for name in ("width", "epochs", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")
-        if self.batch_size < 2:
-            raise ValueError(f"batch_size: expected >= 2 (negatives), got {self.batch_size}")
-        if not self.lr > 0 or not self.temperature > 0:
-            raise ValueError("lr and temperature: expected > 0")
+    def validate(self) -> None:
+        require(self.dim >= 4 and self.dim % 4 == 0, "dim", "a positive multiple of 4", self.dim)
+        for name in ("width", "epochs"):
+            require(getattr(self, name) >= 1, name, ">= 1", getattr(self, name))
+        require(self.batch_size >= 2, "batch_size", ">= 2 (negatives)", self.batch_size)
+        require(self.lr > 0, "lr", "> 0", self.lr)
+        require(self.temperature > 0, "temperature", "> 0", self.temperature)
 
 
 def augment(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:

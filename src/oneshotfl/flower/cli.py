@@ -1,5 +1,5 @@
 """``oneshotfl flower ...``: the Flower app directory, development certificates and node
-keys, and the comparison of a Flower run with the local simulation.
+keys (a Flower run is compared with the local simulation by ``oneshotfl compare``).
 
 Registered lazily by :mod:`oneshotfl.cli`; it imports no flwr itself (``cryptography`` comes
 with the ``flower`` extra), so ``oneshotfl --help`` works without Flower installed.
@@ -13,7 +13,6 @@ from typing import Annotated
 import typer
 
 import oneshotfl
-from oneshotfl.runner.compare import read_result, result_differences
 
 app = typer.Typer(
     help="Run oneshotfl on Flower (needs the 'flower' extra: pip install 'oneshotfl\\[flower]').",
@@ -100,28 +99,3 @@ def certs(
     typer.echo(f"SuperLink cert/key:  {paths['server_cert']}  {paths['server_key']}")
     for private, public in pairs:
         typer.echo(f"SuperNode key pair:  {private}  {public}")
-
-
-@app.command()
-def compare(
-    local: Annotated[Path, typer.Argument(help="result.json of the local simulation")],
-    flower: Annotated[Path, typer.Argument(help="result.json of the Flower run")],
-) -> None:
-    """Exit 1 unless a Flower run's results equal the local simulation's.
-
-    Training is bit-reproducible at a fixed number of torch threads per client: run the local
-    reference with the thread count the nodes use (OMP_NUM_THREADS; Flower's simulation
-    engine gives each virtual node its num-cpus).
-    """
-    try:
-        docs = [read_result(path) for path in (local, flower)]
-    except ValueError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
-    diffs = result_differences(docs[0], docs[1], ("locally", "via Flower"))
-    for line in diffs:
-        typer.echo(f"differs: {line}", err=True)
-    if diffs:
-        raise typer.Exit(1)
-    methods = ", ".join(m["key"] for m in docs[0]["methods"])
-    typer.echo(f"identical: {methods} and {len(docs[0]['clients'])} clients")

@@ -28,11 +28,10 @@ from typing import Any
 
 from oneshotfl.data.datasets import load_dataset
 from oneshotfl.data.types import Dataset
-from oneshotfl.methods import METHODS, build_method, parse_method_spec
 from oneshotfl.protocol.contract import Method, PeerMethod
 from oneshotfl.protocol.payload import Payload
 from oneshotfl.runner.config import ConfigError, make_config
-from oneshotfl.runner.experiment import Experiment
+from oneshotfl.runner.experiment import Experiment, resolve_methods
 from oneshotfl.runner.transport import (
     ClientReply,
     PeerReport,
@@ -160,12 +159,8 @@ def _dataset(name: str, root: str | None, download: bool) -> Dataset:
 
 
 def _method(method_spec: str) -> Method[Any]:
-    spec = parse_method_spec(method_spec)
-    if spec.name not in METHODS:
-        raise ConfigError(
-            f"unknown method {spec.name!r}; expected one of: {', '.join(METHODS.names())}"
-        )
-    return build_method(spec)
+    (_, method), *_ = resolve_methods([method_spec])
+    return method
 
 
 def run_update(

@@ -35,7 +35,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
 from flwr.app import Message
 
 from oneshotfl.flower.messages import (
@@ -47,10 +46,9 @@ from oneshotfl.flower.messages import (
     read_report,
 )
 from oneshotfl.flower.node import sender
-from oneshotfl.plots import partition_heatmap
 from oneshotfl.protocol.contract import Method, PeerMethod
 from oneshotfl.runner.config import ConfigError, ExperimentConfig, load_config
-from oneshotfl.runner.experiment import Experiment, resolve_methods
+from oneshotfl.runner.experiment import Experiment, Methods, run_experiment
 from oneshotfl.runner.results import write_result
 from oneshotfl.runner.transport import ClientReply, Missing, PeerReport
 
@@ -261,30 +259,30 @@ def run_server(grid: GridLike, run_config: Mapping[str, Any], mode: str) -> dict
         ConfigError: for a config that cannot run (before any message is sent).
         QuorumError: when a round gets fewer valid payloads than the quorum.
     """
-    started, t0 = datetime.now(UTC), time.perf_counter()
     settings = ServerSettings.from_run_config(run_config)
     cfg = load_config(settings.config, settings.overrides)
     if (settings.out / "result.json").exists():
         raise ConfigError(f"{settings.out}/result.json exists; choose another out")
-    methods = resolve_methods(cfg.methods)
-    exp = Experiment.prepare(cfg)
-    exp.check(methods)
-    nodes = wait_for_nodes(grid, cfg.clients, settings.node_timeout)
-    transport = GridTransport(grid, cfg, nodes, settings.reply_timeout)
-    transport.specs = dict(zip([k for k, _ in methods], cfg.methods, strict=True))
-    log.info("running %d method(s) over %d Flower nodes", len(methods), len(nodes))
-    results = exp.run(methods, transport)
-    doc = exp.document(results, started, t0)
+    connected: list[GridTransport] = []
+
+    def connect(exp: Experiment, methods: Methods) -> GridTransport:
+        """After the checks, before any message: wait for the nodes, open the transport."""
+        nodes = wait_for_nodes(grid, cfg.clients, settings.node_timeout)
+        transport = GridTransport(grid, cfg, nodes, settings.reply_timeout)
+        transport.specs = dict(zip([k for k, _ in methods], cfg.methods, strict=True))
+        log.info("running %d method(s) over %d Flower nodes", len(methods), len(nodes))
+        connected.append(transport)
+        return transport
+
+    doc = run_experiment(cfg, connect=connect)
+    (transport,) = connected
     doc["flower"] = {
         "mode": mode,
-        "nodes": len(nodes),
+        "nodes": len(transport.nodes),
         "node_clients": {str(n): c for n, c in sorted(transport.node_clients.items())},
-        "no_reply": {r.key: r.no_reply for r in results if r.no_reply},
+        "no_reply": {m["key"]: m["no_reply"] for m in doc["methods"] if m.get("no_reply")},
         "reply_timeout_s": settings.reply_timeout,
     }
-    write_result(settings.out, doc)
-    counts = np.array([c["label_histogram"] for c in doc["clients"]])
-    title = f"{cfg.dataset} · {cfg.partition} · {cfg.clients} clients (Flower)"
-    partition_heatmap(counts, settings.out / "partition.png", title)
+    write_result(settings.out, doc, title_suffix=" (Flower)")
     log.info("results: %s", settings.out / "result.json")
     return doc

@@ -119,13 +119,16 @@ class SendsTrainedModel(Method[ConfigT]):
     def payload_spec(self, dims: WireDims) -> PayloadSpec:
         return PayloadSpec(models=(ModelSpec(),), scalars=(ScalarSpec("n_examples", int, 1),))
 
+    def trained(self, ctx: ClientContext) -> nn.Module:
+        """The model the client sends: its recipe's (default: the federation's plain one)."""
+        return ctx.train()
+
     def client_update(self, ctx: ClientContext) -> Payload:
-        model = self.local_model(ctx)
-        assert model is not None
-        return model_fields(model.cpu()).merged(Payload({}, {"n_examples": len(ctx.data)}))
+        model = self.trained(ctx).cpu()
+        return model_fields(model).merged(Payload({}, {"n_examples": len(ctx.data)}))
 
     def local_model(self, ctx: ClientContext) -> nn.Module | None:
-        return ctx.train()
+        return self.trained(ctx)
 
 
 def average_models(payloads: Mapping[int, Payload], dims: WireDims) -> nn.Module:
@@ -176,6 +179,7 @@ def trained_client_head(
     was trained on. Returns the head (CPU, eval mode) and those latents."""
     z = client_embeddings(ctx) if latents is None else latents
     d = int(z.shape[1])
+    train = head_train_config(epochs, lr, ctx.train_config.batch_size)
 
     def make() -> Payload:
         with seeded_torch(ctx.seed, "fedage", "head", ctx.client_id):
@@ -183,7 +187,7 @@ def trained_client_head(
         train_classifier(
             head,
             LabelledData(z, ctx.data.y),
-            head_train_config(epochs, lr, ctx.train_config.batch_size),
+            train,
             torch_generator(ctx.seed, "fedage", "client", ctx.client_id),
             ctx.device,
             tracker=ctx.tracker,
@@ -191,7 +195,7 @@ def trained_client_head(
         )
         return model_fields(head.cpu(), "head")
 
-    key = {"arch": arch, "epochs": epochs, "lr": lr, "latents": tensor_fingerprint(z)}
+    key = {"arch": arch, "train": train.as_dict(), "latents": tensor_fingerprint(z)}
     payload = ctx.artefact("head", key, make, f"head ({arch})")
     dims = WireDims(ctx.task.num_classes, d, 1)
     return model_from_fields(payload, dims, "head").eval(), z

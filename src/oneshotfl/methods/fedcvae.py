@@ -155,6 +155,16 @@ class FedCVAE(Method[FedCVAEConfig]):
         return PayloadSpec(arrays=(*arrays, counts))
 
     def client_update(self, ctx: ClientContext) -> Payload:
+        """The client's CVAE decoder and label counts; the CVAE is trained once per client
+        and cached (both variants send the same decoder)."""
+        cfg = self.config
+        parts = {
+            "cvae": [cfg.latent, cfg.hidden, cfg.epochs, cfg.lr, cfg.beta],
+            "batch_size": ctx.train_config.batch_size,
+        }
+        return ctx.artefact("cvae_decoder", parts, lambda: self._train_cvae(ctx), "CVAE decoder")
+
+    def _train_cvae(self, ctx: ClientContext) -> Payload:
         cfg, task = self.config, ctx.task
         with seeded_torch(ctx.seed, "fedcvae", ctx.client_id):
             pixels = task.in_channels * task.image_size**2

@@ -62,7 +62,7 @@ class FedProx(SendsTrainedModel[FedProxConfig]):
     Config = FedProxConfig
     requires = Requires(same_architecture=True)
 
-    def local_model(self, ctx: ClientContext) -> nn.Module:
+    def trained(self, ctx: ClientContext) -> nn.Module:
         proximal = ComponentSpec.of("proximal", mu=self.config.mu)
         return ctx.train(ctx.recipe(name="fedprox", components=(proximal,)))
 

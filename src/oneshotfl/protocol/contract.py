@@ -79,7 +79,9 @@ class Requires:
     min_clients: int = 1
 
 
-def _dims(task: TaskInfo, public: UnlabelledData | None, encoder: Encoder | None) -> WireDims:
+def wire_dims(task: TaskInfo, public: UnlabelledData | None, encoder: Encoder | None) -> WireDims:
+    """The wire dims every party resolves payload shapes against: the task, the public pool's
+    size and ``D``, the shared encoder's embedding size (when there is an encoder)."""
     return task_dims(
         task, 0 if public is None else len(public), None if encoder is None else encoder.dim
     )
@@ -130,7 +132,7 @@ class ClientContext:
     @property
     def dims(self) -> WireDims:
         """The wire dims payloads resolve against (``D`` when there is an encoder)."""
-        return _dims(self.task, self.public, self.encoder)
+        return wire_dims(self.task, self.public, self.encoder)
 
     def for_round(self, round_index: int, broadcast: Payload | None) -> ClientContext:
         """This context in round ``round_index``, with the server's validated broadcast."""
@@ -213,7 +215,7 @@ class ServerContext:
     @property
     def dims(self) -> WireDims:
         """The wire dims payloads resolve against (``D`` when there is an encoder)."""
-        return _dims(self.task, self.public, self.encoder)
+        return wire_dims(self.task, self.public, self.encoder)
 
 
 @dataclass(frozen=True)
@@ -246,6 +248,18 @@ class Method(ABC, Generic[ConfigT]):
     requires: ClassVar[Requires] = Requires()
     Config: ClassVar[type] = NoConfig
     communicates: ClassVar[bool] = True
+    _server_free: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A method's declared topology and its base class must agree (the engine dispatches
+        on the declaration): peer ⇔ :class:`PeerMethod`."""
+        super().__init_subclass__(**kwargs)
+        if (cls.requires.topology is Topology.PEER) != cls._server_free:
+            want = "topology=Topology.PEER" if cls._server_free else "a star topology"
+            raise TypeError(
+                f"{cls.__qualname__}: a {'PeerMethod' if cls._server_free else 'Method'} must "
+                f"declare {want} in requires, got {cls.requires.topology}"
+            )
 
     def __init__(self, config: ConfigT | None = None) -> None:
         self.config: ConfigT = config if config is not None else self.Config()
@@ -302,6 +316,7 @@ class PeerMethod(Method[ConfigT]):
     and its own private context (:meth:`aggregate_for`). The result is per client."""
 
     requires: ClassVar[Requires] = Requires(topology=Topology.PEER)
+    _server_free: ClassVar[bool] = True
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         raise TypeError(f"{self.name} is server-free: there is no server to aggregate on")

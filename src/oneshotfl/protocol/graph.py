@@ -26,6 +26,7 @@ The seed is the partition seed (the graph is part of the data split); only ``ran
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -33,16 +34,32 @@ from typing import Any, TypeGuard
 
 import numpy as np
 
-from oneshotfl.registry import parse_spec
+from oneshotfl.registry import Registry, RegistryError, parse_spec
 from oneshotfl.seeding import numpy_rng
 
 RANDOM_TRIES = 100
-_OPTIONS: dict[str, tuple[str, ...]] = {
-    "complete": (),
-    "file": ("path",),
-    "random": ("degree",),
-    "ring": ("k",),
-}
+Pairs = set[tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class GraphKind:
+    """A registered way to build a graph: its options and ``build(options, n, seed)``."""
+
+    options: tuple[str, ...]
+    build: Callable[[dict[str, str], int, int], Pairs]
+
+
+GRAPHS: Registry[GraphKind] = Registry("graph")
+
+
+def register_graph(name: str, options: tuple[str, ...], description: str) -> Any:
+    """Function decorator registering a graph builder under ``name``."""
+
+    def add(build: Callable[[dict[str, str], int, int], Pairs]) -> Callable[..., Pairs]:
+        GRAPHS.register(name, description)(GraphKind(options, build))
+        return build
+
+    return add
 
 
 class GraphError(ValueError):
@@ -149,28 +166,40 @@ def build_graph(spec: str, clients: int, seed: int) -> Graph:
         name, options = parse_spec(spec, "graph")
     except ValueError as err:
         raise GraphError(str(err)) from None
-    if name not in _OPTIONS:
-        raise GraphError(f"graph spec {spec!r}: expected one of {sorted(_OPTIONS)}, got {name!r}")
-    unknown = sorted(set(options) - set(_OPTIONS[name]))
+    try:
+        kind = GRAPHS.get(name)
+    except RegistryError as err:
+        raise GraphError(f"graph spec {spec!r}: {err}") from None
+    unknown = sorted(set(options) - set(kind.options))
     if unknown:
-        known = ", ".join(_OPTIONS[name]) or "none"
+        known = ", ".join(kind.options) or "none"
         raise GraphError(f"graph {name!r}: expected options ({known}), got {unknown}")
     _check_clients(clients)
-    n = clients
-    pairs: set[tuple[int, int]]
-    if name == "complete":
-        pairs = {(i, j) for i in range(n) for j in range(n) if i != j}
-    elif name == "ring":
-        k = _int_option(options, "k", name, default="1")
-        pairs = {(i, (i + s * d) % n) for i in range(n) for d in range(1, k + 1) for s in (1, -1)}
-        pairs = {(i, j) for i, j in pairs if i != j}
-    elif name == "random":
-        pairs = _random_regular(n, _int_option(options, "degree", name), seed)
-    else:
-        if not options.get("path"):
-            raise GraphError("graph 'file': expected option path=F, got none")
-        pairs = _read_file(Path(options["path"]), n)
-    return Graph(n, tuple(sorted(pairs)), spec)
+    return Graph(clients, tuple(sorted(kind.build(options, clients, seed))), spec)
+
+
+@register_graph("complete", (), "every client receives every other client's message")
+def _complete(options: dict[str, str], n: int, seed: int) -> Pairs:
+    return {(i, j) for i in range(n) for j in range(n) if i != j}
+
+
+@register_graph("ring", ("k",), "a ring in id order, linked to the k nearest on each side")
+def _ring(options: dict[str, str], n: int, seed: int) -> Pairs:
+    k = _int_option(options, "k", "ring", default="1")
+    pairs = {(i, (i + s * d) % n) for i in range(n) for d in range(1, k + 1) for s in (1, -1)}
+    return {(i, j) for i, j in pairs if i != j}
+
+
+@register_graph("random", ("degree",), "a random degree-regular undirected graph (seeded)")
+def _random(options: dict[str, str], n: int, seed: int) -> Pairs:
+    return _random_regular(n, _int_option(options, "degree", "random"), seed)
+
+
+@register_graph("file", ("path",), "edges from a JSON or text edge-list file")
+def _file(options: dict[str, str], n: int, seed: int) -> Pairs:
+    if not options.get("path"):
+        raise GraphError("graph 'file': expected option path=F, got none")
+    return _read_file(Path(options["path"]), n)
 
 
 def _check_clients(value: object) -> None:

@@ -122,10 +122,17 @@ def read_result(path: Path) -> dict[str, Any]:
 
 
 def compare_trees(
-    ref: Path, new: Path, labels: Sequence[str] = ("before", "after")
+    ref: Path,
+    new: Path,
+    labels: Sequence[str] = ("before", "after"),
+    changed: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Every ``result.json`` under ``ref`` against the one at the same relative path under
-    ``new``: a summary with each run's differences (a run missing on either side is one)."""
+    ``new``: a summary with each run's differences (a run missing on either side is one).
+
+    ``changed`` names methods (a method name covers all its keys, e.g. ``fedcvae`` covers
+    ``fedcvae:variant=kd``) whose results are meant to differ: their differences are listed
+    apart, under ``changed_as_intended``, and do not count against the comparison."""
     runs = sorted(p.parent.relative_to(ref) for p in ref.rglob("result.json"))
     others = {p.parent.relative_to(new) for p in new.rglob("result.json")}
     report: dict[str, Any] = {"reference": str(ref), "compared": str(new), "runs": {}}
@@ -135,11 +142,19 @@ def compare_trees(
             report["runs"][str(run)] = [f"missing {labels[1]}"]
             continue
         a, b = read_result(ref / run), read_result(new / run)
-        report["runs"][str(run)] = result_differences(a, b, labels)
+        diffs = result_differences(a, b, labels)
+        intended = [d for d in diffs if _about(d, a, changed)]
+        report["runs"][str(run)] = [d for d in diffs if d not in intended]
+        if intended:
+            report.setdefault("changed_as_intended", {})[str(run)] = intended
         methods += len(a["methods"])
         if [m["key"] for m in a["methods"]] == [m["key"] for m in b["methods"]]:
             pairs = zip(a["methods"], b["methods"], strict=True)
-            identical += sum(not _method_differences(x, y, labels) for x, y in pairs)
+            identical += sum(
+                not _method_differences(x, y, labels)
+                for x, y in pairs
+                if not _is_changed(x, changed)
+            )
     for run in sorted(others - set(runs)):
         report["runs"][str(run)] = [f"missing {labels[0]}"]
     report["summary"] = {
@@ -147,5 +162,15 @@ def compare_trees(
         "runs_identical": sum(not d for d in report["runs"].values()),
         "method_rows": methods,
         "method_rows_identical": identical,
+        "methods_changed_as_intended": sorted(changed),
     }
     return report
+
+
+def _is_changed(method: Mapping[str, Any], changed: Sequence[str]) -> bool:
+    return method["method"] in changed or method["key"] in changed
+
+
+def _about(diff: str, doc: Mapping[str, Any], changed: Sequence[str]) -> bool:
+    """Whether a difference line is about a method listed in ``changed``."""
+    return any(diff.startswith(m["key"] + ".") and _is_changed(m, changed) for m in doc["methods"])

@@ -44,18 +44,28 @@ class ExperimentConfig(Params):
         classes_per_client: #C of the ``pathological`` partitioner.
         min_samples: least examples per client (Dirichlet partitioners).
         clients: number of clients.
-        model: client architectures (see module docs).
+        model: client architectures: one name, a list cycled over clients (cnn,resnet8) or a
+            per-client mapping (0=resnet8,*=cnn).
         server_model: server architecture for methods that train a server model.
         encoder: the shared frozen encoder of encoder-based methods (FedAGE), an encoder spec
             such as ``random:dim=64`` or ``torchvision:arch=resnet18:weights=PATH``.
         graph: the neighbour graph of peer (server-free) methods: ``complete``,
             ``ring:k=K``, ``random:degree=D`` or ``file:path=F`` (drawn with the partition
-            seed; star methods ignore it).
-        local_epochs, batch_size, lr, optimizer, momentum, weight_decay: client training.
-        server_epochs, server_batch_size, server_lr, server_optimizer: server training.
+            seed, on the simulation or the ServerApp, and only when a peer method runs).
+        local_epochs: client training epochs.
+        batch_size: client training batch size.
+        lr: client learning rate.
+        optimizer: client optimiser.
+        momentum: SGD momentum (clients and server).
+        weight_decay: L2 penalty (clients and server).
+        server_epochs: server training epochs (distillation, pseudo-labels, synthesis).
+        server_batch_size: server training batch size.
+        server_lr: server learning rate.
+        server_optimizer: server optimiser.
         seed: model/training seed root.
         partition_seed: data-split seed root (defaults to ``seed``).
-        min_clients: fewest valid payloads a method needs to aggregate.
+        min_clients: fewest valid payloads a method needs: at the server (star), or clients
+            whose message arrived and no receiver refused (peer).
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
         cache_dir: artefact cache directory (``None`` or "" disables the disk cache).
         group: a sweep group's name (see :mod:`oneshotfl.runner.sweep`): runs of different

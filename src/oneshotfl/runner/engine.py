@@ -84,7 +84,7 @@ def admit_replies(
         admitted[cid] = reply
     for cid in sorted(set(range(clients)) - set(admitted)):
         log.warning("%s: no reply from client %d", key, cid)
-        if not any(f"(client {cid})" in name for name in named):
+        if f"client {cid}" not in named and not any(f"(client {cid})" in n for n in named):
             named[f"client {cid}"] = "no reply"
     return admitted, named
 
@@ -238,33 +238,47 @@ def _run_star(key: str, method: Method[Any], exp: Experiment, transport: Transpo
 def _run_peer(
     key: str, method: PeerMethod[Any], exp: Experiment, transport: Transport
 ) -> MethodResult:
-    """A peer method: every client's update, then each receiver's build from its senders."""
+    """A peer method: every client's update, then each receiver's build from its senders.
+
+    A client takes part as a receiver when its own update arrived; it receives the payloads
+    of the senders :meth:`~oneshotfl.protocol.contract.PeerMethod.senders_for` keeps among its
+    graph neighbours, as far as they arrived. Every edge that carried a payload counts its
+    bytes. The quorum counts the clients whose payload arrived and no receiver refused.
+    """
     n, graph = exp.cfg.clients, exp.graph
     replies, silent = transport.upload(key, method, 0, None)
     admitted, missing = admit_replies(key, replies, n, silent)
     routes: dict[int, dict[int, bytes]] = {}
-    edges: list[list[int]] = []
-    upload = [0] * n
-    for r in range(n):
+    for r in sorted(admitted):
         senders = method.senders_for(r, graph.senders(r), exp.cfg.data_seed)
         unknown = sorted(set(senders) - set(graph.senders(r)))
         if unknown:
             raise ValueError(f"{key}: senders_for({r}) named non-neighbours {unknown}")
         routes[r] = {s: admitted[s].data for s in senders if s in admitted}
-        for s, data in routes[r].items():
+    edges: list[list[int]] = []
+    upload, received = [0] * n, [0] * n
+    for r, route in routes.items():
+        for s, data in route.items():
             size = len(data) if method.communicates else 0
             edges.append([s, r, size])
             upload[s] += size
+            received[r] += size
     reports, unanswered = transport.relay(key, method, routes)
     missing.update(unanswered)
     reports = sorted(reports, key=lambda p: p.receiver)
     rejected = {f"{s}->{p.receiver}": why for p in reports for s, why in p.rejected.items()}
-    check_quorum(key, method, exp, len(reports), rejected, missing)
-    local = {c: reply.local_stats for c, reply in admitted.items() if reply.local_stats}
-    local_test, local_val = _local_lists(local, n)
-    wall = [0.0] * n
+    refused = {s for p in reports for s in p.rejected}
+    check_quorum(key, method, exp, len(set(admitted) - refused), rejected, missing)
+    if not reports:
+        raise QuorumError(f"{key}: no receiver reported a model; no reply: {dict(missing)}")
+    local_test, local_val = _local_lists(
+        {c: reply.local_stats for c, reply in admitted.items() if reply.local_stats}, n
+    )
+    wall, receiver_wall = [0.0] * n, [0.0] * n
     for c, reply in admitted.items():
         wall[c] = reply.wall_s
+    for p in reports:
+        receiver_wall[p.receiver] = p.wall_s
     return MethodResult(
         key=key,
         **method.describe(),
@@ -275,12 +289,14 @@ def _run_peer(
         download_bytes_per_client=0,
         communicates=method.communicates,
         client_wall_s=wall,
-        server_wall_s=float(sum(p.wall_s for p in reports)),
+        server_wall_s=0.0,
         clients_used=[p.receiver for p in reports],
         diagnostics={str(p.receiver): p.diagnostics for p in reports if p.diagnostics},
         rejected=rejected,
         no_reply=missing,
         topology={"graph": graph.spec, "edges": edges},
+        received_bytes_per_client=received,
+        receiver_wall_s=receiver_wall,
         local_test_accuracy=local_test,
         local_val_accuracy=local_val,
     )

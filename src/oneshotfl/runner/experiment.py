@@ -14,9 +14,10 @@ from __future__ import annotations
 import logging
 import platform
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +32,15 @@ from oneshotfl.devices import resolve_device
 from oneshotfl.encoders import Encoder, EncoderError, build_encoder
 from oneshotfl.methods import METHODS, build_method, parse_method_spec
 from oneshotfl.models import MODELS
-from oneshotfl.protocol.contract import ClientContext, Method, ServerContext, Topology
+from oneshotfl.protocol.contract import (
+    ClientContext,
+    Method,
+    ServerContext,
+    Topology,
+    wire_dims,
+)
 from oneshotfl.protocol.graph import Graph, GraphError, build_graph
-from oneshotfl.protocol.spec import WireDims, task_dims
+from oneshotfl.protocol.spec import WireDims
 from oneshotfl.runner.config import ConfigError, ExperimentConfig, client_architectures
 from oneshotfl.runner.engine import RequirementError, run_method
 from oneshotfl.runner.results import MethodResult
@@ -76,7 +83,9 @@ class Experiment:
         store: artefact cache.
         tracker: progress display.
         encoder: the shared frozen encoder, when configured.
-        graph: the neighbour graph of peer methods, drawn with the partition seed.
+
+    The neighbour graph (:attr:`graph`) is built only when a peer method runs — checked by
+    :meth:`check` before any training — so star runs and Flower nodes never need it.
     """
 
     cfg: ExperimentConfig
@@ -85,7 +94,6 @@ class Experiment:
     device: torch.device
     store: ArtefactStore
     tracker: Tracker
-    graph: Graph
     encoder: Encoder | None = None
 
     @classmethod
@@ -104,10 +112,6 @@ class Experiment:
                 raise ConfigError(
                     f"unknown model {arch!r}; expected one of: {', '.join(MODELS.names())}"
                 )
-        try:
-            graph = build_graph(cfg.graph, cfg.clients, cfg.data_seed)
-        except GraphError as exc:
-            raise ConfigError(f"graph: {exc}") from None
         partitioner = cfg.partitioner()
         if dataset is None:
             dataset = load_dataset(cfg.dataset, cfg.data_root, cfg.download)
@@ -131,7 +135,19 @@ class Experiment:
                 )
             except EncoderError as exc:
                 raise ConfigError(str(exc)) from None
-        return cls(cfg, data, archs, device, store, tracker or NullTracker(), graph, encoder)
+        return cls(cfg, data, archs, device, store, tracker or NullTracker(), encoder)
+
+    @cached_property
+    def graph(self) -> Graph:
+        """The neighbour graph of peer methods, drawn with the partition seed.
+
+        Raises:
+            ConfigError: for a graph spec that cannot be built.
+        """
+        try:
+            return build_graph(self.cfg.graph, self.cfg.clients, self.cfg.data_seed)
+        except GraphError as exc:
+            raise ConfigError(f"graph: {exc}") from None
 
     def only(self, client_id: int) -> Experiment:
         """This experiment as one node sees it: its own shard only."""
@@ -140,8 +156,7 @@ class Experiment:
     @property
     def dims(self) -> WireDims:
         """The public facts payload shapes resolve against (``D`` with an encoder)."""
-        public = 0 if self.data.public is None else len(self.data.public)
-        return task_dims(self.data.task, public, None if self.encoder is None else self.encoder.dim)
+        return wire_dims(self.data.task, self.data.public, self.encoder)
 
     def client_context(self, client_id: int) -> ClientContext:
         """Client ``client_id``'s context: its own shard and the federation's public facts."""
@@ -156,7 +171,7 @@ class Experiment:
             public=self.data.public,
             device=self.device,
             seed=self.cfg.seed,
-            store=self.store,
+            store=self.store.scoped(f"client {client_id}"),
             tracker=self.tracker,
             encoder=self.encoder,
         )
@@ -172,7 +187,7 @@ class Experiment:
             client_train_config=self.cfg.client_train_config(),
             device=self.device,
             seed=self.cfg.seed,
-            store=self.store,
+            store=self.store.scoped("server"),
             tracker=self.tracker,
             encoder=self.encoder,
         )
@@ -200,6 +215,8 @@ class Experiment:
                 problems.append(f"{key}: peer methods run one round, got {method.num_rounds()}")
         if problems:
             raise RequirementError("cannot run: " + "; ".join(problems))
+        if any(m.requires.topology is Topology.PEER for _, m in methods):
+            _ = self.graph  # a bad graph spec fails here, before any training
 
     def run(self, methods: Methods, transport: Transport | None = None) -> list[MethodResult]:
         """Run ``methods`` in order (they share trained client artefacts)."""
@@ -271,12 +288,21 @@ class Experiment:
         ]
 
 
+Connect = Callable[[Experiment, Methods], Transport]
+"""Given the prepared, checked experiment and its methods, the transport to run them over."""
+
+
 def run_experiment(
-    cfg: ExperimentConfig, tracker: Tracker | None = None, transport: Transport | None = None
+    cfg: ExperimentConfig, tracker: Tracker | None = None, connect: Connect | None = None
 ) -> dict[str, Any]:
-    """Run every configured method on one federation; return the result document."""
+    """Run every configured method on one federation; return the result document.
+
+    The sequence is the same everywhere: resolve the methods, prepare the experiment, check
+    every requirement, connect a transport (``connect``; default: in process), run, document.
+    """
     started, t0 = datetime.now(UTC), time.perf_counter()
     methods = resolve_methods(cfg.methods)
     exp = Experiment.prepare(cfg, tracker)
     exp.check(methods)
+    transport = LocalTransport(exp) if connect is None else connect(exp, methods)
     return exp.document(exp.run(methods, transport), started, t0)

@@ -13,6 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from oneshotfl.plots import partition_heatmap
+
 RESULT_FILE = "result.json"
 METHOD_COLUMNS = (
     "key",
@@ -42,6 +46,13 @@ class MethodResult:
     upload is the sum over the edges it sent on (one edge, to the server, in a star).
 
     Attributes:
+        download_bytes_per_client: what the server broadcast to each client (multi-round
+            star methods; 0 otherwise).
+        client_wall_s: seconds each client spent in ``client_update`` (timed by the runner).
+        server_wall_s: seconds the server spent in ``aggregate`` (0 for peer methods).
+        received_bytes_per_client: peer methods only: what each client received, the sum
+            over its incoming edges.
+        receiver_wall_s: peer methods only: seconds each receiver spent building its model.
         local_test_accuracy: per client, the test accuracy of the model this method's client
             trained (``None`` where the method trains no classifier of its own).
         local_val_accuracy: the same on the client's validation split (when it has one).
@@ -72,6 +83,8 @@ class MethodResult:
     no_reply: dict[str, str] = field(default_factory=dict)
     rounds_history: list[dict[str, Any]] = field(default_factory=list)
     topology: dict[str, Any] | None = None
+    received_bytes_per_client: list[int] | None = None
+    receiver_wall_s: list[float] | None = None
     local_test_accuracy: list[float | None] | None = None
     local_val_accuracy: list[float | None] | None = None
 
@@ -150,8 +163,9 @@ def _cell(value: Any) -> Any:
     return "" if value is None else value
 
 
-def write_result(out_dir: Path, doc: dict[str, Any]) -> Path:
-    """Write the result document and its CSV views into ``out_dir``; returns the JSON path."""
+def write_result(out_dir: Path, doc: dict[str, Any], title_suffix: str = "") -> Path:
+    """Write the result document, its CSV views and the partition heatmap into ``out_dir``;
+    returns the JSON path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / RESULT_FILE
     atomic_write_text(path, json.dumps(doc, indent=2, default=_json_default) + "\n")
@@ -165,6 +179,10 @@ def write_result(out_dir: Path, doc: dict[str, Any]) -> Path:
     }
     if privacy:  # per method: every uploaded field, covered by a DP guarantee or not
         atomic_write_text(out_dir / "privacy.json", json.dumps(privacy, indent=2) + "\n")
+    counts = np.array([c["label_histogram"] for c in doc["clients"]])
+    c = doc["config"]
+    title = f"{c['dataset']} · {c['partition']} · {c['clients']} clients{title_suffix}"
+    partition_heatmap(counts, out_dir / "partition.png", title)
     return path
 
 

@@ -17,10 +17,12 @@ sends one message per node through the Grid, and the node calls the same functio
 
 from __future__ import annotations
 
+import functools
+import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from torch import nn
 
@@ -35,6 +37,8 @@ from oneshotfl.training.loop import accuracy, predict_logits
 
 if TYPE_CHECKING:
     from oneshotfl.runner.experiment import Experiment
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,11 @@ def local_stats(
     per model content, so methods that share a model evaluate it once."""
     if model is None or test is None:
         return {}
-    key = {"model": tensor_fingerprint(*model.state_dict().values()), "test": len(test)}
+    key = {  # the store is this client's own view, within one run (one test split)
+        "model": tensor_fingerprint(*model.state_dict().values()),
+        "test": len(test),
+        "val": None if ctx.val is None else tensor_fingerprint(ctx.val.x, ctx.val.y),
+    }
 
     def evaluate() -> Payload:
         stats = {"local_test_accuracy": accuracy(predict_logits(model, test.x, ctx.device), test.y)}
@@ -160,9 +168,24 @@ class Transport(Protocol):
         ...
 
 
+Answer = TypeVar("Answer")
+
+
+def attempt(cid: int, what: str, step: Callable[[], Answer], missing: Missing) -> Answer | None:
+    """Run one client's step; a client that fails is named in ``missing`` (with the error, and
+    the traceback in the log) and the others go on — as a failing Flower node is."""
+    try:
+        return step()
+    except Exception as exc:
+        log.warning("client %d failed in its %s", cid, what, exc_info=True)
+        missing[f"client {cid}"] = f"failed in its {what}: {type(exc).__name__}: {exc}"
+        return None
+
+
 @dataclass(frozen=True)
 class LocalTransport:
-    """The in-process transport: every client of the experiment, in client-id order."""
+    """The in-process transport: every client of the experiment, in client-id order. A client
+    whose step raises is named and left out, exactly as a Flower node that fails."""
 
     experiment: Experiment
 
@@ -171,22 +194,25 @@ class LocalTransport:
     ) -> tuple[list[ClientReply], Missing]:
         exp = self.experiment
         received = receive_broadcast(method, broadcast, exp.dims)
-        replies = [
-            client_step(
-                method,
-                exp.client_context(c.client_id).for_round(round_index, received),
-                exp.data.test,
-            )
-            for c in exp.data.clients
-        ]
-        return replies, {}
+        replies: list[ClientReply] = []
+        missing: Missing = {}
+        for shard in exp.data.clients:
+            ctx = exp.client_context(shard.client_id).for_round(round_index, received)
+            step = functools.partial(client_step, method, ctx, exp.data.test)
+            reply = attempt(ctx.client_id, "update", step, missing)
+            if reply is not None:
+                replies.append(reply)
+        return replies, missing
 
     def relay(
         self, key: str, method: PeerMethod[Any], routes: Mapping[int, Mapping[int, bytes]]
     ) -> tuple[list[PeerReport], Missing]:
         exp = self.experiment
-        reports = [
-            peer_step(method, exp.client_context(r), routes[r], exp.data.test)
-            for r in sorted(routes)
-        ]
-        return reports, {}
+        reports: list[PeerReport] = []
+        missing: Missing = {}
+        for r in sorted(routes):
+            step = functools.partial(peer_step, method, exp.client_context(r), routes[r])
+            report = attempt(r, "receipt", functools.partial(step, exp.data.test), missing)
+            if report is not None:
+                reports.append(report)
+        return reports, missing

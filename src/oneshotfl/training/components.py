@@ -8,9 +8,10 @@ cache keys. Hooks (override what is needed): ``setup`` sees the initial model,
 negatives, …), ``loss_term`` adds a term (a proximal penalty, a regulariser). A method
 module may register its own components next to the method.
 
-Built in: ``proximal`` (FedProx) and ``adversarial`` (FGSM / iterative FGSM examples,
-labelled with their true class — adversarial training — or with the extra "unknown" class —
-open-set negatives as in FedOV).
+Built in: ``proximal`` (FedProx), ``adversarial`` (FGSM / iterative FGSM examples) and
+``augmented`` (an augmentation stream: noise, flip, shift, erase); the last two label their
+examples with the true class (adversarial training, data augmentation) or with the extra
+"unknown" class (open-set negatives, as FedOV's clients train on).
 """
 
 from __future__ import annotations
@@ -64,6 +65,11 @@ class ComponentEnv:
     generator: torch.Generator = field(compare=False)
 
 
+@dataclass(frozen=True)
+class NoParams(Params):
+    """A component without parameters."""
+
+
 class Component:
     """Base of registered training components; override the hooks a component needs.
 
@@ -71,7 +77,7 @@ class Component:
         Config: the component's frozen parameter dataclass (built from the spec's params).
     """
 
-    Config: ClassVar[type] = Params
+    Config: ClassVar[type] = NoParams
 
     def __init__(self, config: Any, env: ComponentEnv) -> None:
         self.config = config
@@ -101,18 +107,21 @@ def register_component(name: str, description: str = "") -> Any:
     return COMPONENTS.register(name, description)
 
 
-def build_component(spec: ComponentSpec, env: ComponentEnv) -> Component:
-    """Instantiate a registered component from its spec.
+def component_config(spec: ComponentSpec) -> Any:
+    """The component's frozen config built from the spec's parameters.
 
     Raises:
         ValueError: for an unknown parameter or a value out of range.
     """
-    cls = COMPONENTS.get(spec.name)
     try:
-        config = coerce_params(cls.Config, dict(spec.params))
+        return coerce_params(COMPONENTS.get(spec.name).Config, dict(spec.params))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"component {spec.name!r}: {exc}") from None
-    return cls(config, env)
+
+
+def build_component(spec: ComponentSpec, env: ComponentEnv) -> Component:
+    """Instantiate a registered component from its spec (see :func:`component_config`)."""
+    return COMPONENTS.get(spec.name)(component_config(spec), env)
 
 
 @dataclass(frozen=True)
@@ -227,22 +236,102 @@ class Adversarial(Component):
     Config = AdversarialConfig
 
     def setup(self, model: nn.Module) -> None:
-        if self.config.label == "unknown" and self.env.extra_outputs < 1:
-            raise ValueError(
-                "component 'adversarial': label=unknown needs a recipe with extra_outputs >= 1, "
-                f"got {self.env.extra_outputs}"
-            )
+        _check_unknown("adversarial", self.config.label, self.env)
 
     def extra_examples(
         self, model: nn.Module, x: torch.Tensor, y: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         cfg = self.config
-        n = max(1, round(cfg.fraction * len(x)))
-        pick = torch.randperm(len(x), generator=self.env.generator)[:n].to(x.device)
+        pick = _pick(len(x), cfg.fraction, self.env.generator).to(x.device)
         was_training = model.training
         model.eval()
         adv = gradient_sign_examples(model, x[pick], y[pick], cfg.epsilon, cfg.steps)
         model.train(was_training)
-        if cfg.label == "unknown":
-            return adv, torch.full_like(y[pick], self.env.num_classes)
-        return adv, y[pick]
+        return adv, _labels(y[pick], cfg.label, self.env)
+
+
+@dataclass(frozen=True)
+class AugmentedConfig(Params):
+    """Parameters of an augmentation stream.
+
+    Attributes:
+        transform: ``noise`` (add N(0, strength²)), ``flip`` (mirror left-right), ``shift``
+            (translate by up to ``strength`` pixels in each direction, zero fill) or
+            ``erase`` (zero a random square of side ``strength`` × the image side).
+        strength: the transform's size (see ``transform``); > 0.
+        label: ``true`` keeps each example's label (data augmentation); ``unknown`` labels
+            it with class index C (augmented negatives of an abstention class).
+        fraction: share of each batch that is augmented and appended, in (0, 1].
+    """
+
+    transform: Literal["noise", "flip", "shift", "erase"] = "noise"
+    strength: float = 0.1
+    label: Literal["true", "unknown"] = "true"
+    fraction: float = 1.0
+
+    def validate(self) -> None:
+        require(self.strength > 0, "strength", "> 0", self.strength)
+        require(0 < self.fraction <= 1, "fraction", "in (0, 1]", self.fraction)
+
+
+def augment_images(
+    x: torch.Tensor, transform: str, strength: float, generator: torch.Generator
+) -> torch.Tensor:
+    """One of :class:`AugmentedConfig`'s transforms on ``[B, C, H, W]`` images; every random
+    choice comes from ``generator`` (a CPU stream), so the result is seeded."""
+    b, _, h, w = x.shape
+    if transform == "noise":
+        return x + strength * torch.randn(x.shape, generator=generator).to(x.device, x.dtype)
+    if transform == "flip":
+        return x.flip(-1)
+    if transform == "shift":
+        k = max(1, round(strength))
+        moves = torch.randint(-k, k + 1, (b, 2), generator=generator).tolist()
+        out = torch.zeros_like(x)
+        for i, (dy, dx) in enumerate(moves):
+            ys, yd = slice(max(0, -dy), h - max(0, dy)), slice(max(0, dy), h - max(0, -dy))
+            xs, xd = slice(max(0, -dx), w - max(0, dx)), slice(max(0, dx), w - max(0, -dx))
+            out[i, :, yd, xd] = x[i, :, ys, xs]
+        return out
+    side = max(1, min(h, w, round(strength * min(h, w))))
+    corners = torch.randint(0, min(h, w) - side + 1, (b, 2), generator=generator).tolist()
+    out = x.clone()
+    for i, (top, left) in enumerate(corners):
+        out[i, :, top : top + side, left : left + side] = 0
+    return out
+
+
+@register_component("augmented", "an augmentation stream (noise, flip, shift, erase)")
+class Augmented(Component):
+    """Augmented copies of a random ``fraction`` of each batch, appended to it, labelled with
+    their own class or with the extra "unknown" class."""
+
+    Config = AugmentedConfig
+
+    def setup(self, model: nn.Module) -> None:
+        _check_unknown("augmented", self.config.label, self.env)
+
+    def extra_examples(
+        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        cfg = self.config
+        pick = _pick(len(x), cfg.fraction, self.env.generator).to(x.device)
+        out = augment_images(x[pick], cfg.transform, cfg.strength, self.env.generator)
+        return out, _labels(y[pick], cfg.label, self.env)
+
+
+def _pick(n: int, fraction: float, generator: torch.Generator) -> torch.Tensor:
+    """A random ``fraction`` (at least one) of ``n`` batch rows."""
+    return torch.randperm(n, generator=generator)[: max(1, round(fraction * n))]
+
+
+def _labels(y: torch.Tensor, label: str, env: ComponentEnv) -> torch.Tensor:
+    return torch.full_like(y, env.num_classes) if label == "unknown" else y
+
+
+def _check_unknown(name: str, label: str, env: ComponentEnv) -> None:
+    if label == "unknown" and env.extra_outputs < 1:
+        raise ValueError(
+            f"component {name!r}: label=unknown needs a recipe with extra_outputs >= 1, "
+            f"got {env.extra_outputs}"
+        )

@@ -33,11 +33,6 @@ class PruningError(ValueError):
     """A pruning schedule, stage or model that cannot be pruned as asked."""
 
 
-def _require(ok: bool, field: str, expected: str, got: object) -> None:
-    if not ok:
-        raise PruningError(f"pruning {field}: expected {expected}, got {got!r}")
-
-
 @dataclass(frozen=True)
 class PruningSchedule(Params):
     """When and how far a client model is pruned within its epoch budget.
@@ -74,7 +69,7 @@ class PruningSchedule(Params):
     def sparsity_after(self, stage: int) -> float:
         """Target fraction of zero prunable weights after ``stage`` (1..S)."""
         S = self.stages
-        _require(is_int(stage) and 1 <= stage <= S, "stage", f"an int in 1..{S}", stage)
+        require(is_int(stage) and 1 <= stage <= S, "stage", f"an int in 1..{S}", stage)
         if stage == S:
             return float(self.sparsity)
         if self.schedule == "geometric":
@@ -83,7 +78,7 @@ class PruningSchedule(Params):
 
     def prune_after_epoch(self, epoch: int) -> int | None:
         """The stage whose pruning step ends 0-based ``epoch``, or None (stage k: ``k·e_p - 1``)."""
-        _require(is_int(epoch, 0), "epoch", "an int >= 0", epoch)
+        require(is_int(epoch, 0), "epoch", "an int >= 0", epoch)
         stage, rest = divmod(epoch + 1, self.epochs_per_stage)
         return stage if rest == 0 and 1 <= stage <= self.stages else None
 
@@ -123,7 +118,7 @@ class MagnitudePruner:
     def _mask(self, name: str, weight: torch.Tensor) -> torch.Tensor:
         mask = self.masks[name]
         shape, expected = tuple(weight.shape), f"the mask's shape {tuple(mask.shape)}"
-        _require(shape == tuple(mask.shape), f"weight {name}", expected, shape)
+        require(shape == tuple(mask.shape), f"weight {name}", expected, shape)
         if mask.device != weight.device:
             mask = self.masks[name] = mask.to(weight.device)
         return mask

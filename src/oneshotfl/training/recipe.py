@@ -40,6 +40,7 @@ from oneshotfl.training.components import (
     ComponentEnv,
     ComponentSpec,
     build_component,
+    component_config,
 )
 from oneshotfl.training.loop import Batch, FitHooks, FitStats, TrainConfig, fit
 from oneshotfl.training.progress import Tracker
@@ -72,10 +73,23 @@ class ClientRecipe(Params):
         require(bool(self.name), "name", "a non-empty recipe name", self.name)
         for spec in self.components:
             require(spec.name in COMPONENTS, "components", f"one of {COMPONENTS.names()}", spec)
+            component_config(spec)  # a bad parameter fails here, before any training
 
     def key(self) -> dict[str, Any]:
-        """The recipe as a JSON-able mapping (the artefact cache key)."""
-        return dataclasses.asdict(self)
+        """The recipe as a JSON-able mapping (the artefact cache key), canonical: the epochs
+        a pruning schedule replaces are the schedule's, and each component's parameters are
+        its full, coerced config (``mu=1`` and ``mu=1.0`` are one key)."""
+        key = dataclasses.asdict(self)
+        key["train"]["epochs"] = self.epochs()
+        key["components"] = [
+            {
+                "name": spec.name,
+                "params": dataclasses.asdict(component_config(spec)),
+                "epochs": [spec.start_epoch, spec.stop_epoch],
+            }
+            for spec in self.components
+        ]
+        return key
 
     def epochs(self) -> int:
         """The training budget in epochs."""

@@ -178,8 +178,11 @@ class SynthesisProblem(Protocol):
         """
         ...
 
-    def generator_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Loss of the generated batch ``x``; gradients reach the generator through ``x``."""
+    def generator_loss(self, x: torch.Tensor, y: torch.Tensor, learner: nn.Module) -> torch.Tensor:
+        """Loss of the generated batch ``x``; gradients reach the generator through ``x``.
+        ``learner`` is the student or gate being trained (for adversarial or gate terms:
+        DENSE's disagreement, Co-Boosting's hard samples, IntactOFL's MoE loss); its
+        gradients from this loss are discarded."""
         ...
 
     def learner_loss(self, learner: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -279,7 +282,7 @@ def _generator_round(
     losses = []
     for _ in range(cfg.generator_steps):
         assert optimizer is not None
-        loss = problem.generator_loss(generator(z, y), y)
+        loss = problem.generator_loss(generator(z, y), y, learner)
         losses.append(_step(optimizer, loss, "generator", where))
         learner.zero_grad(set_to_none=True)
     return _mean(losses)
@@ -317,10 +320,11 @@ def synthesise(
     """Train ``generator`` and ``learner`` alternately, in place, for ``cfg.rounds`` rounds.
 
     Each round draws ``(z, y)`` once, takes ``generator_steps`` generator updates on
-    ``problem.generator_loss(generator(z, y), y)`` (learner in eval mode; learner gradients are
-    discarded, only the generator's optimiser steps), generates ``x = generator(z, y)`` without
-    gradients (generator still in train mode, as optimised), augments it into the pool, and takes
-    ``learner_steps`` learner updates (learner in train mode) on batches drawn from the pool.
+    ``problem.generator_loss(generator(z, y), y, learner)`` (learner in eval mode; learner
+    gradients are discarded, only the generator's optimiser steps), generates
+    ``x = generator(z, y)`` without gradients (generator still in train mode, as optimised),
+    augments it into the pool, and takes ``learner_steps`` learner updates (learner in train
+    mode) on batches drawn from the pool.
     Optimisers are built once and keep their state across rounds; only parameters with
     ``requires_grad`` are optimised. The pool lives on ``device``.
 

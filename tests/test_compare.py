@@ -1,0 +1,62 @@
+"""Comparing result documents: what must be identical between two runs, and the before/after
+comparison of two folders of runs (with methods whose change is intended)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+from oneshotfl.runner.compare import compare_trees, result_differences
+from oneshotfl.runner.experiment import run_experiment
+
+
+def _write(root: Path, run: str, doc: dict[str, Any]) -> None:
+    (root / run).mkdir(parents=True)
+    (root / run / "result.json").write_text(json.dumps(doc))
+
+
+def test_differences_name_the_method_the_field_and_both_values(tiny_config: Any) -> None:
+    doc = run_experiment(tiny_config(methods=["local", "fedavg"], val_fraction=0.2))
+    assert result_differences(doc, copy.deepcopy(doc)) == []
+    other = copy.deepcopy(doc)
+    other["methods"][1]["accuracy"] += 0.01
+    other["clients"][0]["train_size"] += 1
+    diffs = result_differences(doc, other, ("here", "there"))
+    assert any(d.startswith("fedavg.accuracy:") and "here" in d and "there" in d for d in diffs)
+    assert any(d.startswith("client 0.train_size") for d in diffs)
+    other["methods"] = other["methods"][:1]
+    assert result_differences(doc, other)[0].startswith("methods:")
+
+
+def test_a_file_from_before_the_typed_results_is_compared_by_its_local_accuracies(
+    tiny_config: Any,
+) -> None:
+    new = run_experiment(tiny_config(methods=["local", "fedavg"]))
+    old = copy.deepcopy(new)
+    for m in old["methods"]:
+        m.pop("local_test_accuracy", None)
+        m.pop("client_personal_accuracy", None)
+    for c, acc in zip(old["clients"], new["methods"][0]["local_test_accuracy"], strict=True):
+        c["local_test_accuracy"] = acc
+    assert result_differences(old, new) == []
+    old["clients"][0]["local_test_accuracy"] = 0.0
+    assert "no method reports these" in result_differences(old, new)[0]
+
+
+def test_trees_pair_runs_by_path_and_set_intended_changes_apart(
+    tiny_config: Any, tmp_path: Path
+) -> None:
+    doc = run_experiment(tiny_config(methods=["fedavg", "ensemble:weighting=size"]))
+    changed = copy.deepcopy(doc)
+    changed["methods"][1]["accuracy"] += 0.5
+    _write(tmp_path / "a", "seed=0", doc)
+    _write(tmp_path / "b", "seed=0", changed)
+    _write(tmp_path / "a", "seed=1", doc)
+    report = compare_trees(tmp_path / "a", tmp_path / "b")
+    assert report["runs"]["seed=1"] == ["missing after"]
+    assert report["runs"]["seed=0"] and report["summary"]["method_rows_identical"] == 1
+    report = compare_trees(tmp_path / "a", tmp_path / "b", changed=["ensemble"])
+    assert report["runs"]["seed=0"] == []
+    assert report["changed_as_intended"]["seed=0"][0].startswith("ensemble:weighting=size.")
