@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
+from oneshotfl.data.catalog import DIGITS_SPLIT_SEED
 from oneshotfl.data.datasets import (
     DATASETS,
-    DIGITS_SPLIT_SEED,
     DatasetFormatError,
     DatasetNotFoundError,
     DatasetSpec,
