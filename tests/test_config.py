@@ -175,7 +175,8 @@ def test_sweep_shards_keep_the_groups_of_a_point_together() -> None:
 
 
 def test_report_finds_one_parameter_sweeps() -> None:
-    from oneshotfl.runner.report import collect, parameter_series
+    from oneshotfl.runner.report import collect
+    from oneshotfl.runner.report_plots import parameter_series
 
     def result(key: str, acc: float, **params: object) -> dict[str, object]:
         full = {"gamma": 0.75, "beta": 0.5, "dp_epsilon": None} | params
@@ -200,7 +201,8 @@ def test_report_finds_one_parameter_sweeps() -> None:
 
 
 def test_report_orders_settings_by_value_and_plots_a_varying_key() -> None:
-    from oneshotfl.runner.report import collect, setting_series
+    from oneshotfl.runner.report import collect
+    from oneshotfl.runner.report_plots import setting_series
 
     def doc(clients: int, seed: int, acc: float) -> dict[str, object]:
         config = {"partition": "dirichlet", "alpha": 0.1, "clients": clients, "seed": seed}
@@ -217,3 +219,23 @@ def test_report_orders_settings_by_value_and_plots_a_varying_key() -> None:
         (50.0, 0.2, 0.0),
     ]
     assert setting_series(collect([doc(10, 0, 0.3), doc(10, 1, 0.4)])) == {}
+
+
+def test_report_tables_the_clients_facts_by_setting() -> None:
+    from oneshotfl.runner.report import collect, facts_table
+
+    def doc(alpha: float, seed: int, facts: list[float | None]) -> dict[str, object]:
+        config = {"partition": "dirichlet", "alpha": alpha, "seed": seed}
+        method = {"key": "fedage", "accuracy": 0.5, "upload_bytes_mean": 1.0}
+        other = {"key": "fedavg", "accuracy": 0.4, "upload_bytes_mean": 1.0}
+        method["client_facts"] = {"pseudo_label_agreement": facts}
+        return {"config": config, "methods": [method, other]}
+
+    report = collect([doc(0.1, 0, [0.9, 1.0]), doc(0.1, 1, [0.8, None]), doc(1.0, 0, [0.5, 0.5])])
+    table = facts_table(report)
+    header = "| pseudo_label_agreement (%) | dirichlet α=0.1 | dirichlet α=1.0 |"
+    assert table.splitlines()[0] == header
+    # seed 0: mean over clients 0.95, seed 1: 0.8 (a missing value is left out): 87.5 ± 10.61
+    assert "| fedage | 87.50 ± 10.61 | 50.00 ± 0.00 |" in table
+    assert "fedavg" not in table  # no facts, no row
+    assert facts_table(collect([doc(0.1, 0, [])])) == ""

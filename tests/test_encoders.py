@@ -257,3 +257,21 @@ def test_encoder_cli_pretrain_then_probe(tmp_path: Path) -> None:
     assert 0.0 <= json.loads(probe.read_text())["linear_probe_accuracy"] <= 1.0
     bad = CliRunner().invoke(app, ["encoder", "pretrain", "--out", str(out), "dataset=digits"])
     assert bad.exit_code == 2 and "public_size > 0" in bad.output
+
+
+def test_torchvision_features_can_be_randomly_projected(resnet18_weights: Path) -> None:
+    base = f"torchvision:arch=resnet18:weights={resnet18_weights}:size=32"
+    plain = build_encoder(base, TASK, 0)
+    projected = build_encoder(f"{base}:project=16", TASK, 0)
+    x = torch.randn(3, 1, 8, 8)
+    z = projected.embed(x, torch.device("cpu"))
+    assert projected.dim == 16 and z.shape == (3, 16)
+    linear = projected.module[-1]
+    want = plain.embed(x, torch.device("cpu")) @ linear.weight.T + linear.bias
+    torch.testing.assert_close(z, want, rtol=1e-4, atol=1e-5)
+    assert not any(p.requires_grad for p in projected.module.parameters())  # never trained
+    again = build_encoder(f"{base}:project=16", TASK, 0)
+    other_seed = build_encoder(f"{base}:project=16", TASK, 1)
+    assert again.fingerprint == projected.fingerprint != other_seed.fingerprint
+    with pytest.raises(EncoderError, match="project >= 1"):
+        build_encoder(f"{base}:project=0", TASK, 0)

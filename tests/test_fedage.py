@@ -12,7 +12,8 @@ import torch
 from helpers import prepare, run_method
 from oneshotfl.functional import kl_to_student
 from oneshotfl.methods import build_method
-from oneshotfl.methods.fedage import FedAGEConfig, kd_loss
+from oneshotfl.methods.fedage import FedAGEConfig
+from oneshotfl.methods.fedage_server import kd_loss
 from oneshotfl.models import create_model
 from oneshotfl.protocol.payload import Payload
 from oneshotfl.protocol.spec import PayloadError, WireDims, model_fields, validate_payload
@@ -120,14 +121,19 @@ def test_phase_schedule_and_phase_two_knobs(tiny_config: Any) -> None:
     def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
         return all(torch.equal(a[k], b[k]) for k in a)
 
-    one_epoch = head(FedAGEConfig(epochs=1))
+    def paper(**knobs: Any) -> FedAGEConfig:
+        return FedAGEConfig(reading="paper", **knobs)
+
+    one_epoch = head(paper(epochs=1))
     # one epoch: a single cycle over the clients either way
-    assert same(one_epoch, head(FedAGEConfig(epochs=1, schedule="interleaved")))
-    assert same(one_epoch, head(FedAGEConfig(epochs=1, ensemble_epochs=1)))
-    assert not same(one_epoch, head(FedAGEConfig(epochs=1, ensemble_epochs=0)))
-    assert not same(
-        head(FedAGEConfig(epochs=2)), head(FedAGEConfig(epochs=2, schedule="interleaved"))
-    )
+    assert same(one_epoch, head(paper(epochs=1, schedule="interleaved")))
+    assert same(one_epoch, head(paper(epochs=1, ensemble_epochs=1)))
+    assert not same(one_epoch, head(paper(epochs=1, ensemble_epochs=0)))
+    assert not same(head(paper(epochs=2)), head(paper(epochs=2, schedule="interleaved")))
+    # a reading is only the defaults of its knobs: spelled out, the paper's is the authors'
+    authors = {k: v for k, v in FedAGEConfig().resolved().items() if "epochs" not in k}
+    short = {"block_epochs": 1, "ensemble_epochs": 1}
+    assert same(head(FedAGEConfig(epochs=1, **short)), head(paper(epochs=1, **short, **authors)))
 
 
 def test_head_baselines(tiny_config: Any) -> None:
@@ -153,7 +159,7 @@ def test_head_baselines(tiny_config: Any) -> None:
 
 def test_local_dp_on_latents_and_the_privacy_report(tiny_config: Any, tmp_path: Any) -> None:
     from oneshotfl.methods.common import client_embeddings
-    from oneshotfl.privacy import analytic_gaussian_sigma, clip_rows
+    from oneshotfl.privacy import analytic_gaussian_sigma, clip_rows, latent_privacy_report
     from oneshotfl.runner.experiment import run_experiment
     from oneshotfl.runner.results import write_result
 
@@ -167,11 +173,17 @@ def test_local_dp_on_latents_and_the_privacy_report(tiny_config: Any, tmp_path: 
     loose = build_method("fedage:dp_epsilon=1e6:clip=0.5").client_update(setup.client_context(0))
     assert torch.allclose(torch.from_numpy(loose.arrays["latents"]), clean, atol=5e-3)
 
-    report = FedAGEConfig(dp_epsilon=2.0, clip=3.0).privacy_report()
+    report = latent_privacy_report(FedAGEConfig(dp_epsilon=2.0, clip=3.0))
     assert report["latents"]["covered"] and report["latents"]["sensitivity_l2"] == 6.0
     assert report["latents"]["sigma"] == analytic_gaussian_sigma(2.0, 1e-5, 6.0)
-    assert not report["head"]["covered"] and "labels" in report["head"]["why"]
-    assert not FedAGEConfig().privacy_report()["latents"]["covered"]
+    assert not report["head"]["covered"] and "true labels" in report["head"]["why"]
+    assert not report["labels"]["covered"] and "pseudo-label" in report["labels"]["why"]
+    assert not latent_privacy_report(FedAGEConfig())["latents"]["covered"]
+    both = latent_privacy_report(FedAGEConfig(dp_epsilon=2.0, label_epsilon=1.0))
+    assert both["labels"]["covered"] and both["head"]["covered"]
+    assert both["head"]["epsilon"] == 3.0  # composition over the latent and the label
+    clean_head = FedAGEConfig(dp_epsilon=2.0, label_epsilon=1.0, head_source="clean")
+    assert not latent_privacy_report(clean_head)["head"]["covered"]
 
     doc = run_experiment(
         tiny_config(methods=["fedage:dp_epsilon=4", "head_ensemble"], encoder="random:dim=32")
@@ -182,3 +194,110 @@ def test_local_dp_on_latents_and_the_privacy_report(tiny_config: Any, tmp_path: 
     written = json.loads((tmp_path / "run" / "privacy.json").read_text())
     assert list(written) == ["fedage:dp_epsilon=4"]
     assert written["fedage:dp_epsilon=4"]["latents"]["epsilon"] == 4.0
+
+
+def _separated_toy() -> tuple[Any, dict[int, Payload], Any]:
+    """Three clients, three well-separated latent clusters in 4-d, client k holding class k
+    only; each client's head, trained on its own latents alone, predicts its own class
+    everywhere. Images are the latents themselves (the identity encoder)."""
+    from helpers import make_server_context
+    from oneshotfl.data.types import TaskInfo, UnlabelledData
+    from oneshotfl.encoders import build_encoder
+    from oneshotfl.protocol.spec import model_fields
+
+    task = TaskInfo("toy", 3, 4, 1)
+    encoder = build_encoder("identity", task, 0)
+    gen = torch.Generator().manual_seed(0)
+
+    def cluster(k: int, n: int) -> torch.Tensor:
+        return (6.0 * torch.eye(4)[k] + 0.5 * torch.randn(n, 4, generator=gen)).view(n, 4, 1, 1)
+
+    payloads = {}
+    for k in range(3):
+        z = cluster(k, 60).flatten(1)
+        torch.manual_seed(k)
+        head = create_model("head_mlp", 4, 3, 1)
+        opt = torch.optim.Adam(head.parameters(), lr=1e-2)
+        for _ in range(100):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(head(z), torch.full((60,), k)).backward()
+            opt.step()
+        payloads[k] = Payload({"latents": z.numpy()}, {"n_examples": 60}).merged(
+            model_fields(head.eval(), "head")
+        )
+    test_x = torch.cat([cluster(k, 50) for k in range(3)])
+    test = LabelledTest(test_x, torch.arange(3).repeat_interleave(50))
+    ctx = make_server_context(task, encoder=encoder, public=None)
+    del UnlabelledData
+    return ctx, payloads, test
+
+
+class LabelledTest:
+    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.x, self.y = x, y
+
+
+def test_the_authors_reading_reaches_the_control_and_kl_only_does_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import oneshotfl.methods.fedage as fedage_module
+    from oneshotfl.methods.heads import PseudoLabelHead
+
+    ctx, payloads, test = _separated_toy()
+
+    def accuracy(method: Any) -> float:
+        outcome = method.aggregate(payloads, ctx)
+        probs = outcome.predict_proba(test.x, torch.device("cpu"))
+        return float((probs.argmax(1) == test.y).double().mean())
+
+    short = {"block_epochs": 10, "ensemble_epochs": 20}
+    control = accuracy(PseudoLabelHead(FedAGEConfig(**short)))
+    authors = accuracy(build_method("fedage:block_epochs=10:ensemble_epochs=20"))
+    paper = accuracy(build_method("fedage:reading=paper:block_epochs=10:ensemble_epochs=20"))
+    assert control == 1.0 and authors >= control - 0.02
+    assert paper < 0.7  # KL to a near-uniform ensemble of one-class heads: near chance
+
+    seen: dict[str, torch.Tensor] = {}
+    phase2 = fedage_module.phase2
+
+    def spy(cfg: Any, student: Any, z: Any, p_ens: Any, own: Any, c: Any) -> None:
+        seen["own"] = own
+        phase2(cfg, student, z, p_ens, own, c)
+
+    monkeypatch.setattr(fedage_module, "phase2", spy)
+    accuracy(build_method("fedage:block_epochs=1:ensemble_epochs=1"))
+    # the CE term's labels: each latent's own client's head, i.e. client k's class here
+    assert torch.equal(seen["own"], torch.arange(3).repeat_interleave(60))
+
+
+def test_randomized_response_rates_by_hand() -> None:
+    from oneshotfl.privacy import randomized_response, randomized_response_keep
+
+    p = randomized_response_keep(1.0, 10)
+    assert p == pytest.approx(math.e / (math.e + 9))
+    y = torch.zeros(200_000, dtype=torch.long)
+    out = randomized_response(y, 10, 1.0, torch.Generator().manual_seed(0))
+    counts = torch.bincount(out, minlength=10).double() / len(y)
+    assert float(counts[0]) == pytest.approx(p, abs=0.005)
+    assert torch.allclose(
+        counts[1:], torch.full((9,), (1 - p) / 9, dtype=torch.float64), atol=0.004
+    )
+    with pytest.raises(ValueError, match="label epsilon"):
+        randomized_response_keep(0.0, 10)
+
+
+def test_the_clients_report_how_often_pseudo_labels_are_true(tiny_config: Any) -> None:
+    cfg = tiny_config(
+        methods=[
+            "fedage:block_epochs=1:ensemble_epochs=1",
+            "fedage:label_epsilon=0.1:block_epochs=1:ensemble_epochs=1",
+        ],
+        encoder="random:dim=16",
+    )
+    from oneshotfl.runner.experiment import run_experiment
+
+    clean, private = run_experiment(cfg)["methods"]
+    agree = clean["client_facts"]["pseudo_label_agreement"]
+    noisy = private["client_facts"]["pseudo_label_agreement"]
+    assert len(agree) == 3 and all(0 <= a <= 1 for a in agree)
+    assert sum(noisy) < sum(agree)  # heads fit to randomized labels give the labels away less

@@ -213,8 +213,8 @@ def test_bad_run_config_is_refused_clearly() -> None:
 @pytest.mark.parametrize(
     ("field", "value", "fragment"),
     [
-        ("local_stats", "{not json", "local_stats: expected JSON"),
-        ("local_stats", '{"local_test_accuracy": "high"}', "a JSON object of numbers"),
+        ("facts", "{not json", "facts: expected JSON"),
+        ("facts", '{"local_test_accuracy": "high"}', "a JSON object of numbers"),
         ("client_id", "0", "client_id: expected int, got str"),
     ],
 )

@@ -107,11 +107,14 @@ def torchvision_encoder(options: Mapping[str, str], ctx: EncoderContext) -> Enco
 
     Options: ``arch`` (one of :data:`TORCHVISION_BACKBONES`), ``weights`` (a local state-dict
     file; default: the torch hub cache, see :func:`cached_weights_path`), ``size`` (input
-    resize, default 224). Grey images are repeated to 3 channels; pixels are renormalised
-    from the dataset's constants to ImageNet's. Nothing is downloaded.
+    resize, default 224), ``project`` (a random, never-trained linear map of the features to
+    this many dimensions — what FedAGE's authors put after ResNet-18, ``backbones.py``:
+    ``nn.Linear(512, 64)`` — seeded by the model seed, so every party builds the same one).
+    Grey images are repeated to 3 channels; pixels are renormalised from the dataset's
+    constants to ImageNet's. Nothing is downloaded.
     """
     task, spec = ctx.task, ctx.spec
-    opts = take_options(spec, options, {"arch": str, "weights": str, "size": int})
+    opts = take_options(spec, options, {"arch": str, "weights": str, "size": int, "project": int})
     arch = str(opts.get("arch", "resnet18"))
     if arch not in TORCHVISION_BACKBONES:
         raise EncoderError(
@@ -138,6 +141,26 @@ def torchvision_encoder(options: Mapping[str, str], ctx: EncoderContext) -> Enco
     if size < 16:
         raise EncoderError(f"encoder {spec!r}: expected size >= 16, got {size}")
     pre = imagenet_preprocess(size)
-    encoder = Encoder(spec, feature_extractor(arch, model), TORCHVISION_BACKBONES[arch], pre, task)
+    module, dim = feature_extractor(arch, model), TORCHVISION_BACKBONES[arch]
+    if "project" in opts:
+        module, dim = random_projection(module, dim, int(opts["project"]), ctx.seed, spec)
+    encoder = Encoder(spec, module, dim, pre, task)
     encoder.info["weights"] = str(path)
     return encoder
+
+
+def random_projection(
+    module: nn.Module, dim: int, out: int, seed: int, spec: str
+) -> tuple[nn.Module, int]:
+    """``module`` followed by a random ``Linear(dim, out)`` (PyTorch's default
+    initialisation from the seeded stream ``("encoder", "project", dim, out)``; never
+    trained: the encoder stays frozen).
+
+    Raises:
+        EncoderError: for ``out < 1``.
+    """
+    if out < 1:
+        raise EncoderError(f"encoder {spec!r}: expected project >= 1, got {out}")
+    with seeded_torch(seed, "encoder", "project", dim, out):
+        projection = nn.Linear(dim, out)
+    return nn.Sequential(module, projection), out

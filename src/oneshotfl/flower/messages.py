@@ -154,7 +154,7 @@ def reply_content(reply: ClientReply) -> RecordDict:
     facts: dict[str, Any] = {
         "client_id": reply.client_id,
         "wall_s": reply.wall_s,
-        "local_stats": json.dumps(reply.local_stats, sort_keys=True),
+        "facts": json.dumps(reply.facts, sort_keys=True),
     }
     content[REPLY] = ConfigRecord(facts)
     return content
@@ -169,7 +169,7 @@ def read_reply(content: RecordDict) -> ClientReply:
         MessageError: for a reply without the expected records or fields.
     """
     record = _config_record(content, REPLY)
-    fields = _fields(record, REPLY, {"client_id": int, "wall_s": float, "local_stats": str})
+    fields = _fields(record, REPLY, {"client_id": int, "wall_s": float, "facts": str})
     cid = fields["client_id"]
     if PAYLOADS not in content.array_records:
         raise MessageError(f"reply of client {cid}: expected a {PAYLOADS!r} ArrayRecord, got none")
@@ -179,9 +179,9 @@ def read_reply(content: RecordDict) -> ClientReply:
             f"reply of client {cid}: expected exactly the payload {sender(cid)!r}, "
             f"got {sorted(blobs)}"
         )
-    stats = _json(fields["local_stats"], f"{REPLY}.local_stats")
+    stats = _json(fields["facts"], f"{REPLY}.facts")
     if not isinstance(stats, dict) or not all(_number(v) for v in stats.values()):
-        raise MessageError(f"{REPLY}.local_stats: expected a JSON object of numbers, got {stats!r}")
+        raise MessageError(f"{REPLY}.facts: expected a JSON object of numbers, got {stats!r}")
     return ClientReply(
         cid,
         blobs[sender(cid)],

@@ -171,22 +171,30 @@ def head_train_config(epochs: int, lr: float, batch_size: int) -> TrainConfig:
 
 
 def trained_client_head(
-    ctx: ClientContext, arch: str, epochs: int, lr: float, latents: torch.Tensor | None = None
+    ctx: ClientContext,
+    arch: str,
+    epochs: int,
+    lr: float,
+    latents: torch.Tensor | None = None,
+    labels: torch.Tensor | None = None,
+    batch: int | None = None,
 ) -> tuple[nn.Module, torch.Tensor]:
     """FedAGE's Algorithm 2 (and its head baselines' client): embed the client's data once
     (cached) and train the head ``arch`` on (E(x), y) with cross-entropy — or on
-    (``latents``, y) when given (e.g. noised ones). The head is cached under the latents it
-    was trained on. Returns the head (CPU, eval mode) and those latents."""
+    ``latents`` / ``labels`` when given (noised latents, randomized-response labels), in
+    batches of ``batch`` (default: the client training config's). The head is cached under
+    what it was trained on. Returns the head (CPU, eval mode) and the latents."""
     z = client_embeddings(ctx) if latents is None else latents
+    y = ctx.data.y if labels is None else labels
     d = int(z.shape[1])
-    train = head_train_config(epochs, lr, ctx.train_config.batch_size)
+    train = head_train_config(epochs, lr, batch or ctx.train_config.batch_size)
 
     def make() -> Payload:
         with seeded_torch(ctx.seed, "fedage", "head", ctx.client_id):
             head = create_model(arch, d, ctx.task.num_classes, 1)
         train_classifier(
             head,
-            LabelledData(z, ctx.data.y),
+            LabelledData(z, y),
             train,
             torch_generator(ctx.seed, "fedage", "client", ctx.client_id),
             ctx.device,
@@ -195,7 +203,7 @@ def trained_client_head(
         )
         return model_fields(head.cpu(), "head")
 
-    key = {"arch": arch, "train": train.as_dict(), "latents": tensor_fingerprint(z)}
+    key = {"arch": arch, "train": train.as_dict(), "trained_on": tensor_fingerprint(z, y)}
     payload = ctx.artefact("head", key, make, f"head ({arch})")
     dims = WireDims(ctx.task.num_classes, d, 1)
     return model_from_fields(payload, dims, "head").eval(), z

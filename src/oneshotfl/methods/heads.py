@@ -9,6 +9,9 @@ server builds differ:
   example count; the server averages the head parameters. Identical head architectures only.
 * ``head_ensemble`` — clients send their head; the server predicts with the mean of the
   heads' softmaxes on E(x) (the ensemble FedAGE's phase 2 distils).
+* ``pseudo_head`` — the control FedAGE's readings are measured against: FedAGE's clients,
+  and a server that trains one head with CE on all latents and each latent's own-client
+  pseudo-label (what the authors' phase 2 hands the server), on the reading's phase-2 budget.
 * ``centralized_head`` — the upper bound for this encoder: clients upload their embeddings
   *and labels* (bytes counted; this is a reference, not a private method) and the server
   trains one head on their union, in client-id order, with the same recipe.
@@ -37,8 +40,11 @@ from oneshotfl.methods.common import (
     head_train_config,
     trained_client_head,
 )
+from oneshotfl.methods.fedage import FedAGE
+from oneshotfl.methods.fedage_server import probabilities
 from oneshotfl.models import MODELS, create_model
 from oneshotfl.params import Params, require
+from oneshotfl.privacy import latent_privacy_report
 from oneshotfl.protocol.contract import ClientContext, Method, Requires, ServerContext
 from oneshotfl.protocol.outcome import Ensemble, GlobalModel, Outcome
 from oneshotfl.protocol.payload import Payload
@@ -166,3 +172,37 @@ class CentralizedHead(Method[HeadConfig]):
             description="centralized head",
         )
         return GlobalModel(encoded_head(ctx, head.cpu().eval()))
+
+
+@register_method(
+    "pseudo_head", "control: one head on all latents with their own-client pseudo-labels"
+)
+class PseudoLabelHead(FedAGE):
+    """FedAGE's clients, and a server that trains one head with cross-entropy on all latents
+    and each latent's own-client pseudo-label — supervised training on what the authors'
+    phase 2 gives the server; the reading's phase-2 budget (epochs, lr scale, batch)."""
+
+    def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
+        if ctx.encoder is None:
+            raise ValueError("pseudo_head needs the shared frozen encoder: set encoder")
+        cfg, ids = self.config, sorted(payloads)
+        latents = [torch.from_numpy(np.asarray(payloads[c].arrays["latents"])) for c in ids]
+        heads = [head_from_payload(payloads[c], ctx.dims) for c in ids]
+        own = torch.cat(  # each latent's pseudo-label from its own client's head
+            [probabilities(h, z, cfg.tau).argmax(-1) for h, z in zip(heads, latents, strict=True)]
+        )
+        z = torch.cat(latents)
+        with seeded_torch(ctx.seed, "fedage", "server"):
+            head = create_model(cfg.server_head, ctx.encoder.dim, ctx.task.num_classes, 1)
+        lr = cfg.lr * cfg.setting("ensemble_lr_scale")
+        train_classifier(
+            head,
+            LabelledData(z, own),
+            head_train_config(cfg.setting("ensemble_epochs"), lr, cfg.batch_size),
+            torch_generator(ctx.seed, "pseudo_head"),
+            ctx.device,
+            tracker=ctx.tracker,
+            description="pseudo-label head",
+        )
+        info = {"latents": len(z), "privacy": latent_privacy_report(cfg)}
+        return GlobalModel(encoded_head(ctx, head.cpu().eval()), info)

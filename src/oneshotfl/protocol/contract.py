@@ -149,7 +149,7 @@ class ClientContext:
         """This client's artefact ``kind`` keyed by ``parts`` plus everything client-specific
         (data, task, seed, id): computed by ``make()`` once, then a cache hit."""
         key = {
-            **parts,
+            "parts": dict(parts),  # nested: a part can never shadow the client's own keys
             "data": self.data_fingerprint,
             "task": [self.task.num_classes, self.task.in_channels, self.task.image_size],
             "seed": self.seed,
@@ -281,6 +281,12 @@ class Method(ABC, Generic[ConfigT]):
         when it trains no classifier of its own. Called after :meth:`client_update` on the
         same context, so a recipe's model is a cache hit."""
         return None
+
+    def client_facts(self, ctx: ClientContext) -> dict[str, float]:
+        """Facts about this client's update for the result file — measured on the client,
+        never sent to a receiver (e.g. how much of its private data its message discloses).
+        Called after :meth:`client_update` on the same context; none by default."""
+        return {}
 
     def num_rounds(self) -> int:
         """Communication rounds (1 for every one-shot method)."""

@@ -39,6 +39,7 @@ COMPARED_IF_BOTH = (
     "client_personal_accuracy",
     "local_test_accuracy",
     "local_val_accuracy",
+    "client_facts",
     "topology",
 )
 """Method fields compared when both documents have them (newer result files)."""

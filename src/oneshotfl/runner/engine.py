@@ -63,7 +63,7 @@ class RoundTraffic:
     upload_bytes: list[int]
     download_bytes: int
     client_wall: list[float]
-    local: dict[int, dict[str, float]] = field(default_factory=dict)
+    facts: dict[int, dict[str, float]] = field(default_factory=dict)
     missing: Missing = field(default_factory=dict)
 
 
@@ -110,8 +110,8 @@ def collect_round(
     traffic = RoundTraffic({}, {}, [0] * n, download, [0.0] * n, missing=named)
     for cid, reply in admitted.items():
         traffic.client_wall[cid] = reply.wall_s
-        if reply.local_stats:
-            traffic.local[cid] = reply.local_stats
+        if reply.facts:
+            traffic.facts[cid] = reply.facts
         traffic.upload_bytes[cid] = len(reply.data) if method.communicates else 0
         try:
             traffic.received[cid] = receive(reply.data, spec, dims, cid)
@@ -164,14 +164,19 @@ def run_method(
     return _run_star(key, method, exp, transport)
 
 
-def _local_lists(
-    local: Mapping[int, Mapping[str, float]], clients: int
-) -> tuple[list[float | None] | None, list[float | None] | None]:
-    if not local:
-        return None, None
-    test = [local.get(c, {}).get("local_test_accuracy") for c in range(clients)]
-    val = [local.get(c, {}).get("local_val_accuracy") for c in range(clients)]
-    return test, (val if any(v is not None for v in val) else None)
+LOCAL = ("local_test_accuracy", "local_val_accuracy")
+
+
+def _facts(facts: Mapping[int, Mapping[str, float]], clients: int) -> dict[str, Any]:
+    """The clients' round-0 facts as result fields: the local model's accuracies as
+    per-client lists, every other fact under ``client_facts`` (``None`` where a client has
+    no value)."""
+    names = sorted({name for f in facts.values() for name in f})
+    lists = {name: [facts.get(c, {}).get(name) for c in range(clients)] for name in names}
+    out: dict[str, Any] = {name: lists.pop(name) for name in LOCAL if name in lists}
+    if lists:
+        out["client_facts"] = lists
+    return out
 
 
 def _run_star(key: str, method: Method[Any], exp: Experiment, transport: Transport) -> MethodResult:
@@ -186,7 +191,7 @@ def _run_star(key: str, method: Method[Any], exp: Experiment, transport: Transpo
     history: list[dict[str, Any]] = []
     rejected: dict[str, str] = {}
     missing: Missing = {}
-    local: dict[int, dict[str, float]] = {}
+    facts: dict[int, dict[str, float]] = {}
     for r in range(rounds):
         broadcast = encode_broadcast(key, method, exp, r, outcome)
         replies, silent = transport.upload(key, method, r, broadcast)
@@ -197,7 +202,7 @@ def _run_star(key: str, method: Method[Any], exp: Experiment, transport: Transpo
         download += traffic.download_bytes
         rejected.update({str(k): v for k, v in traffic.rejected.items()})
         missing.update(traffic.missing)
-        local = local or traffic.local
+        facts = facts or traffic.facts
         start = time.perf_counter()
         outcome = method.aggregate(traffic.received, exp.server_context())
         server_wall += time.perf_counter() - start
@@ -213,7 +218,6 @@ def _run_star(key: str, method: Method[Any], exp: Experiment, transport: Transpo
             )
     assert outcome is not None  # rounds >= 1
     metrics = evaluate_outcome(outcome, test, histograms, exp.device)
-    local_test, local_val = _local_lists(local, n)
     return MethodResult(
         key=key,
         **method.describe(),
@@ -230,8 +234,7 @@ def _run_star(key: str, method: Method[Any], exp: Experiment, transport: Transpo
         rejected=rejected,
         no_reply=missing,
         rounds_history=history,
-        local_test_accuracy=local_test,
-        local_val_accuracy=local_val,
+        **_facts(facts, n),
     )
 
 
@@ -271,9 +274,6 @@ def _run_peer(
     check_quorum(key, method, exp, len(set(admitted) - refused), rejected, missing)
     if not reports:
         raise QuorumError(f"{key}: no receiver reported a model; no reply: {dict(missing)}")
-    local_test, local_val = _local_lists(
-        {c: reply.local_stats for c, reply in admitted.items() if reply.local_stats}, n
-    )
     wall, receiver_wall = [0.0] * n, [0.0] * n
     for c, reply in admitted.items():
         wall[c] = reply.wall_s
@@ -297,6 +297,5 @@ def _run_peer(
         topology={"graph": graph.spec, "edges": edges},
         received_bytes_per_client=received,
         receiver_wall_s=receiver_wall,
-        local_test_accuracy=local_test,
-        local_val_accuracy=local_val,
+        **_facts({c: reply.facts for c, reply in admitted.items()}, n),
     )

@@ -53,6 +53,8 @@ class MethodResult:
         received_bytes_per_client: peer methods only: what each client received, the sum
             over its incoming edges.
         receiver_wall_s: peer methods only: seconds each receiver spent building its model.
+        client_facts: per fact a method reports about its clients (``Method.client_facts``,
+            e.g. FedAGE's pseudo-label agreement), the per-client values.
         local_test_accuracy: per client, the test accuracy of the model this method's client
             trained (``None`` where the method trains no classifier of its own).
         local_val_accuracy: the same on the client's validation split (when it has one).
@@ -87,6 +89,7 @@ class MethodResult:
     receiver_wall_s: list[float] | None = None
     local_test_accuracy: list[float | None] | None = None
     local_val_accuracy: list[float | None] | None = None
+    client_facts: dict[str, list[float | None]] | None = None
 
     @property
     def upload_bytes_mean(self) -> float:

@@ -49,14 +49,15 @@ class ClientReply:
         client_id: the sending client.
         data: the payload bytes exactly as they cross the wire (``encode(payload)``).
         wall_s: seconds the client spent in ``client_update`` (timed by the runner).
-        local_stats: ``local_test_accuracy`` / ``local_val_accuracy`` of the model the
-            method's client trained (empty when it trains none). Result-file facts only.
+        facts: result-file facts of round 0, never an input to any receiver: the
+            ``local_test_accuracy`` / ``local_val_accuracy`` of the model the method's client
+            trained (absent when it trains none) and the method's own ``client_facts``.
     """
 
     client_id: int
     data: bytes
     wall_s: float
-    local_stats: dict[str, float] = field(default_factory=dict)
+    facts: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -109,8 +110,10 @@ def client_step(method: Method[Any], ctx: ClientContext, test: LabelledData | No
     payload = method.client_update(ctx)
     wall = time.perf_counter() - start
     data = encode(payload)  # what crosses the network; counted even if rejected
-    stats = local_stats(method.local_model(ctx), ctx, test) if ctx.round == 0 else {}
-    return ClientReply(ctx.client_id, data, wall, stats)
+    facts: dict[str, float] = {}
+    if ctx.round == 0:
+        facts = {**local_stats(method.local_model(ctx), ctx, test), **method.client_facts(ctx)}
+    return ClientReply(ctx.client_id, data, wall, facts)
 
 
 def peer_step(

@@ -111,6 +111,7 @@ def fit(
     tracker: Tracker | None = None,
     description: str = "training",
     hooks: FitHooks | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
 ) -> FitStats:
     """Train ``model`` in place on ``tensors`` (aligned along dim 0) with ``loss_fn``.
 
@@ -124,6 +125,8 @@ def fit(
         tracker: progress display (steps).
         description: progress label.
         hooks: callbacks at epoch and step boundaries.
+        optimizer: an optimiser over ``model``'s parameters whose state carries over from an
+            earlier call (default: a fresh one from ``cfg``).
     """
     n = int(tensors[0].shape[0])
     if any(int(t.shape[0]) != n for t in tensors):
@@ -133,7 +136,8 @@ def fit(
     if n == 0 or cfg.epochs == 0:
         model.eval()
         return FitStats(0, math.nan, 0.0)
-    optimizer = make_optimizer([p for p in model.parameters() if p.requires_grad], cfg)
+    if optimizer is None:
+        optimizer = make_optimizer([p for p in model.parameters() if p.requires_grad], cfg)
     steps_per_epoch = len(batch_indices(n, cfg.batch_size, torch.Generator().manual_seed(0)))
     steps, loss_value = 0, math.nan
     hooks = hooks or FitHooks()

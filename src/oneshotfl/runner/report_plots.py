@@ -1,0 +1,165 @@
+"""The plots of a benchmark report: accuracy against the settings that vary (α, clients, a
+method parameter), against upload bytes, and against communication rounds."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from oneshotfl.plots import RoundsCurve, line_plot, rounds_plot
+
+if TYPE_CHECKING:
+    from oneshotfl.runner.report import Report
+
+
+def natural_key(text: str) -> list[Any]:
+    """Sort key that orders the numbers inside ``text`` by value (``5`` before ``10``)."""
+    parts = re.split(r"(\d+(?:\.\d+)?)", text)
+    return [(0, float(p), "") if i % 2 else (1, 0.0, p) for i, p in enumerate(parts)]
+
+
+def human_bytes(n: float) -> str:
+    """``1536`` → ``1.5 KiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return f"{n:.2f} GiB"
+
+
+def report_plots(report: Report, out_dir: Path, title: str) -> dict[str, Path]:
+    """Every plot the report's data supports, written as PNG into ``out_dir``; name → path."""
+    plots: dict[str, Path] = {}
+    for key, by_method in setting_series(report).items():
+        plots[f"accuracy vs {key}"] = line_plot(
+            by_method, out_dir / f"accuracy_vs_{key}.png", key, "test accuracy", title
+        )
+    if len({alpha for alpha, _ in report.alphas.values()}) >= 2:
+        series: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+        for (setting, method), cell in report.cells.items():
+            if setting in report.alphas:
+                alpha, extra = report.alphas[setting]
+                name = f"{method} ({extra})" if extra else method
+                series[name].append((alpha, *cell.mean_std()))
+        plots["accuracy vs alpha"] = line_plot(
+            series,
+            out_dir / "accuracy_vs_alpha.png",
+            "Dirichlet α",
+            "test accuracy",
+            title,
+            logx=True,
+        )
+    panels = rounds_panels(report)
+    if panels:
+        plots["accuracy vs rounds"] = rounds_plot(
+            panels, out_dir / "accuracy_vs_rounds.png", title, xfmt=human_bytes
+        )
+    for (method, param), by_setting in parameter_series(report).items():
+        plots[f"{method}: accuracy vs {param}"] = line_plot(
+            by_setting,
+            out_dir / f"accuracy_vs_{method}_{param}.png",
+            f"{method} {param}",
+            "test accuracy",
+            title,
+            logx=param.endswith("epsilon"),
+        )
+    points: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+    for method in report.methods:
+        cells = [c for (s, m), c in report.cells.items() if m == method]
+        upload = float(np.mean([b for c in cells for b in c.upload_bytes]))
+        means = [c.mean_std()[0] for c in cells]
+        if upload > 0:
+            points[method].append((upload, float(np.mean(means)), float(np.std(means))))
+    if points:
+        plots["accuracy vs upload bytes"] = line_plot(
+            points,
+            out_dir / "accuracy_vs_bytes.png",
+            "upload bytes per client",
+            "test accuracy (mean over settings)",
+            title,
+            logx=True,
+            xfmt=human_bytes,
+        )
+    return plots
+
+
+def setting_series(report: Report) -> dict[str, dict[str, list[tuple[float, float, float]]]]:
+    """When settings differ in exactly one numeric config key besides the partition (e.g.
+    ``clients``), ``key → method → [(value, mean, std)]`` for an accuracy-vs-key plot."""
+    keys = {k for extras in report.extras.values() for k in extras}
+    labels = {s.split(" · ")[0] for s in report.settings}  # the partition part
+    if len(keys) != 1 or len(labels) != 1 or len(report.settings) < 2:
+        return {}
+    (key,) = keys
+    values = [report.extras[s][key] for s in report.settings]
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        return {}
+    series: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+    for (setting, method), cell in report.cells.items():
+        series[method].append((float(report.extras[setting][key]), *cell.mean_std()))
+    return {key: dict(series)}
+
+
+def parameter_series(
+    report: Report, minimum: int = 3
+) -> dict[tuple[str, str], dict[str, list[tuple[float, float, float]]]]:
+    """Sweeps of one hyper-parameter: for every method run as ``name`` and as several
+    ``name:param=value`` variants that differ from it in that one numeric parameter,
+    ``(name, param) → setting → [(value, mean, std)]`` (the plain ``name`` row sits at its
+    default value when that is a number). Kept when a setting has ``minimum`` points."""
+    out: dict[tuple[str, str], dict[str, list[tuple[float, float, float]]]] = defaultdict(dict)
+    for setting in report.settings:
+        cells = [(k, c) for (s, k), c in report.cells.items() if s == setting]
+        defaults = {c.method: c.params for k, c in cells if k == c.method}
+        found: dict[tuple[str, str], list[tuple[float, float, float]]] = defaultdict(list)
+        for key, cell in cells:
+            base = defaults.get(cell.method)
+            if base is None or key == cell.method:
+                continue
+            changed = [p for p in cell.params if cell.params[p] != base.get(p)]
+            value = cell.params[changed[0]] if len(changed) == 1 else None
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                found[(cell.method, changed[0])].append((float(value), *cell.mean_std()))
+        for (method, param), points in found.items():
+            default = defaults[method].get(param)
+            if isinstance(default, int | float) and not isinstance(default, bool):
+                points.append((float(default), *report.cells[(setting, method)].mean_std()))
+            if len(points) >= minimum:
+                out[(method, param)][setting] = points
+    return dict(out)
+
+
+#: One-shot methods drawn as references in the rounds plot (FedOL's Fig. 2 legend).
+ROUNDS_REFERENCES = ("fedol", "fedavg", "fedprox", "feddf", "fedhkt", "fedet", "mine")
+
+
+def rounds_panels(
+    report: Report, references: tuple[str, ...] = ROUNDS_REFERENCES
+) -> dict[str, tuple[dict[str, RoundsCurve], dict[str, tuple[float, float]]]]:
+    """Per setting with a multi-round method: its curves (mean ± std over seeds of every
+    round) and the one-shot reference methods' mean accuracy and upload bytes."""
+    panels: dict[str, tuple[dict[str, RoundsCurve], dict[str, tuple[float, float]]]] = {}
+    for setting in report.settings:
+        curves: dict[str, RoundsCurve] = {}
+        one_shot: dict[str, tuple[float, float]] = {}
+        for (s, key), cell in report.cells.items():
+            if s != setting:
+                continue
+            if cell.histories:
+                rounds = min(len(h) for h in cell.histories)
+                curve = []
+                for r in range(rounds):
+                    accs = np.array([h[r]["accuracy"] for h in cell.histories], dtype=float)
+                    sizes = np.mean([h[r]["upload_bytes_mean"] for h in cell.histories])
+                    std = float(accs.std(ddof=1)) if len(accs) > 1 else 0.0
+                    curve.append((float(r + 1), float(accs.mean()), std, float(sizes)))
+                curves[key] = curve
+            elif cell.method in references:
+                one_shot[key] = (cell.mean_std()[0], float(np.mean(cell.upload_bytes)))
+        if curves:
+            panels[setting] = (curves, one_shot)
+    return panels
