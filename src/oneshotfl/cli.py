@@ -224,9 +224,12 @@ def describe(method: Annotated[str, typer.Argument(help="a registered method nam
     typer.echo(inspect.cleandoc(module.__doc__ or "") if module else "")
     typer.echo(f"\nrequires: {cls.requires}")
     typer.echo("hyper-parameters (set as --method NAME:key=value):")
+    config = cls.Config()
+    resolved = config.resolved() if hasattr(config, "resolved") else {}
     for f in dataclasses.fields(cls.Config):
         default = f.default if f.default is not dataclasses.MISSING else "(required)"
-        typer.echo(f"  {f.name} = {default!r}")
+        effective = f"   (by default: {resolved[f.name]!r})" if f.name in resolved else ""
+        typer.echo(f"  {f.name} = {default!r}{effective}")
 
 
 @app.command()
