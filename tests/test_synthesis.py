@@ -343,3 +343,21 @@ def test_config_max_pool_needs_accumulate() -> None:
     with pytest.raises(ValueError, match="max_pool"):
         config(max_pool=100)
     assert config(pool="accumulate", max_pool=BATCH).max_pool == BATCH
+
+
+@pytest.mark.parametrize(("noise", "draws"), [("per_round", 3), ("per_step", 3 * 4)])
+def test_noise_is_drawn_per_round_or_per_generator_step(noise: str, draws: int) -> None:
+    generator, teacher, learner = Generator(), make_teacher(), make_student()
+    with BatchNormStatistics([teacher]) as bn:
+        problem = DistilProblem(teacher, bn, learner, 0.0)
+        calls: list[int] = []
+        sample = problem.sample
+
+        def counted(batch_size: int, gen: torch.Generator) -> Any:
+            calls.append(batch_size)
+            return sample(batch_size, gen)
+
+        problem.sample = counted  # type: ignore[method-assign]
+        cfg = config(rounds=3, generator_steps=4, noise=noise)
+        synthesise(generator, learner, problem, cfg, torch.Generator().manual_seed(0), CPU)
+    assert len(calls) == draws

@@ -130,6 +130,9 @@ class SynthesisConfig(Params):
         momentum: SGD momentum, in [0, 1).
         pool: ``latest`` (fresh samples only) or ``accumulate`` (growing pool D_A).
         max_pool: cap on the ``accumulate`` pool (oldest samples dropped first); None = no cap.
+        noise: draw (z, y) once per round and take every generator step on it
+            (``per_round``, IntactOFL's Algorithm 1) or afresh before every generator step
+            (``per_step``); the pool receives the round's last batch.
     """
 
     rounds: int
@@ -144,6 +147,7 @@ class SynthesisConfig(Params):
     momentum: float = 0.9
     pool: Literal["latest", "accumulate"] = "latest"
     max_pool: int | None = None
+    noise: Literal["per_round", "per_step"] = "per_round"
 
     def validate(self) -> None:
         for name in ("rounds", "batch_size", "noise_dim"):
@@ -273,19 +277,23 @@ def _generator_round(
     optimizer: torch.optim.Optimizer | None,
     noise: _Pool,
     cfg: SynthesisConfig,
+    draw: Callable[[], _Pool],
     where: str,
-) -> float:
-    """``cfg.generator_steps`` updates on one noise batch; learner gradients are discarded."""
+) -> tuple[float, _Pool]:
+    """``cfg.generator_steps`` updates, on one noise batch or (``noise="per_step"``) a fresh
+    one per step; learner gradients are discarded. Returns the mean loss and the last batch."""
     z, y = noise
     generator.train()
     learner.eval()
     losses = []
-    for _ in range(cfg.generator_steps):
+    for step in range(cfg.generator_steps):
         assert optimizer is not None
+        if step and cfg.noise == "per_step":
+            z, y = draw()
         loss = problem.generator_loss(generator(z, y), y, learner)
         losses.append(_step(optimizer, loss, "generator", where))
         learner.zero_grad(set_to_none=True)
-    return _mean(losses)
+    return _mean(losses), (z, y)
 
 
 def _learner_round(
@@ -353,12 +361,17 @@ def synthesise(
     learn_hist: list[float] = []
     pool: _Pool | None = None
     with (tracker or NullTracker()).task(description, cfg.rounds) as advance:
+
+        def draw() -> _Pool:
+            z, y = problem.sample(cfg.batch_size, rng)
+            return z.to(device), y.to(device)
+
         for t in range(cfg.rounds):
             where = f"{description}, round {t}"
-            z, y = (v.to(device) for v in problem.sample(cfg.batch_size, rng))
-            gen_hist.append(
-                _generator_round(generator, learner, problem, gen_opt, (z, y), cfg, where)
+            loss, (z, y) = _generator_round(
+                generator, learner, problem, gen_opt, draw(), cfg, draw, where
             )
+            gen_hist.append(loss)
             with torch.no_grad():
                 pool = _grow(pool, (problem.augment(generator(z, y), rng).detach(), y), cfg)
             learn_hist.append(_learner_round(learner, problem, learn_opt, pool, cfg, rng, where))
