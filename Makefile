@@ -102,18 +102,21 @@ bench-flower-sim: setup data
 	done
 
 ## Before/after check of a change to the core: the committed benchmark sweeps (SWEEP@SEEDS
-## runs only those seeds) run with the code of BASE and of HEAD, each in a clean worktree with
+## runs only those seeds) run with the code of BASE and of AFTER, each in a clean worktree with
 ## its own cache as two 1-thread shards; then every result of one is compared with the other
 ## field by field (metrics, bytes, clients, local accuracies). CHANGED names methods whose
 ## results are meant to differ (listed apart). The comparisons land in
-## benchmarks/results/reproduce/. BASE defaults to the last commit before the core reshape of
-## issue 10, whose check this is. About 9 hours on 2 cores for both revisions.
+## benchmarks/results/reproduce/. The defaults are issue 10's check: BASE is the last commit
+## before the core reshape, AFTER its last commit (a later AFTER, e.g. HEAD, must also list
+## fedage in CHANGED: issue 11 changed FedAGE's default). About 3 hours on 2 cores.
 BASE ?= 6b29115
-REPRODUCE ?= core-fmnist fedol-fmnist fedage-knobs@0 fedage-fmnist@0 fedage-clients@0
+AFTER ?= a62f1c9
+REPRODUCE ?= core-fmnist fedol-fmnist@0 fedol-ablation@0 fedage-knobs@0 fedage-fmnist@0 \
+  fedage-clients@0
 CHANGED ?= fedcvae
 check-reproduce: setup data
 	bash scripts/sweeps_at.sh $(BASE) runs/reproduce/before $(REPRODUCE)
-	bash scripts/sweeps_at.sh HEAD runs/reproduce/after $(REPRODUCE)
+	bash scripts/sweeps_at.sh $(AFTER) runs/reproduce/after $(REPRODUCE)
 	mkdir -p benchmarks/results/reproduce
 	for s in $(REPRODUCE); do s=$${s%@*}; \
 	  $(VENV)/oneshotfl compare runs/reproduce/before/$$s runs/reproduce/after/$$s \

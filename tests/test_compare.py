@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from oneshotfl.runner.compare import compare_trees, result_differences
+from oneshotfl.runner.compare import UNUSED_LOCAL, compare_trees, result_differences
 from oneshotfl.runner.experiment import run_experiment
 
 
@@ -42,7 +42,29 @@ def test_a_file_from_before_the_typed_results_is_compared_by_its_local_accuracie
         c["local_test_accuracy"] = acc
     assert result_differences(old, new) == []
     old["clients"][0]["local_test_accuracy"] = 0.0
-    assert "no method reports these" in result_differences(old, new)[0]
+    assert result_differences(old, new)[0].endswith(UNUSED_LOCAL)
+
+
+def test_legacy_local_accuracies_no_method_reports_are_an_intended_difference(
+    tiny_config: Any, tmp_path: Path
+) -> None:
+    """Before issue 10 every run trained (and reported) one plain local model per client, used
+    or not; after it, a run reports its methods' own local models, on purpose."""
+    new = run_experiment(tiny_config(methods=["ensemble"]))
+    new = copy.deepcopy(new)
+    for m in new["methods"]:
+        m.pop("local_test_accuracy", None)
+        m.pop("local_val_accuracy", None)
+    old = copy.deepcopy(new)
+    for c in old["clients"]:
+        c["local_test_accuracy"] = 0.5
+    diffs = result_differences(old, new)
+    assert len(diffs) == 1 and diffs[0].endswith(UNUSED_LOCAL)
+    _write(tmp_path / "a", "seed=0", old)
+    _write(tmp_path / "b", "seed=0", new)
+    report = compare_trees(tmp_path / "a", tmp_path / "b")
+    assert report["runs"]["seed=0"] == [] and report["summary"]["runs_identical"] == 1
+    assert report["changed_as_intended"]["seed=0"] == diffs
 
 
 def test_trees_pair_runs_by_path_and_set_intended_changes_apart(
