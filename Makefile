@@ -1,6 +1,7 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
 .PHONY: setup data demo test lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
-	bench-flower bench-flower-deploy bench-flower-sim check-reproduce clean-cache
+	bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed \
+	clean-cache
 VENV := .venv/bin
 
 setup:
@@ -123,6 +124,14 @@ check-reproduce: setup data
 	    $(foreach m,$(CHANGED),--changed $(m)) \
 	    --out benchmarks/results/reproduce/$$s.json || exit 1; \
 	done
+	$(VENV)/python scripts/reproduce_report.py
+
+## The committed FedOL table against the BASE code on this machine (all seeds, about 2 hours).
+check-committed: setup data
+	bash scripts/sweeps_at.sh $(BASE) runs/reproduce/base-full fedol-fmnist
+	$(VENV)/oneshotfl compare benchmarks/results/fedol-fmnist runs/reproduce/base-full/fedol-fmnist \
+	  --out benchmarks/results/reproduce/committed-vs-base-fedol-fmnist.json
+	$(VENV)/python scripts/reproduce_report.py
 
 clean-cache:
 	rm -rf .cache/oneshotfl
