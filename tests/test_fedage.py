@@ -61,6 +61,16 @@ def test_fedage_config_validation(params: dict[str, Any], match: str) -> None:
         FedAGEConfig(**params)
 
 
+def test_a_knob_value_named_none_is_that_value_not_the_readings_default() -> None:
+    """``ensemble_weighting=none`` in a method spec is the literal "none" (uniform weights),
+    not None (= the reading's value, confidence under the authors' reading)."""
+    method = build_method("fedage:ensemble_weighting=none")
+    assert method.config.ensemble_weighting == "none"
+    assert method.config.setting("ensemble_weighting") == "none"
+    assert build_method("fedage:dp_epsilon=none").config.dp_epsilon is None
+    assert build_method("fedage").config.setting("ensemble_weighting") == "confidence"
+
+
 def test_heads_cycle_over_clients() -> None:
     cfg = FedAGEConfig(head="head_mlp,head_mlp2")
     assert [cfg.client_head(c) for c in range(3)] == ["head_mlp", "head_mlp2", "head_mlp"]

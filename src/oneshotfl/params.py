@@ -113,9 +113,11 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
         return value
     if origin in (typing.Union, types.UnionType):
         options = [a for a in typing.get_args(hint) if a is not type(None)]
+        hint = options[0] if len(options) == 1 else str
+        if typing.get_origin(hint) is typing.Literal and value in typing.get_args(hint):
+            return value  # a literal value "none" is that value, not None
         if value.lower() in ("none", "null"):
             return None
-        hint = options[0] if len(options) == 1 else str
         if typing.get_origin(hint) is typing.Literal:
             return value
     try:
