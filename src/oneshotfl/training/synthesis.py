@@ -275,14 +275,14 @@ def _generator_round(
     learner: nn.Module,
     problem: SynthesisProblem,
     optimizer: torch.optim.Optimizer | None,
-    noise: _Pool,
     cfg: SynthesisConfig,
     draw: Callable[[], _Pool],
     where: str,
 ) -> tuple[float, _Pool]:
-    """``cfg.generator_steps`` updates, on one noise batch or (``noise="per_step"``) a fresh
-    one per step; learner gradients are discarded. Returns the mean loss and the last batch."""
-    z, y = noise
+    """``cfg.generator_steps`` updates, on one noise batch from ``draw`` or (``noise=
+    "per_step"``) a fresh one per step; learner gradients are discarded. Returns the mean
+    loss and the last batch."""
+    z, y = draw()
     generator.train()
     learner.eval()
     losses = []
@@ -368,9 +368,7 @@ def synthesise(
 
         for t in range(cfg.rounds):
             where = f"{description}, round {t}"
-            loss, (z, y) = _generator_round(
-                generator, learner, problem, gen_opt, draw(), cfg, draw, where
-            )
+            loss, (z, y) = _generator_round(generator, learner, problem, gen_opt, cfg, draw, where)
             gen_hist.append(loss)
             with torch.no_grad():
                 pool = _grow(pool, (problem.augment(generator(z, y), rng).detach(), y), cfg)
