@@ -47,6 +47,7 @@ def contract_config(name: str, **overrides: Any) -> ExperimentConfig:
         "server_epochs": 1,
         "val_fraction": 0.1,
         "methods": [name],
+        "local_epochs": 2 if name == "fedeov_pruned" else 1,  # a pruning + a fine-tuning epoch
         "public_size": 100 if requires.public_data else 0,
         "server_model": "mlp" if requires.server_model else None,
         "encoder": "random:dim=16" if requires.shared_encoder else None,

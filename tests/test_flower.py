@@ -322,3 +322,26 @@ def test_a_malformed_or_misattributed_report_is_refused(tiny_config: Any, tmp_pa
     assert method["clients_used"] == [0]
     assert "malformed report" in method["no_reply"]["node 101 (client 1)"]
     assert "reported for client 0" in method["no_reply"]["node 102 (client 2)"]
+
+
+def test_the_open_set_methods_on_flower_equal_the_local_simulation(
+    tiny_config: Any, tmp_path: Path
+) -> None:
+    from test_fedeov import open_set_config  # fedov, fedeov and both variants, tiny
+
+    cfg = open_set_config(tiny_config)
+    local = run_experiment(cfg)
+    nodes = dataclasses.replace(cfg, cache_dir=str(tmp_path / "nodes"))
+    flower = _run(tmp_path, nodes, FakeGrid(cfg.clients))
+    assert _core(flower) == _core(local)
+    assert flower["clients"] == local["clients"]
+
+
+def test_a_feature_skewed_federation_on_flower_equals_the_local_simulation(
+    tiny_config: Any, tmp_path: Path
+) -> None:
+    cfg = tiny_config(methods=["fedavg", "ensemble"], feature_skew="color")
+    local = run_experiment(cfg)
+    nodes = dataclasses.replace(cfg, cache_dir=str(tmp_path / "nodes"))
+    flower = _run(tmp_path, nodes, FakeGrid(cfg.clients))
+    assert _core(flower) == _core(local)

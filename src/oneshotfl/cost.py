@@ -44,6 +44,26 @@ def forward_flops(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -
     return counter.get_total_flops() / len(x)
 
 
+def sparse_forward_flops(model: nn.Module, x: torch.Tensor) -> tuple[float, float]:
+    """FLOPs per sample of one forward pass of ``model`` on the batch ``x``: ``(dense,
+    sparse)``. Dense is what a dense kernel executes (``FlopCounterMode``'s count, zeros
+    included); sparse scales each convolution's and linear layer's count by the fraction of
+    its weights that are non-zero — what an ideal sparse kernel would execute (FedEOV's
+    appendix C.2 with efficiency 1)."""
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(x)
+    counts = {k: sum(v.values()) for k, v in counter.get_flop_counts().items()}
+    dense = float(counter.get_total_flops())
+    saved = 0.0
+    prefix = type(model).__name__
+    for name, module in model.named_modules():
+        weight = getattr(module, "weight", None)
+        if isinstance(module, nn.Conv2d | nn.Linear) and isinstance(weight, torch.Tensor):
+            zero = 1.0 - float(torch.count_nonzero(weight)) / weight.numel()
+            saved += zero * counts.get(f"{prefix}.{name}" if name else prefix, 0)
+    return dense / len(x), (dense - saved) / len(x)
+
+
 def train_step_flops(model: nn.Module, x: torch.Tensor, num_classes: int) -> float:
     """FLOPs per sample of forward + cross-entropy + backward on the batch ``x``."""
     y = torch.arange(len(x)) % num_classes

@@ -148,3 +148,33 @@ def weighted_average(
         dtype = states[0][key].dtype
         out[key] = np.asarray(np.rint(mean) if dtype.kind in "iub" else mean, dtype=dtype)
     return out
+
+
+def abstention_weighted_ensemble(logits: torch.Tensor, accepted: int | None = None) -> torch.Tensor:
+    """FedEOV's Theorem 2 on (C+1)-way members whose last output is "unknown" (⊥):
+    f*(x) = Σ_c α_c(x) f_c(x) / Σ_c α_c(x) with α_c(x) = 1 − p_⊥,c(x) and f_c(x) the member's
+    distribution over the C known classes (assumption F3), ``[M, N, C+1] → [N, C]``.
+
+    Since α_c f_c is exactly the member's known-class softmax mass, this is also FedOV's vote,
+    the sum of the members' known-class probabilities. With ``accepted = k`` only the k members
+    with the smallest p_⊥ per input vote (FedOV's and the FedEOV code's top-k rule; ties to
+    the lower member index); ``None`` (or k ≥ M) keeps every member. A row where every
+    accepted member is certain of ⊥ (Σ α = 0) gets the uniform distribution.
+    """
+    if logits.ndim != 3 or logits.shape[0] == 0 or logits.shape[-1] < 2:
+        raise ValueError(
+            "abstention_weighted_ensemble: expected logits [M>=1, N, C+1>=2], "
+            f"got {tuple(logits.shape)}"
+        )
+    if accepted is not None and accepted < 1:
+        raise ValueError(f"abstention_weighted_ensemble: expected accepted >= 1, got {accepted}")
+    probs = F.softmax(logits.double(), dim=-1)
+    mass = probs[..., :-1]  # α_c f_c
+    if accepted is not None and accepted < logits.shape[0]:
+        order = torch.sort(probs[..., -1], dim=0, stable=True).indices[:accepted]  # [k, N]
+        keep = torch.zeros_like(probs[..., -1]).scatter_(0, order, 1.0)
+        mass = mass * keep.unsqueeze(-1)
+    total = mass.sum(dim=(0, 2))  # Σ α
+    out = mass.sum(0) / total.clamp_min(1e-300).unsqueeze(-1)
+    out[total <= 0] = 1.0 / mass.shape[-1]
+    return out.float()

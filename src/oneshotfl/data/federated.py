@@ -6,7 +6,9 @@ Order of carving, each step from its own named stream of the partition seed:
 2. the public pool: ``public_size`` random training examples, kept as inputs only
    (:class:`~oneshotfl.data.types.UnlabelledData`) — their labels are dropped here;
 3. the partition of what remains over the clients;
-4. per client, a random ``val_fraction`` held out as its validation split.
+4. per client, a random ``val_fraction`` held out as its validation split;
+5. optionally a feature skew (:mod:`oneshotfl.data.feature_skew`): each client's shard in its
+   own domain, the public pool and the test split a seeded mixture of the client domains.
 
 The test split is the dataset's own and is used for evaluation only.
 """
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from oneshotfl.data.feature_skew import FeatureSkew, Stats, mixture_domains
 from oneshotfl.data.partition import Partitioner, PartitionError
 from oneshotfl.data.types import Dataset, LabelledData, TaskInfo, UnlabelledData
 from oneshotfl.seeding import numpy_rng
@@ -87,9 +90,12 @@ def carve_federated_data(
     public_size: int = 0,
     max_train: int | None = None,
     val_fraction: float = 0.0,
+    feature_skew: FeatureSkew | None = None,
+    stats: Stats | None = None,
 ) -> FederatedData:
     """Carve the public pool, partition the rest, hold out validation splits (see the module
     docs for the order); every step draws from its own stream of the partition ``seed``.
+    ``stats`` is the dataset's normalisation (a colour skew undoes it; default: none).
 
     Raises:
         PartitionError: when the pool leaves no examples or the partitioner cannot split.
@@ -107,14 +113,55 @@ def carve_federated_data(
     public = None
     if public_idx is not None:
         public = UnlabelledData(dataset.train.x[torch.as_tensor(public_idx)])
+    test = dataset.test
+    channels = dataset.in_channels
+    if feature_skew is not None:
+        shards, public, test = _skewed(feature_skew, shards, public, test, clients, seed, stats)
+        channels = feature_skew.channels(channels)
     task = TaskInfo(
         dataset.name,
         dataset.num_classes,
-        dataset.in_channels,
+        channels,
         dataset.image_size,
         tuple(dataset.class_names),
     )
-    return FederatedData(task, shards, public, dataset.test)
+    return FederatedData(task, shards, public, test)
+
+
+def _skewed(
+    skew: FeatureSkew,
+    shards: tuple[ClientShard, ...],
+    public: UnlabelledData | None,
+    test: LabelledData,
+    clients: int,
+    seed: int,
+    stats: Stats | None,
+) -> tuple[tuple[ClientShard, ...], UnlabelledData | None, LabelledData]:
+    """Every client's shard in its own domain; the pool and the test split in a mixture."""
+    c = int(test.x.shape[1])
+    stats = stats or Stats((0.0,) * c, (1.0,) * c)
+
+    def move(x: torch.Tensor, domains: np.ndarray, stream: str) -> torch.Tensor:
+        return skew.apply(x, domains, clients, stats, stream, seed)
+
+    def own(data: LabelledData, cid: int, split: str) -> LabelledData:
+        domains = np.full(len(data), cid)
+        return LabelledData(move(data.x, domains, f"{split} {cid}"), data.y)
+
+    moved = tuple(
+        ClientShard(
+            s.client_id,
+            own(s.train, s.client_id, "train"),
+            None if s.val is None else own(s.val, s.client_id, "val"),
+            s.indices,
+        )
+        for s in shards
+    )
+    if public is not None:
+        domains = mixture_domains(len(public), clients, seed, "public")
+        public = UnlabelledData(move(public.x, domains, "public"))
+    domains = mixture_domains(len(test), clients, seed, "test")
+    return moved, public, LabelledData(move(test.x, domains, "test"), test.y)
 
 
 def _carve_public(

@@ -352,8 +352,11 @@ class Disjoint(Partitioner):
     no two clients share a class.
 
     The classes, in random order, are cut into K contiguous groups whose sizes differ by at
-    most one; client k gets every example of group k. Every example is assigned. Needs
-    K ≤ C.
+    most one; client k gets every example of group k (K ≤ C; the FedEOV code's
+    ``XtremeHetero`` with contiguous class ids instead of a random order). With K > C (FedOV's
+    ``noniid-#label1``, e.g. 20 clients on 10 classes) client k gets class π(k mod C) and each
+    class's examples are split at random into equal parts among its clients; K must then be
+    a multiple of C so that every class has as many holders. Every example is assigned.
     """
 
     def split(
@@ -361,13 +364,17 @@ class Disjoint(Partitioner):
     ) -> list[np.ndarray]:
         labels = _check_inputs(labels, num_clients)
         pools = _by_class(labels, rng)
-        if num_clients > len(pools):
+        order = rng.permutation(len(pools))
+        if num_clients <= len(pools):
+            return _finish([[pools[c] for c in g] for g in np.array_split(order, num_clients)])
+        if num_clients % len(pools):
             raise ValueError(
-                f"disjoint: expected at most {len(pools)} clients (one class each at least), "
-                f"got {num_clients}"
+                f"disjoint: expected at most {len(pools)} clients or a multiple of {len(pools)} "
+                f"(the classes present), got {num_clients}"
             )
-        groups = np.array_split(rng.permutation(len(pools)), num_clients)
-        return _finish([[pools[c] for c in g] for g in groups])
+        share = num_clients // len(pools)
+        parts = [np.array_split(pools[c], share) for c in order]
+        return _finish([[parts[k % len(pools)][k // len(pools)]] for k in range(num_clients)])
 
 
 # --------------------------------------------------------------------------- factory

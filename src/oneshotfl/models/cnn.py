@@ -109,3 +109,41 @@ def cnn(in_channels: int, num_classes: int, image_size: int) -> LeNet5:
 def fedavg_cnn(in_channels: int, num_classes: int, image_size: int) -> FedAvgCNN:
     """The CNN of McMahan et al. (2017)."""
     return FedAvgCNN(in_channels, num_classes, image_size)
+
+
+class SimpleCNN2(ClassifierModel):
+    """FedEOV's SimpleCNN2 (16 kernels): conv5x5 16 (same) → BN → ReLU → maxpool2 → conv5x5 32
+    (valid) → BN → ReLU → maxpool2 → FC 120 → BN → ReLU → head. 111,035 parameters for 11
+    outputs on 28x28 greyscale images. ``num_features`` is 120. Below 12 pixels the second
+    convolution is same-padded (8x8 digits), so ``image_size >= 4`` suffices."""
+
+    min_image_size = 4
+
+    def __init__(self, in_channels: int, num_classes: int, image_size: int) -> None:
+        super().__init__(in_channels, num_classes, image_size)
+        valid = self.image_size >= 12
+        side = (self.image_size // 2 - 4) // 2 if valid else self.image_size // 4
+        self.conv = nn.Sequential(
+            nn.Conv2d(self.in_channels, 16, kernel_size=5, padding=2),
+            nn.BatchNorm2d(16),
+            nn.ReLU(inplace=True),
+            nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, kernel_size=5, padding=0 if valid else 2),
+            nn.BatchNorm2d(32),
+            nn.ReLU(inplace=True),
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+        )
+        self.fc = nn.Sequential(nn.Linear(32 * side * side, 120), nn.BatchNorm1d(120), nn.ReLU())
+        self.num_features = 120
+        self.head = nn.Linear(120, self.num_classes)
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.fc(self.conv(x))
+        return out
+
+
+@MODELS.register("simple_cnn2", "conv 16-32 with BatchNorm, FC 120 (FedEOV's SimpleCNN2)")
+def simple_cnn2(in_channels: int, num_classes: int, image_size: int) -> SimpleCNN2:
+    """FedEOV's small CNN with BatchNorm."""
+    return SimpleCNN2(in_channels, num_classes, image_size)

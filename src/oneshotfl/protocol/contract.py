@@ -282,6 +282,11 @@ class Method(ABC, Generic[ConfigT]):
         same context, so a recipe's model is a cache hit."""
         return None
 
+    def setting_problems(self, client_train: TrainConfig) -> list[str]:
+        """What this method cannot do with the federation's client training settings (e.g. a
+        pruning schedule longer than the epoch budget), checked before any training."""
+        return []
+
     def client_facts(self, ctx: ClientContext) -> dict[str, float]:
         """Facts about this client's update for the result file — measured on the client,
         never sent to a receiver (e.g. how much of its private data its message discloses).

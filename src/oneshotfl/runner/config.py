@@ -44,6 +44,8 @@ class ExperimentConfig(Params):
         classes_per_client: #C of the ``pathological`` partitioner.
         min_samples: least examples per client (Dirichlet partitioners).
         clients: number of clients.
+        feature_skew: a per-client input transform (``color``, ``rotation:max_degrees=90``,
+            ``noise:max_std=1``; see :mod:`oneshotfl.data.feature_skew`), or None.
         model: client architectures: one name, a list cycled over clients (cnn,resnet8) or a
             per-client mapping (0=resnet8,*=cnn).
         server_model: server architecture for methods that train a server model.
@@ -84,6 +86,7 @@ class ExperimentConfig(Params):
     classes_per_client: int = 2
     min_samples: int = 10
     clients: int = 10
+    feature_skew: str | None = None
     model: str = "cnn"
     server_model: str | None = None
     encoder: str | None = None

@@ -26,6 +26,7 @@ import torch
 import oneshotfl
 from oneshotfl.artefacts import ArtefactStore
 from oneshotfl.data.datasets import load_dataset
+from oneshotfl.data.feature_skew import FeatureSkewError, build_feature_skew, dataset_stats
 from oneshotfl.data.federated import FederatedData, carve_federated_data
 from oneshotfl.data.types import Dataset
 from oneshotfl.devices import resolve_device
@@ -113,6 +114,12 @@ class Experiment:
                     f"unknown model {arch!r}; expected one of: {', '.join(MODELS.names())}"
                 )
         partitioner = cfg.partitioner()
+        skew = None
+        if cfg.feature_skew:
+            try:
+                skew = build_feature_skew(cfg.feature_skew)
+            except FeatureSkewError as exc:
+                raise ConfigError(str(exc)) from None
         if dataset is None:
             dataset = load_dataset(cfg.dataset, cfg.data_root, cfg.download)
         data = carve_federated_data(
@@ -123,6 +130,8 @@ class Experiment:
             public_size=cfg.public_size,
             max_train=cfg.max_train,
             val_fraction=cfg.val_fraction,
+            feature_skew=skew,
+            stats=dataset_stats(dataset.name),
         )
         store = ArtefactStore(Path(cfg.cache_dir) if cfg.cache_dir else None)
         device = resolve_device(cfg.device)
@@ -211,6 +220,7 @@ class Experiment:
                 problems.append(
                     f"{key} needs at least {req.min_clients} clients, got {cfg.clients}"
                 )
+            problems += [f"{key}: {p}" for p in method.setting_problems(cfg.client_train_config())]
             if req.topology is Topology.PEER and method.num_rounds() != 1:
                 problems.append(f"{key}: peer methods run one round, got {method.num_rounds()}")
         if problems:

@@ -211,20 +211,36 @@ class AdversarialConfig(Params):
         require(0 < self.fraction <= 1, "fraction", "in (0, 1]", self.fraction)
 
 
-def gradient_sign_examples(
-    model: nn.Module, x: torch.Tensor, y: torch.Tensor, epsilon: float, steps: int
+def sign_gradient_steps(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    step: float,
+    steps: int,
+    epsilon: float,
+    targeted: bool = False,
 ) -> torch.Tensor:
-    """x' = Π_{‖x'−x‖∞≤ε}(x' + (ε/steps)·sign(∇_x' CE(f(x'), y))), ``steps`` times from x
-    (Goodfellow et al. 2015's FGSM for one step). Gradients reach the input only."""
-    step = epsilon / steps
+    """x' = Π_{‖x'−x‖∞≤ε}(x' ± step·sign(∇_x' CE(f(x'), y))), ``steps`` times from x: ``+``
+    raises the loss of ``y`` (untargeted FGSM), ``−`` with ``targeted`` lowers it (a targeted
+    attack towards ``y``). Gradients reach the input only."""
+    sign = -1.0 if targeted else 1.0
     adv = x.detach().clone()
     for _ in range(steps):
         adv.requires_grad_(True)
         loss = F.cross_entropy(model(adv), y)
         (grad,) = torch.autograd.grad(loss, adv)
-        adv = adv.detach() + step * grad.sign()
+        adv = adv.detach() + sign * step * grad.sign()
         adv = x.detach() + (adv - x.detach()).clamp(-epsilon, epsilon)
     return adv.detach()
+
+
+def gradient_sign_examples(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, epsilon: float, steps: int
+) -> torch.Tensor:
+    """Untargeted :func:`sign_gradient_steps` of size ε/steps (Goodfellow et al. 2015's FGSM
+    for one step)."""
+    return sign_gradient_steps(model, x, y, step=epsilon / steps, steps=steps, epsilon=epsilon)
 
 
 @register_component("adversarial", "FGSM / iterative FGSM examples (true or 'unknown' label)")
@@ -236,7 +252,7 @@ class Adversarial(Component):
     Config = AdversarialConfig
 
     def setup(self, model: nn.Module) -> None:
-        _check_unknown("adversarial", self.config.label, self.env)
+        require_unknown_output("adversarial", self.config.label, self.env)
 
     def extra_examples(
         self, model: nn.Module, x: torch.Tensor, y: torch.Tensor
@@ -309,7 +325,7 @@ class Augmented(Component):
     Config = AugmentedConfig
 
     def setup(self, model: nn.Module) -> None:
-        _check_unknown("augmented", self.config.label, self.env)
+        require_unknown_output("augmented", self.config.label, self.env)
 
     def extra_examples(
         self, model: nn.Module, x: torch.Tensor, y: torch.Tensor
@@ -329,7 +345,7 @@ def _labels(y: torch.Tensor, label: str, env: ComponentEnv) -> torch.Tensor:
     return torch.full_like(y, env.num_classes) if label == "unknown" else y
 
 
-def _check_unknown(name: str, label: str, env: ComponentEnv) -> None:
+def require_unknown_output(name: str, label: str, env: ComponentEnv) -> None:
     if label == "unknown" and env.extra_outputs < 1:
         raise ValueError(
             f"component {name!r}: label=unknown needs a recipe with extra_outputs >= 1, "

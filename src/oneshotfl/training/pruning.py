@@ -45,6 +45,10 @@ class PruningSchedule(Params):
         schedule: ``geometric`` (``1 - (1-s)^(k/S)`` after stage ``k``) or ``linear`` (``s·k/S``).
         scope: ``global`` (one magnitude ranking over all prunable weights) or ``layer`` (the
             same fraction pruned in every layer).
+        rewind: after each pruning step, reset the kept weights (every parameter) to their
+            initial values and the BatchNorm statistics (FedEOV's Algorithm 2, line 16: the
+            lottery-ticket rewind); needs ``finetune_epochs >= 1``.
+        keep_head: never prune the classifier ``head`` (the FedEOV code's choice).
     """
 
     stages: int
@@ -53,6 +57,8 @@ class PruningSchedule(Params):
     sparsity: float
     schedule: Literal["geometric", "linear"] = "geometric"
     scope: Literal["global", "layer"] = "global"
+    rewind: bool = False
+    keep_head: bool = False
 
     def validate(self) -> None:
         require(is_int(self.stages, 1), "stages", "an int >= 1", self.stages)
@@ -60,6 +66,8 @@ class PruningSchedule(Params):
         require(is_int(e_p, 1), "epochs_per_stage", "an int >= 1", e_p)
         require(is_int(e_f, 0), "finetune_epochs", "an int >= 0", e_f)
         require(is_number(s) and 0 <= s < 1, "sparsity", "a number in [0, 1)", s)
+        ok = not self.rewind or e_f >= 1
+        require(ok, "finetune_epochs", ">= 1 with rewind (else the rewound model is sent)", e_f)
 
     @property
     def total_epochs(self) -> int:
@@ -103,13 +111,19 @@ class MagnitudePruner:
         for name, module in model.named_modules():
             weight = getattr(module, "weight", None)
             tied = id(weight) in seen  # a weight shared by two modules is pruned once
+            head = schedule.keep_head and (name == "head" or name.startswith("head."))
             if isinstance(module, PRUNABLE) and isinstance(weight, nn.Parameter) and not tied:
+                if head:
+                    continue
                 seen.add(id(weight))
                 self._modules[f"{name}.weight" if name else "weight"] = module
         if not self._modules:
             raise PruningError("pruning model: expected a Conv1d/2d/3d or Linear weight, got none")
         self.masks = {name: torch.ones_like(w, dtype=torch.bool) for name, w in self._weights()}
         self.stage = 0
+        self.initial = (
+            {k: v.detach().clone() for k, v in model.named_parameters()} if schedule.rewind else {}
+        )
 
     def _weights(self) -> list[tuple[str, torch.Tensor]]:
         """The prunable weights, looked up afresh (the model may have moved device)."""
@@ -151,7 +165,18 @@ class MagnitudePruner:
             for (name, w), piece in zip(group, pieces, strict=True):
                 self.masks[name] = piece.view_as(w).to(w.device)
         self.stage = max(self.stage, stage)
+        if self.schedule.rewind:
+            self._rewind()
         self.apply()
+
+    @torch.no_grad()
+    def _rewind(self) -> None:
+        """Every parameter back to its initial value, BatchNorm statistics reset."""
+        for name, param in self.model.named_parameters():
+            param.copy_(self.initial[name].to(param.device, param.dtype))
+        for module in self.model.modules():
+            if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                module.reset_running_stats()
 
     @torch.no_grad()
     def apply(self) -> None:
