@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
 .PHONY: setup data demo test lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
-	bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed \
+	bench-fedeov bench-fedeov-target bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed \
 	clean-cache
 VENV := .venv/bin
 
@@ -71,6 +71,27 @@ bench-fedage: setup data
 	  $(VENV)/oneshotfl report benchmarks/results/$$f --out docs/figures/$$f \
 	    --markdown docs/benchmarks.md --section $$f || exit 1; \
 	done
+
+## The FedEOV benchmark of issue 12 (see docs/benchmarks.md): the Table 6 analogue, the label-
+## and feature-skew tables and the stage ablation, two single-threaded shards each. The
+## ablation runs after fedeov-fmnist, whose n = 10 client models it reuses from the cache.
+bench-fedeov: setup data
+	for f in fedeov-fmnist fedeov-ablation fedeov-skews; do \
+	  OMP_NUM_THREADS=1 $(VENV)/oneshotfl sweep benchmarks/$$f.yaml \
+	    --out benchmarks/results/$$f --shard 0/2 & \
+	  OMP_NUM_THREADS=1 $(VENV)/oneshotfl sweep benchmarks/$$f.yaml \
+	    --out benchmarks/results/$$f --shard 1/2; wait; \
+	  $(VENV)/oneshotfl report benchmarks/results/$$f --out docs/figures/$$f \
+	    --markdown docs/benchmarks.md --section $$f || exit 1; \
+	done
+
+## FedEOV's wall-time target (issue 12): one timed process with both cores (2 threads), no
+## cache, on an otherwise idle machine; compare with the reference's 24.6 min.
+bench-fedeov-target: setup data
+	OMP_NUM_THREADS=2 $(VENV)/oneshotfl sweep benchmarks/fedeov-target.yaml \
+	  --out benchmarks/results/fedeov-target
+	$(VENV)/oneshotfl report benchmarks/results/fedeov-target \
+	  --out docs/figures/fedeov-target --markdown docs/benchmarks.md --section fedeov-target
 
 ## The Flower figures of issue 5 (docs/benchmarks.md): bytes on the wire and wall time per
 ## method through 3 SuperNodes against the local simulation, then Flower's simulation engine at

@@ -17,6 +17,8 @@ count what a client actually executes on a batch, divided by the batch size:
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -62,6 +64,21 @@ def sparse_forward_flops(model: nn.Module, x: torch.Tensor) -> tuple[float, floa
             zero = 1.0 - float(torch.count_nonzero(weight)) / weight.numel()
             saved += zero * counts.get(f"{prefix}.{name}" if name else prefix, 0)
     return dense / len(x), (dense - saved) / len(x)
+
+
+def inference_latency_ms(
+    predict: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, repeats: int = 3
+) -> float:
+    """Measured wall-clock milliseconds per image of ``predict(x)`` (the best of ``repeats``
+    passes after one warm-up): a fact about this machine, reported, never asserted."""
+    with torch.no_grad():
+        predict(x)
+        best = math.inf
+        for _ in range(repeats):
+            start = time.perf_counter()
+            predict(x)
+            best = min(best, time.perf_counter() - start)
+    return 1000.0 * best / len(x)
 
 
 def train_step_flops(model: nn.Module, x: torch.Tensor, num_classes: int) -> float:

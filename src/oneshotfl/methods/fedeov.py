@@ -47,7 +47,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from oneshotfl.cost import sparse_forward_flops
+from oneshotfl.cost import inference_latency_ms, sparse_forward_flops
 from oneshotfl.functional import abstention_weighted_ensemble
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import SendsTrainedModel
@@ -61,6 +61,9 @@ from oneshotfl.training.loop import TrainConfig
 from oneshotfl.training.negatives import NegativesConfig
 from oneshotfl.training.pruning import PruningSchedule
 from oneshotfl.training.recipe import ClientRecipe
+
+LATENCY_BATCH = 256
+"""Images per timed pass when the server measures its model's CPU inference latency."""
 
 
 @dataclass(frozen=True)
@@ -199,7 +202,20 @@ class OpenSetEnsemble(SendsTrainedModel[Any]):
             model_from_fields(payloads[c], ctx.dims, extra_outputs=1) for c in sorted(payloads)
         ]
         votes = self.accepted_votes()
-        return Ensemble(members, combine=abstention_combiner(votes), info={"accepted_votes": votes})
+        ensemble = Ensemble(members, combine=abstention_combiner(votes))
+        probe = torch.zeros(
+            LATENCY_BATCH, ctx.task.in_channels, ctx.task.image_size, ctx.task.image_size
+        )
+        ensemble.info = {
+            "accepted_votes": votes,
+            "members": len(members),
+            "timings": {  # measured on this machine: reported, never compared across runs
+                "latency_ms_per_image_cpu": inference_latency_ms(
+                    lambda x: ensemble.predict_proba(x, torch.device("cpu")), probe
+                )
+            },
+        }
+        return ensemble
 
 
 @register_method("fedeov", "FedEOV: open-set clients (curriculum), Theorem 2 weighted ensemble")

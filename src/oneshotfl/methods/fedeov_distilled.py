@@ -3,8 +3,8 @@
 
 The clients are FedEOV's (the same cached (C+1)-way models; every FedEOV knob applies). The
 server computes the ensemble's Theorem 2 prediction (with ``accepted_votes``) once on the
-**public pool** and distils it into a fresh C-way student (``server_model``, else the first
-client's architecture) with KL(f*(x) ‖ softmax(s(x)/T)) for ``distill_epochs`` epochs (None =
+**public pool** and distils it into a fresh C-way student (``student``, default the first
+client's architecture, as the authors' code) with KL(f*(x) ‖ softmax(s(x)/T)) for ``distill_epochs`` epochs (None =
 ``server_epochs``) with the server's training settings.
 
 Deviation, required by the issue: the authors' code distils on the union of the clients'
@@ -19,10 +19,13 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import torch
+
+from oneshotfl.cost import inference_latency_ms
 from oneshotfl.functional import kl_to_student
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import initial_model
-from oneshotfl.methods.fedeov import FedEOV, FedEOVConfig
+from oneshotfl.methods.fedeov import LATENCY_BATCH, FedEOV, FedEOVConfig
 from oneshotfl.params import require
 from oneshotfl.protocol.contract import Requires, ServerContext
 from oneshotfl.protocol.outcome import Ensemble, GlobalModel, Outcome
@@ -38,9 +41,11 @@ class FedEOVDistilledConfig(FedEOVConfig):
     Attributes:
         distill_epochs: server distillation epochs (None = ``server_epochs``).
         temperature: student softmax temperature T.
+        student: the student's architecture (None = the first client's).
     """
 
     distill_epochs: int | None = None
+    student: str | None = None
     temperature: float = 1.0
 
     def validate(self) -> None:
@@ -60,12 +65,13 @@ class FedEOVDistilled(FedEOV):
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         if ctx.public is None:
             raise ValueError("fedeov_distilled needs a public pool: set public_size > 0")
+        cfg = self.config
         teacher = super().aggregate(payloads, ctx)
         assert isinstance(teacher, Ensemble)
         target = teacher.predict_proba(ctx.public.x, ctx.device)
-        arch = ctx.server_arch or ctx.client_archs[min(payloads)]
+        arch = cfg.student or ctx.client_archs[min(payloads)]
         student = initial_model(arch, ctx.task, ctx.seed)
-        cfg, base = self.config, ctx.train_config
+        base = ctx.train_config
         stats = distil(
             student,
             ctx.public.x,
@@ -82,5 +88,14 @@ class FedEOVDistilled(FedEOV):
         outcome.info = {
             "student_teacher_agreement_public": float((own == target.argmax(1)).double().mean()),
             "distill_final_loss": stats.final_loss,
+            "timings": {  # measured on this machine: reported, never compared across runs
+                "teacher_latency_ms_per_image_cpu": teacher.info["timings"][
+                    "latency_ms_per_image_cpu"
+                ],
+                "latency_ms_per_image_cpu": inference_latency_ms(
+                    lambda x: outcome.predict_proba(x, torch.device("cpu")),
+                    torch.zeros(LATENCY_BATCH, *ctx.public.x.shape[1:]),
+                ),
+            },
         }
         return outcome
