@@ -233,3 +233,20 @@ def test_every_variant_runs_and_reports_what_it_is(tiny_config: Any) -> None:
     assert all(s == pytest.approx(0.5, abs=0.02) for s in facts["sparsity"])
     assert all(s < d for s, d in zip(facts["flops_sparse"], facts["flops_dense"], strict=True))
     assert rows[OPEN_SET[1]]["diagnostics"]["accepted_votes"] == 2
+
+
+@pytest.mark.parametrize("bn", ["eval", "code"])
+def test_only_the_code_reading_lets_the_attack_move_batchnorm_statistics(bn: str) -> None:
+    from oneshotfl.training.components import ComponentEnv
+    from oneshotfl.training.negatives import Negatives, NegativesConfig
+
+    torch.manual_seed(0)
+    model = create_model("simple_cnn2", 1, 4, 16).train()
+    env = ComponentEnv(3, 1, torch.Generator().manual_seed(0))
+    component = Negatives(NegativesConfig(fgsm_steps=2, bn=bn), env)
+    before = model.conv[1].running_mean.clone()
+    x, y = torch.randn(8, 1, 16, 16), torch.zeros(8, dtype=torch.long)
+    neg, labels = component.extra_examples(model, x, y)
+    assert neg.shape == x.shape and bool((labels == 3).all()) and model.training
+    moved = not torch.equal(model.conv[1].running_mean, before)
+    assert moved == (bn == "code")

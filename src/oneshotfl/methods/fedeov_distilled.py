@@ -4,8 +4,8 @@
 The clients are FedEOV's (the same cached (C+1)-way models; every FedEOV knob applies). The
 server computes the ensemble's Theorem 2 prediction (with ``accepted_votes``) once on the
 **public pool** and distils it into a fresh C-way student (``student``, default the first
-client's architecture, as the authors' code) with KL(f*(x) ‖ softmax(s(x)/T)) for ``distill_epochs`` epochs (None =
-``server_epochs``) with the server's training settings.
+client's architecture, as the authors' code) with KL(f*(x) ‖ softmax(s(x)/T)) for
+``distill_epochs`` epochs (None = ``server_epochs``) with the server's training settings.
 
 Deviation, required by the issue: the authors' code distils on the union of the clients'
 private training sets (half of its batches per epoch), which no server has; we distil on the

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -76,6 +76,8 @@ class FedOVConfig(Params):
         fgsm_steps: FGSM steps on the outliers (0 = no adversarial outliers).
         fgsm_step: size of one step (normalised input units).
         runner_up: add the runner-up-unknown term.
+        bn: ``eval`` (FedOV's code: the attack runs with frozen BatchNorm statistics) or
+            ``code`` (the FedEOV code's handling, see ``fedeov``).
         epochs: client epochs (None = the federation's ``local_epochs``).
         accepted_votes: clients voting per input (None = all).
     """
@@ -83,6 +85,7 @@ class FedOVConfig(Params):
     fgsm_steps: int = 5
     fgsm_step: float = 0.002
     runner_up: bool = True
+    bn: Literal["eval", "code"] = "eval"
     epochs: int | None = None
     accepted_votes: int | None = 5
 
@@ -102,7 +105,7 @@ class FedOV(OpenSetEnsemble):
 
     def recipe(self, ctx: ClientContext) -> ClientRecipe:
         cfg = self.config
-        negatives: dict[str, Any] = {"style": "fedov", "corrupt": True}
+        negatives: dict[str, Any] = {"style": "fedov", "corrupt": True, "bn": cfg.bn}
         if cfg.fgsm_steps:
             negatives |= {"fgsm_steps": cfg.fgsm_steps, "fgsm_step": cfg.fgsm_step}
             negatives |= {"fgsm": "away_unknown", "keep_clean": True}

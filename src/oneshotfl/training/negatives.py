@@ -264,6 +264,11 @@ class NegativesConfig(Params):
             untargeted attack) or ``toward_source`` descends the loss of the class each
             negative was made from (a targeted attack towards the known class).
         keep_clean: also keep the negatives before the attack (FedOV keeps both).
+        bn: how BatchNorm sees the negatives' attack: ``eval`` (running statistics used and
+            untouched) or ``code`` (the FedEOV code: the attack runs in training mode, so
+            batch statistics are used and the running statistics move towards the
+            negatives, and every step also passes the real batch alone through the model
+            in training mode, its accuracy bookkeeping, which moves them back).
     """
 
     corrupt: bool = True
@@ -276,6 +281,7 @@ class NegativesConfig(Params):
     fgsm_epsilon: float = 0.5
     fgsm: Literal["away_unknown", "toward_source"] = "away_unknown"
     keep_clean: bool = False
+    bn: Literal["eval", "code"] = "eval"
 
     def validate(self) -> None:
         require(self.corrupt or self.jigsaw, "corrupt/jigsaw", "at least one on", False)
@@ -308,7 +314,8 @@ def make_negatives(
     toward = cfg.fgsm == "toward_source"
     target = torch.cat(sources) if toward else torch.full((len(neg),), unknown, device=x.device)
     was_training = model.training
-    model.eval()
+    if cfg.bn == "eval":
+        model.eval()
     adv = sign_gradient_steps(
         model,
         neg,
@@ -334,5 +341,8 @@ class Negatives(Component):
     def extra_examples(
         self, model: nn.Module, x: torch.Tensor, y: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.config.bn == "code" and model.training:
+            with torch.no_grad():
+                model(x)  # the code's real-only forward in training mode (BN statistics)
         neg = make_negatives(model, x, y, self.config, self.env.num_classes, self.env.generator)
         return neg, torch.full((len(neg),), self.env.num_classes, dtype=y.dtype, device=y.device)
