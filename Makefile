@@ -92,6 +92,7 @@ bench-fedeov-target: setup data
 	  --out benchmarks/results/fedeov-target
 	$(VENV)/oneshotfl report benchmarks/results/fedeov-target \
 	  --out docs/figures/fedeov-target --markdown docs/benchmarks.md --section fedeov-target
+	$(VENV)/python scripts/fedeov_target_report.py
 
 ## The Flower figures of issue 5 (docs/benchmarks.md): bytes on the wire and wall time per
 ## method through 3 SuperNodes against the local simulation, then Flower's simulation engine at
