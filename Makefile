@@ -32,21 +32,11 @@ bench-core: setup data
 ## The FedOL benchmark of issue 3 (see docs/benchmarks.md): two single-threaded shards of
 ## the grid run in parallel, one per core (runs are deterministic at a fixed thread count).
 bench-fedol: setup data
-	OMP_NUM_THREADS=1 $(VENV)/oneshotfl sweep benchmarks/fedol-fmnist.yaml \
-	  --out benchmarks/results/fedol-fmnist --shard 0/2 & \
-	OMP_NUM_THREADS=1 $(VENV)/oneshotfl sweep benchmarks/fedol-fmnist.yaml \
-	  --out benchmarks/results/fedol-fmnist --shard 1/2; wait
-	$(VENV)/oneshotfl report benchmarks/results/fedol-fmnist --out docs/figures/fedol-fmnist \
-	  --markdown docs/benchmarks.md --section fedol-fmnist
+	VENV=$(VENV) bash scripts/sweep_shards.sh fedol-fmnist
 
 ## FedOL's ablation (run after bench-fedol: it reuses that sweep's cached client models).
 bench-fedol-ablation: setup data
-	OMP_NUM_THREADS=1 $(VENV)/oneshotfl sweep benchmarks/fedol-ablation.yaml \
-	  --out benchmarks/results/fedol-ablation --shard 0/2 & \
-	OMP_NUM_THREADS=1 $(VENV)/oneshotfl sweep benchmarks/fedol-ablation.yaml \
-	  --out benchmarks/results/fedol-ablation --shard 1/2; wait
-	$(VENV)/oneshotfl report benchmarks/results/fedol-ablation \
-	  --out docs/figures/fedol-ablation --markdown docs/benchmarks.md --section fedol-ablation
+	VENV=$(VENV) bash scripts/sweep_shards.sh fedol-ablation
 
 ## The FedAGE benchmark of issue 4 (see docs/benchmarks.md): linear probes of the SimCLR
 ## encoder (pretrained without labels on each seed's public pool, cached) and of the random
@@ -63,27 +53,13 @@ bench-fedage: setup data
 	  $(VENV)/oneshotfl encoder attack --encoder $$e --epsilons none,16,4,1 \
 	    --out docs/figures/fedage-attack-$$e $(FEDAGE_DATA) || exit 1; \
 	done
-	for f in fedage-fmnist fedage-clients fedage-knobs; do \
-	  OMP_NUM_THREADS=1 $(VENV)/oneshotfl sweep benchmarks/$$f.yaml \
-	    --out benchmarks/results/$$f --shard 0/2 & \
-	  OMP_NUM_THREADS=1 $(VENV)/oneshotfl sweep benchmarks/$$f.yaml \
-	    --out benchmarks/results/$$f --shard 1/2; wait; \
-	  $(VENV)/oneshotfl report benchmarks/results/$$f --out docs/figures/$$f \
-	    --markdown docs/benchmarks.md --section $$f || exit 1; \
-	done
+	VENV=$(VENV) bash scripts/sweep_shards.sh fedage-fmnist fedage-clients fedage-knobs
 
 ## The FedEOV benchmark of issue 12 (see docs/benchmarks.md): the Table 6 analogue, the label-
 ## and feature-skew tables and the stage ablation, two single-threaded shards each. The
 ## ablation runs after fedeov-fmnist, whose n = 10 client models it reuses from the cache.
 bench-fedeov: setup data
-	for f in fedeov-fmnist fedeov-ablation fedeov-skews; do \
-	  OMP_NUM_THREADS=1 $(VENV)/oneshotfl sweep benchmarks/$$f.yaml \
-	    --out benchmarks/results/$$f --shard 0/2 & \
-	  OMP_NUM_THREADS=1 $(VENV)/oneshotfl sweep benchmarks/$$f.yaml \
-	    --out benchmarks/results/$$f --shard 1/2; wait; \
-	  $(VENV)/oneshotfl report benchmarks/results/$$f --out docs/figures/$$f \
-	    --markdown docs/benchmarks.md --section $$f || exit 1; \
-	done
+	VENV=$(VENV) bash scripts/sweep_shards.sh fedeov-fmnist fedeov-ablation fedeov-skews
 
 ## FedEOV's wall-time target (issue 12): one timed process with both cores (2 threads), no
 ## cache, on an otherwise idle machine; compare with the reference's 24.6 min.

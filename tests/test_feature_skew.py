@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from oneshotfl.data.feature_skew import PALETTE, RGB, Stats, build_feature_skew
+from oneshotfl.data.feature_skew import PALETTE, RGB, Domains, Stats, build_feature_skew
 from oneshotfl.runner.config import ConfigError
 from oneshotfl.runner.experiment import Experiment
 
@@ -33,7 +33,8 @@ def test_color_paints_each_client_in_its_own_colours(tiny_config: Any) -> None:
 def test_binary_colour_uses_only_the_two_colours() -> None:
     skew = build_feature_skew("color:binary=true")
     x = torch.rand(4, 1, 6, 6)
-    out = skew.apply(x, np.array([0, 1, 2, 3]), 4, Stats((0.0,), (1.0,)), "t", 0) * 0.5 + 0.5
+    where = Domains(np.array([0, 1, 2, 3]), 4, Stats((0.0,), (1.0,)), "t", 0)
+    out = skew.apply(x, where) * 0.5 + 0.5
     for i in range(4):
         colours = {
             tuple(round(v, 4) for v in p) for p in out[i].permute(1, 2, 0).reshape(-1, 3).tolist()
@@ -43,11 +44,11 @@ def test_binary_colour_uses_only_the_two_colours() -> None:
 
 def test_rotation_and_noise_grow_with_the_client_index() -> None:
     x = torch.rand(3, 1, 8, 8)
-    stats, domains = Stats((0.0,), (1.0,)), np.array([0, 1, 2])
-    rotated = build_feature_skew("rotation:max_degrees=180").apply(x, domains, 3, stats, "t", 0)
+    where = Domains(np.array([0, 1, 2]), 3, Stats((0.0,), (1.0,)), "t", 0)
+    rotated = build_feature_skew("rotation:max_degrees=180").apply(x, where)
     assert torch.allclose(rotated[0], x[0], atol=1e-5)  # client 0: no rotation
     assert torch.allclose(rotated[2], x[2].flip(-1).flip(-2), atol=1e-4)  # 180°
-    noisy = build_feature_skew("noise:max_std=2").apply(x, domains, 3, stats, "t", 0)
+    noisy = build_feature_skew("noise:max_std=2").apply(x, where)
     assert torch.equal(noisy[0], x[0])
     assert float((noisy[2] - x[2]).std()) > float((noisy[1] - x[1]).std()) > 0
 

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from oneshotfl.data.datasets import DATASETS
 from oneshotfl.params import Params, coerce_params, require
 from oneshotfl.registry import Registry, parse_spec
 from oneshotfl.seeding import numpy_rng, torch_generator
@@ -52,8 +53,8 @@ class FeatureSkewError(ValueError):
 
 
 class FeatureSkew:
-    """Base of registered feature skews: ``apply(x, domains, clients, ...)`` transforms every
-    row ``i`` of normalised images into client domain ``domains[i]``."""
+    """Base of registered feature skews: ``apply(x, where)`` transforms every row ``i`` of
+    normalised images into client domain ``where.index[i]``."""
 
     Config: ClassVar[type] = Params
 
@@ -64,15 +65,7 @@ class FeatureSkew:
         """Channels of the transformed images."""
         return in_channels
 
-    def apply(
-        self,
-        x: torch.Tensor,
-        domains: np.ndarray,
-        clients: int,
-        stats: Stats,
-        stream: str,
-        seed: int,
-    ) -> torch.Tensor:
+    def apply(self, x: torch.Tensor, where: Domains) -> torch.Tensor:
         raise NotImplementedError
 
 
@@ -82,6 +75,23 @@ class Stats:
 
     mean: Sequence[float]
     std: Sequence[float]
+
+
+@dataclass(frozen=True)
+class Domains:
+    """Where a batch goes: row ``i`` into the domain of client ``index[i]`` of ``clients``;
+    ``stats`` undo the normalisation; ``stream`` and ``seed`` name the random stream of a
+    stochastic skew."""
+
+    index: np.ndarray
+    clients: int
+    stats: Stats
+    stream: str
+    seed: int
+
+    def fraction(self) -> np.ndarray:
+        """Each row's position k/(K−1) on a skew that grows from client 0 to the last."""
+        return self.index / max(1, self.clients - 1)
 
 
 FEATURE_SKEWS: Registry[type[FeatureSkew]] = Registry("feature skew")
@@ -101,21 +111,13 @@ class Color(FeatureSkew):
     def channels(self, in_channels: int) -> int:
         return 3
 
-    def apply(
-        self,
-        x: torch.Tensor,
-        domains: np.ndarray,
-        clients: int,
-        stats: Stats,
-        stream: str,
-        seed: int,
-    ) -> torch.Tensor:
-        mean = torch.tensor(stats.mean, dtype=x.dtype).view(1, -1, 1, 1)
-        std = torch.tensor(stats.std, dtype=x.dtype).view(1, -1, 1, 1)
+    def apply(self, x: torch.Tensor, where: Domains) -> torch.Tensor:
+        mean = torch.tensor(where.stats.mean, dtype=x.dtype).view(1, -1, 1, 1)
+        std = torch.tensor(where.stats.std, dtype=x.dtype).view(1, -1, 1, 1)
         p = (x * std + mean).clamp(0, 1).mean(dim=1, keepdim=True)
         if self.config.binary:
             p = (p > 50 / 255).to(x.dtype)
-        pairs = [PALETTE[d % len(PALETTE)] for d in domains.tolist()]
+        pairs = [PALETTE[d % len(PALETTE)] for d in where.index.tolist()]
         fg = torch.tensor([RGB[f] for f, _ in pairs], dtype=x.dtype).view(-1, 3, 1, 1)
         bg = torch.tensor([RGB[b] for _, b in pairs], dtype=x.dtype).view(-1, 3, 1, 1)
         return (bg + p * (fg - bg) - 0.5) / 0.5
@@ -135,17 +137,9 @@ class RotationConfig(Params):
 class Rotation(FeatureSkew):
     Config = RotationConfig
 
-    def apply(
-        self,
-        x: torch.Tensor,
-        domains: np.ndarray,
-        clients: int,
-        stats: Stats,
-        stream: str,
-        seed: int,
-    ) -> torch.Tensor:
-        step = self.config.max_degrees / max(1, clients - 1)
-        angle = torch.tensor(domains * step * math.pi / 180, dtype=torch.float64)
+    def apply(self, x: torch.Tensor, where: Domains) -> torch.Tensor:
+        degrees = where.fraction() * self.config.max_degrees
+        angle = torch.tensor(degrees * math.pi / 180, dtype=torch.float64)
         theta = torch.zeros(len(x), 2, 3, dtype=torch.float64)
         theta[:, 0, 0], theta[:, 0, 1] = angle.cos(), -angle.sin()
         theta[:, 1, 0], theta[:, 1, 1] = angle.sin(), angle.cos()
@@ -169,17 +163,9 @@ class NoiseConfig(Params):
 class Noise(FeatureSkew):
     Config = NoiseConfig
 
-    def apply(
-        self,
-        x: torch.Tensor,
-        domains: np.ndarray,
-        clients: int,
-        stats: Stats,
-        stream: str,
-        seed: int,
-    ) -> torch.Tensor:
-        level = torch.tensor(domains / max(1, clients - 1) * self.config.max_std, dtype=x.dtype)
-        g = torch_generator(seed, "feature_skew", "noise", stream)
+    def apply(self, x: torch.Tensor, where: Domains) -> torch.Tensor:
+        level = torch.tensor(where.fraction() * self.config.max_std, dtype=x.dtype)
+        g = torch_generator(where.seed, "feature_skew", "noise", where.stream)
         return x + level.view(-1, 1, 1, 1) * torch.randn(x.shape, generator=g, dtype=x.dtype)
 
 
@@ -204,8 +190,6 @@ def mixture_domains(n: int, clients: int, seed: int, split: str) -> np.ndarray:
 
 def dataset_stats(name: str) -> Stats | None:
     """The normalisation of a registered dataset (None for one we do not know)."""
-    from oneshotfl.data.datasets import DATASETS  # the loaders import this package's peers
-
     if name not in DATASETS:
         return None
     spec = DATASETS.get(name)

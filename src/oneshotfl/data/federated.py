@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from oneshotfl.data.feature_skew import FeatureSkew, Stats, mixture_domains
+from oneshotfl.data.feature_skew import Domains, FeatureSkew, Stats, mixture_domains
 from oneshotfl.data.partition import Partitioner, PartitionError
 from oneshotfl.data.types import Dataset, LabelledData, TaskInfo, UnlabelledData
 from oneshotfl.seeding import numpy_rng
@@ -142,7 +142,7 @@ def _skewed(
     stats = stats or Stats((0.0,) * c, (1.0,) * c)
 
     def move(x: torch.Tensor, domains: np.ndarray, stream: str) -> torch.Tensor:
-        return skew.apply(x, domains, clients, stats, stream, seed)
+        return skew.apply(x, Domains(domains, clients, stats, stream, seed))
 
     def own(data: LabelledData, cid: int, split: str) -> LabelledData:
         domains = np.full(len(data), cid)

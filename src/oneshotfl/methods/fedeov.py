@@ -193,6 +193,15 @@ class OpenSetEnsemble(SendsTrainedModel[Any]):
         """The client's (C+1)-way training recipe."""
         raise NotImplementedError
 
+    def epochs(self, client_train: TrainConfig) -> int:
+        """The client's budget E: the ``epochs`` knob, else the federation's ``local_epochs``."""
+        epochs: int = self.config.epochs or client_train.epochs
+        return epochs
+
+    def client_train(self, ctx: ClientContext) -> TrainConfig:
+        """The federation's client training settings with the budget E."""
+        return dataclasses.replace(ctx.train_config, epochs=self.epochs(ctx.train_config))
+
     def trained(self, ctx: ClientContext) -> nn.Module:
         return ctx.train(self.recipe(ctx))
 
@@ -232,13 +241,9 @@ class FedEOV(OpenSetEnsemble):
 
     Config = FedEOVConfig
 
-    def epochs(self, ctx: ClientContext) -> int:
-        return self.config.epochs or ctx.train_config.epochs
-
     def recipe(self, ctx: ClientContext) -> ClientRecipe:
-        e = self.epochs(ctx)
-        train = dataclasses.replace(ctx.train_config, epochs=e)
-        specs = tuple(curriculum(self.config, e))
+        train = self.client_train(ctx)
+        specs = tuple(curriculum(self.config, train.epochs))
         return ctx.recipe(name="fedeov", extra_outputs=1, train=train, components=specs)
 
 
@@ -281,7 +286,7 @@ class FedEOVPruned(FedEOV):
         return e_p, epochs - cfg.stages * e_p
 
     def setting_problems(self, client_train: TrainConfig) -> list[str]:
-        e = self.config.epochs or client_train.epochs
+        e = self.epochs(client_train)
         e_p, e_f = self.budget(e)
         if e_f >= 1:
             return []
@@ -291,7 +296,7 @@ class FedEOVPruned(FedEOV):
         ]
 
     def recipe(self, ctx: ClientContext) -> ClientRecipe:
-        cfg, e = self.config, self.epochs(ctx)
+        cfg, e = self.config, self.epochs(ctx.train_config)
         e_p, e_f = self.budget(e)
         if e_f < 1:
             raise ValueError("fedeov_pruned: " + self.setting_problems(ctx.train_config)[0])
@@ -318,8 +323,7 @@ class FedEOVPruned(FedEOV):
             if isinstance(m, nn.Conv2d | nn.Linear) and name != "head"
         ]
         zeros = sum(int((w == 0).sum()) for w in weights)
-        dense, sparse = sparse_forward_flops(model.cpu(), ctx.data.x[:1])
-        model.to(ctx.device)
+        dense, sparse = sparse_forward_flops(model, ctx.data.x[:1].to(ctx.device))
         return {
             "sparsity": zeros / sum(w.numel() for w in weights),
             "flops_dense": dense,

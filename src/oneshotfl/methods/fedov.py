@@ -24,7 +24,6 @@ BatchNorm in eval mode, as FedOV's code does.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -112,5 +111,5 @@ class FedOV(OpenSetEnsemble):
         specs = [ComponentSpec.of("negatives", **negatives)]
         if cfg.runner_up:
             specs.append(ComponentSpec.of("runner_up_unknown"))
-        train = dataclasses.replace(ctx.train_config, epochs=cfg.epochs or ctx.train_config.epochs)
+        train = self.client_train(ctx)
         return ctx.recipe(name="fedov", extra_outputs=1, train=train, components=tuple(specs))
