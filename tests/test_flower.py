@@ -345,3 +345,13 @@ def test_a_feature_skewed_federation_on_flower_equals_the_local_simulation(
     nodes = dataclasses.replace(cfg, cache_dir=str(tmp_path / "nodes"))
     flower = _run(tmp_path, nodes, FakeGrid(cfg.clients))
     assert _core(flower) == _core(local)
+
+
+def test_intactofl_on_flower_equals_the_local_simulation(tiny_config: Any, tmp_path: Path) -> None:
+    from test_intactofl import VARIANTS  # both readings and the noisy top-K gates, tiny
+
+    cfg = tiny_config(methods=VARIANTS, public_size=100)
+    local = run_experiment(cfg)
+    nodes = dataclasses.replace(cfg, cache_dir=str(tmp_path / "nodes"))
+    flower = _run(tmp_path, nodes, FakeGrid(cfg.clients))
+    assert _core(flower) == _core(local)

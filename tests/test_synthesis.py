@@ -168,6 +168,20 @@ def test_bn_term_hand_computed_1d_and_2d_summed_over_teachers() -> None:
         assert stats.loss().item() == 0
 
 
+def test_bn_term_is_zero_on_data_with_the_layers_own_statistics() -> None:
+    bn = bn_with(nn.BatchNorm2d(2).eval(), [0.5, -1.0], [2.0, 0.25])
+    z = torch.randn(64, 2, 5, 5)
+    z = (z - z.mean(dim=(0, 2, 3), keepdim=True)) / z.std(
+        dim=(0, 2, 3), keepdim=True, unbiased=False
+    )
+    x = z * bn.running_var.sqrt().view(1, 2, 1, 1) + bn.running_mean.view(1, 2, 1, 1)
+    with BatchNormStatistics([bn]) as stats:
+        bn(x)
+        assert float(stats.loss()) == pytest.approx(0.0, abs=1e-5)
+        bn(x + 1.0)
+        assert float(stats.loss()) > 1.0
+
+
 def test_bn_record_is_overwritten_by_the_next_forward() -> None:
     bn = bn_with(nn.BatchNorm1d(1), [0.0], [1.0])
     with BatchNormStatistics([bn]) as stats:

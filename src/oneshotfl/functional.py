@@ -178,3 +178,27 @@ def abstention_weighted_ensemble(logits: torch.Tensor, accepted: int | None = No
     out = mass.sum(0) / total.clamp_min(1e-300).unsqueeze(-1)
     out[total <= 0] = 1.0 / mass.shape[-1]
     return out.float()
+
+
+def cv_squared(importance: torch.Tensor, eps: float = 1e-10) -> torch.Tensor:
+    """CV(v)² = Var(v) / (mean(v)² + ε) of an expert-importance vector v (IntactOFL's Eq. 12,
+    Shazeer et al. 2017's balance loss; unbiased variance, 0 for a single expert)."""
+    if importance.numel() < 2:
+        return importance.new_zeros(())
+    return importance.var() / (importance.mean() ** 2 + eps)
+
+
+def expert_variance(logits: torch.Tensor) -> torch.Tensor:
+    """σ(f(x)) of IntactOFL's Eq. 10 per sample: the variance across the K experts of their
+    softmax outputs, averaged over classes, ``[K, N, C] → [N]`` (biased, 0 for one expert)."""
+    return F.softmax(logits, dim=-1).var(dim=0, unbiased=False).mean(dim=-1)
+
+
+def masked_disagreement(
+    student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float
+) -> torch.Tensor:
+    """DENSE's adversarial term per sample: T²·KL(softmax(z_t/T) ‖ softmax(z_s/T)) where the
+    two argmaxes differ, else 0 (the generator maximises its mean)."""
+    kl = kl_to_student(student_logits, F.softmax(teacher_logits / temperature, -1), temperature)
+    differ = student_logits.argmax(-1) != teacher_logits.argmax(-1)
+    return temperature**2 * kl * differ.to(kl.dtype)

@@ -18,6 +18,7 @@ from oneshotfl.methods import (  # noqa: F401  (importing registers)
     fedov,
     fedprox,
     heads,
+    intactofl,
     local,
     mine,
     peer_ensemble,

@@ -69,6 +69,9 @@ class Requires:
         server_model: a server architecture (``server_model``) is configured.
         topology: star (server) or peer (server-free, over the neighbour graph).
         min_clients: fewest clients the method can work with.
+        data_free: the server needs nothing but the uploaded messages; the runner then
+            hands it no public pool (``ServerContext.public`` is None), so it provably sees
+            no data.
     """
 
     public_data: bool = False
@@ -77,6 +80,7 @@ class Requires:
     server_model: bool = False
     topology: Topology = Topology.STAR
     min_clients: int = 1
+    data_free: bool = False
 
 
 def wire_dims(task: TaskInfo, public: UnlabelledData | None, encoder: Encoder | None) -> WireDims:

@@ -145,7 +145,7 @@ def encode_broadcast(
     key: str, method: Method[Any], exp: Experiment, round_index: int, previous: Outcome | None
 ) -> bytes | None:
     """The server's message before round ``round_index`` as wire bytes (``None``: none)."""
-    message = method.server_message(round_index, previous, exp.server_context())
+    message = method.server_message(round_index, previous, exp.server_context(method.requires))
     if message is None:
         return None
     if method.broadcast_spec(exp.dims) is None:
@@ -204,7 +204,7 @@ def _run_star(key: str, method: Method[Any], exp: Experiment, transport: Transpo
         missing.update(traffic.missing)
         facts = facts or traffic.facts
         start = time.perf_counter()
-        outcome = method.aggregate(traffic.received, exp.server_context())
+        outcome = method.aggregate(traffic.received, exp.server_context(method.requires))
         server_wall += time.perf_counter() - start
         if rounds > 1:
             metrics = evaluate_outcome(outcome, test, histograms, exp.device)

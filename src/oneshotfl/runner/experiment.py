@@ -36,6 +36,7 @@ from oneshotfl.models import MODELS
 from oneshotfl.protocol.contract import (
     ClientContext,
     Method,
+    Requires,
     ServerContext,
     Topology,
     wire_dims,
@@ -185,11 +186,13 @@ class Experiment:
             encoder=self.encoder,
         )
 
-    def server_context(self) -> ServerContext:
-        """The server's context: public facts and configuration, no client data."""
+    def server_context(self, requires: Requires | None = None) -> ServerContext:
+        """The server's context: public facts and configuration, no client data; no public
+        pool either for a method whose ``requires`` say it is data-free."""
+        data_free = requires is not None and requires.data_free
         return ServerContext(
             task=self.data.task,
-            public=self.data.public,
+            public=None if data_free else self.data.public,
             server_arch=self.cfg.server_model,
             client_archs=self.archs,
             train_config=self.cfg.server_train_config(),

@@ -81,10 +81,14 @@ class FitStats:
     seconds: float
 
 
-def make_optimizer(params: Sequence[nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
-    """The optimizer ``cfg`` names, over ``params``."""
+def make_optimizer(
+    params: Sequence[torch.Tensor],
+    cfg: TrainConfig,
+    betas: tuple[float, float] = (0.9, 0.999),
+) -> torch.optim.Optimizer:
+    """The optimizer ``cfg`` names, over ``params`` (``betas``: Adam's)."""
     if cfg.optimizer == "adam":
-        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        return torch.optim.Adam(params, lr=cfg.lr, betas=betas, weight_decay=cfg.weight_decay)
     return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
 
 

@@ -5,12 +5,16 @@ run the same outer loop on the server: draw noise, take a few generator steps on
 loss (teacher cross-entropy, BatchNorm statistics, adversarial disagreement, ...), generate a
 batch, then take a few learner steps on it (a student distilled from the teachers, or an MoE gate
 over frozen experts). :func:`synthesise` is that loop; a method supplies only its losses through
-a :class:`SynthesisProblem`. :class:`BatchNormStatistics` provides the DeepInversion / DENSE
-feature-statistics term that most generator losses include.
+a :class:`SynthesisProblem`. :mod:`oneshotfl.training.synthesis_terms` holds the terms most
+of them share (BatchNorm statistics, the DCGAN re-initialisation, ODS).
 
 Pool modes (:attr:`SynthesisConfig.pool`): ``"latest"`` trains the learner on the round's fresh
 samples only (DENSE, F-ADI, F-DAFL); ``"accumulate"`` keeps a growing pool D_A of everything
 generated so far and samples learner batches from it (IntactOFL's Algorithm 1, Co-Boosting).
+The options the authors' synthesisers add (DENSE, Co-Boosting and IntactOFL's code) are
+switches of the same loop: a generator re-initialised every round whose input noise is
+optimised with it, the lowest-loss batch kept, gradient clipping, one pass over the pool per
+round, and a per-batch perturbation of the learner's inputs.
 
 All randomness comes from the caller's ``torch.Generator``: the same seed and the same initial
 weights give bit-identical results.
@@ -20,97 +24,28 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
 import torch
 from torch import nn
-from torch.utils.hooks import RemovableHandle
 
 from oneshotfl.params import Params, is_int, is_number, require
 from oneshotfl.training.loop import TrainConfig, make_optimizer
 from oneshotfl.training.progress import NullTracker, Tracker
+from oneshotfl.training.synthesis_terms import BatchNormStatistics, reinitialise
+
+__all__ = [
+    "BatchNormStatistics",
+    "NoAugmentation",
+    "SynthesisConfig",
+    "SynthesisProblem",
+    "SynthesisStats",
+    "synthesise",
+]
 
 _Pool = tuple[torch.Tensor, torch.Tensor]
-_Hook = Callable[[nn.Module, tuple[torch.Tensor, ...], torch.Tensor], None]
-
-
-class BatchNormStatistics:
-    """Context manager recording BatchNorm input statistics of frozen teachers.
-
-    Inside the ``with`` block every forward pass through a teacher records, per BatchNorm layer,
-    the batch mean and biased variance of the layer's input (over all dims but the channel dim).
-    A layer's record is overwritten by its next forward pass; call :meth:`clear` between passes
-    to forget them. Teachers are put in eval mode on enter (running statistics never change) and
-    their previous modes are restored on exit, when the hooks are removed.
-
-    Teachers without BatchNorm layers (an MLP, a LeNet without BN) have ``layers == 0``; the term
-    is then a constant zero, so the BN regulariser simply drops out of such methods' losses.
-    Layers built with ``track_running_stats=False`` have no reference statistics and are skipped.
-    """
-
-    def __init__(self, teachers: Sequence[nn.Module]) -> None:
-        self._teachers = list(teachers)
-        self._bns = [
-            m
-            for t in self._teachers
-            for m in t.modules()
-            if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.running_mean is not None
-        ]
-        self._terms: dict[int, torch.Tensor] = {}
-        self._handles: list[RemovableHandle] = []
-        self._modes: list[bool] = []
-
-    @property
-    def layers(self) -> int:
-        """Number of BatchNorm layers hooked across all teachers."""
-        return len(self._bns)
-
-    def __enter__(self) -> BatchNormStatistics:
-        self._modes = [t.training for t in self._teachers]
-        for t in self._teachers:
-            t.eval()
-        self._handles = [
-            bn.register_forward_hook(self._make_hook(i)) for i, bn in enumerate(self._bns)
-        ]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
-        for t, mode in zip(self._teachers, self._modes, strict=True):
-            t.train(mode)
-        self.clear()
-
-    def _make_hook(self, index: int) -> _Hook:
-        def hook(module: nn.Module, args: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
-            assert isinstance(module, nn.modules.batchnorm._BatchNorm)
-            x = args[0]
-            dims = [0, *range(2, x.dim())]
-            mean = x.mean(dim=dims)
-            var = x.var(dim=dims, unbiased=False)
-            assert module.running_mean is not None and module.running_var is not None
-            self._terms[index] = torch.linalg.vector_norm(
-                mean - module.running_mean.to(mean.dtype)
-            ) + torch.linalg.vector_norm(var - module.running_var.to(var.dtype))
-
-        return hook
-
-    def clear(self) -> None:
-        """Forget the recorded statistics."""
-        self._terms = {}
-
-    def loss(self) -> torch.Tensor:
-        """``sum_l ||mu_l - running_mean_l||_2 + ||var_l - running_var_l||_2``, 0-dim.
-
-        Differentiable with respect to the teachers' inputs; a zero tensor when nothing was
-        recorded (no BN layer, or no forward pass since the last :meth:`clear`).
-        """
-        if not self._terms:
-            return torch.zeros(())
-        return torch.stack(list(self._terms.values())).sum()
 
 
 @dataclass(frozen=True)
@@ -120,7 +55,7 @@ class SynthesisConfig(Params):
     Attributes:
         rounds: outer epochs T.
         generator_steps: generator updates per round.
-        learner_steps: learner updates per round.
+        learner_steps: learner updates per round (``learner_batches="steps"``).
         batch_size: generated samples per round, and examples per learner step.
         noise_dim: width of the noise z (used by the problem's ``sample``).
         generator_lr: generator learning rate.
@@ -133,6 +68,17 @@ class SynthesisConfig(Params):
         noise: draw (z, y) once per round and take every generator step on it
             (``per_round``, IntactOFL's Algorithm 1) or afresh before every generator step
             (``per_step``); the pool receives the round's last batch.
+        generator_beta1: Adam's β₁ for the generator (the authors' synthesisers use 0.5).
+        generator_reset: re-initialise the generator (DCGAN init from the loop's stream) and
+            its optimiser at the start of every round (DENSE, Co-Boosting, IntactOFL code).
+        optimise_noise: the round's z is a parameter of the generator's optimiser too.
+        keep: the batch that joins the pool: ``last`` (generated after the last step) or
+            ``best`` (the inputs of the lowest-loss generator step).
+        clip: gradient-norm clip of both updates (None = none).
+        learner_batches: ``steps`` (``learner_steps`` batches drawn from the pool) or ``pass``
+            (one shuffled pass over the whole pool, the last partial batch kept).
+        learner_weight_decay: L2 penalty of the learner's optimiser.
+        learner_cosine: cosine-anneal the learner's rate over the rounds (stepped per round).
     """
 
     rounds: int
@@ -148,6 +94,14 @@ class SynthesisConfig(Params):
     pool: Literal["latest", "accumulate"] = "latest"
     max_pool: int | None = None
     noise: Literal["per_round", "per_step"] = "per_round"
+    generator_beta1: float = 0.9
+    generator_reset: bool = False
+    optimise_noise: bool = False
+    keep: Literal["last", "best"] = "last"
+    clip: float | None = None
+    learner_batches: Literal["steps", "pass"] = "steps"
+    learner_weight_decay: float = 0.0
+    learner_cosine: bool = False
 
     def validate(self) -> None:
         for name in ("rounds", "batch_size", "noise_dim"):
@@ -164,6 +118,18 @@ class SynthesisConfig(Params):
         )
         expected = f"None, or with pool=accumulate an int >= {self.batch_size}"
         require(max_ok, "max_pool", expected, self.max_pool)
+        beta = self.generator_beta1
+        require(is_number(beta) and 0 <= beta < 1, "generator_beta1", "in [0, 1)", beta)
+        clip_ok = self.clip is None or (is_number(self.clip) and self.clip > 0)
+        require(clip_ok, "clip", "None or > 0", self.clip)
+        wd = self.learner_weight_decay
+        require(is_number(wd) and wd >= 0, "learner_weight_decay", ">= 0", wd)
+        require(
+            not (self.optimise_noise and self.noise == "per_step"),
+            "optimise_noise",
+            "False with noise=per_step (the optimised z is the round's one draw)",
+            self.optimise_noise,
+        )
 
 
 class SynthesisProblem(Protocol):
@@ -194,17 +160,30 @@ class SynthesisProblem(Protocol):
         ...
 
     def augment(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """Augment generated samples (no gradients) before the learner sees them.
+        """Augment generated samples (no gradients) before they join the pool.
 
         Random choices must come from ``generator`` (draw on its device, then move to ``x``'s).
         """
         ...
 
+    def perturb(
+        self, learner: nn.Module, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator
+    ) -> torch.Tensor:
+        """Perturb one learner batch drawn from the pool (e.g. ODS) before its update; random
+        choices from ``generator`` as in :meth:`augment`."""
+        ...
+
 
 class NoAugmentation:
-    """Mixin giving a :class:`SynthesisProblem` the identity augmentation."""
+    """Mixin giving a :class:`SynthesisProblem` the identity augmentation and perturbation."""
 
     def augment(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """Return ``x`` unchanged."""
+        return x
+
+    def perturb(
+        self, learner: nn.Module, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator
+    ) -> torch.Tensor:
         """Return ``x`` unchanged."""
         return x
 
@@ -220,24 +199,33 @@ class SynthesisStats:
 
 
 def _optimizer(
-    module: nn.Module, which: Literal["generator", "learner"], cfg: SynthesisConfig
+    params: list[torch.Tensor], which: Literal["generator", "learner"], cfg: SynthesisConfig
 ) -> torch.optim.Optimizer | None:
-    """The ``which`` optimiser over the trainable parameters of ``module``; None if no steps."""
+    """The ``which`` optimiser over ``params``; None when it takes no steps."""
     if which == "generator":
-        steps, kind, lr = cfg.generator_steps, cfg.generator_optimizer, cfg.generator_lr
+        steps, kind, lr, wd = cfg.generator_steps, cfg.generator_optimizer, cfg.generator_lr, 0.0
     else:
         steps, kind, lr = cfg.learner_steps, cfg.learner_optimizer, cfg.learner_lr
+        steps, wd = max(steps, cfg.learner_batches == "pass"), cfg.learner_weight_decay
     if steps == 0:
         return None
-    params = [p for p in module.parameters() if p.requires_grad]
     if not params:
         raise ValueError(f"the {which} has no parameters with requires_grad=True to optimise")
-    train_cfg = TrainConfig(epochs=1, batch_size=1, lr=lr, optimizer=kind, momentum=cfg.momentum)
-    return make_optimizer(params, train_cfg)
+    train_cfg = TrainConfig(
+        epochs=1, batch_size=1, lr=lr, optimizer=kind, momentum=cfg.momentum, weight_decay=wd
+    )
+    beta1 = cfg.generator_beta1 if which == "generator" else 0.9
+    return make_optimizer(params, train_cfg, betas=(beta1, 0.999))
 
 
-def _step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, which: str, where: str) -> float:
-    """One update on a finite ``loss``; its value."""
+def _trainable(module: nn.Module) -> list[torch.Tensor]:
+    return [p for p in module.parameters() if p.requires_grad]
+
+
+def _step(
+    optimizer: torch.optim.Optimizer, loss: torch.Tensor, which: str, where: str, clip: float | None
+) -> float:
+    """One update on a finite ``loss`` (gradient norm clipped to ``clip``); its value."""
     value = float(loss.detach())
     if not math.isfinite(value):
         raise FloatingPointError(
@@ -245,6 +233,9 @@ def _step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, which: str, wher
         )
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
+    if clip is not None:
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        torch.nn.utils.clip_grad_norm_(params, clip)
     optimizer.step()
     return value
 
@@ -253,11 +244,12 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
-def _draw(pool: _Pool, batch_size: int, rng: torch.Generator) -> _Pool:
-    """A batch of ``batch_size`` pool samples without replacement, indices drawn with ``rng``."""
-    x, y = pool
-    idx = torch.randperm(len(x), generator=rng)[:batch_size].to(x.device)
-    return x[idx], y[idx]
+def _batches(size: int, cfg: SynthesisConfig, rng: torch.Generator) -> list[torch.Tensor]:
+    """The round's learner batches of pool indices: ``learner_steps`` draws without
+    replacement, or (``pass``) one shuffled pass with the last partial batch kept."""
+    if cfg.learner_batches == "pass":
+        return list(torch.randperm(size, generator=rng).split(cfg.batch_size))
+    return [torch.randperm(size, generator=rng)[: cfg.batch_size] for _ in range(cfg.learner_steps)]
 
 
 def _grow(pool: _Pool | None, fresh: _Pool, cfg: SynthesisConfig) -> _Pool:
@@ -270,30 +262,49 @@ def _grow(pool: _Pool | None, fresh: _Pool, cfg: SynthesisConfig) -> _Pool:
     return x, y
 
 
-def _generator_round(
-    generator: nn.Module,
-    learner: nn.Module,
-    problem: SynthesisProblem,
-    optimizer: torch.optim.Optimizer | None,
-    cfg: SynthesisConfig,
-    draw: Callable[[], _Pool],
-    where: str,
-) -> tuple[float, _Pool]:
-    """``cfg.generator_steps`` updates, on one noise batch from ``draw`` or (``noise=
-    "per_step"``) a fresh one per step; learner gradients are discarded. Returns the mean
-    loss and the last batch."""
-    z, y = draw()
-    generator.train()
-    learner.eval()
-    losses = []
-    for step in range(cfg.generator_steps):
-        assert optimizer is not None
-        if step and cfg.noise == "per_step":
-            z, y = draw()
-        loss = problem.generator_loss(generator(z, y), y, learner)
-        losses.append(_step(optimizer, loss, "generator", where))
-        learner.zero_grad(set_to_none=True)
-    return _mean(losses), (z, y)
+@dataclass
+class _Generation:
+    """The generator half of the loop: its optimiser (rebuilt each round when the generator is
+    reset or z optimised) and one round's steps."""
+
+    generator: nn.Module
+    problem: SynthesisProblem
+    cfg: SynthesisConfig
+    draw: Callable[[], _Pool]
+    optimizer: torch.optim.Optimizer | None = None
+
+    def round(self, learner: nn.Module, rng: torch.Generator, where: str) -> tuple[float, _Pool]:
+        """``generator_steps`` updates on one noise batch (``per_step``: a fresh one per
+        step); learner gradients are discarded. Returns the mean loss and the batch that
+        joins the pool (not yet augmented)."""
+        cfg, generator = self.cfg, self.generator
+        if cfg.generator_reset:
+            reinitialise(generator, rng)
+        z, y = self.draw()
+        if cfg.optimise_noise:
+            z = z.clone().requires_grad_(True)
+        if self.optimizer is None or cfg.generator_reset or cfg.optimise_noise:
+            extra = [z] if cfg.optimise_noise else []
+            self.optimizer = _optimizer(_trainable(generator) + extra, "generator", cfg)
+        generator.train()
+        learner.eval()
+        losses: list[float] = []
+        best: torch.Tensor | None = None
+        for step in range(cfg.generator_steps):
+            assert self.optimizer is not None
+            if step and cfg.noise == "per_step":
+                z, y = self.draw()
+            x = generator(z, y)
+            loss = self.problem.generator_loss(x, y, learner)
+            value = _step(self.optimizer, loss, "generator", where, cfg.clip)
+            if cfg.keep == "best" and (best is None or value < min(losses)):
+                best = x.detach()
+            losses.append(value)
+            learner.zero_grad(set_to_none=True)
+        if best is None:
+            with torch.no_grad():
+                best = generator(z.detach(), y)
+        return _mean(losses), (best, y)
 
 
 def _learner_round(
@@ -305,13 +316,17 @@ def _learner_round(
     rng: torch.Generator,
     where: str,
 ) -> float:
-    """``cfg.learner_steps`` learner updates on batches drawn from ``pool``."""
+    """The round's learner updates on batches of ``pool`` (:func:`_batches`), each perturbed by
+    the problem first."""
     learner.train()
     losses = []
-    for _ in range(cfg.learner_steps):
+    for idx in _batches(len(pool[0]), cfg, rng):
         assert optimizer is not None
-        loss = problem.learner_loss(learner, *_draw(pool, cfg.batch_size, rng))
-        losses.append(_step(optimizer, loss, "learner", where))
+        idx = idx.to(pool[0].device)
+        x, y = pool[0][idx], pool[1][idx]
+        x = problem.perturb(learner, x, y, rng)
+        loss = problem.learner_loss(learner, x, y)
+        losses.append(_step(optimizer, loss, "learner", where, cfg.clip))
     return _mean(losses)
 
 
@@ -327,21 +342,23 @@ def synthesise(
 ) -> SynthesisStats:
     """Train ``generator`` and ``learner`` alternately, in place, for ``cfg.rounds`` rounds.
 
-    Each round draws ``(z, y)`` once, takes ``generator_steps`` generator updates on
-    ``problem.generator_loss(generator(z, y), y, learner)`` (learner in eval mode; learner
-    gradients are discarded, only the generator's optimiser steps), generates
-    ``x = generator(z, y)`` without gradients (generator still in train mode, as optimised),
-    augments it into the pool, and takes ``learner_steps`` learner updates (learner in train
-    mode) on batches drawn from the pool.
-    Optimisers are built once and keep their state across rounds; only parameters with
-    ``requires_grad`` are optimised. The pool lives on ``device``.
+    Each round (``generator_reset``: re-initialises the generator first) draws ``(z, y)`` once,
+    takes ``generator_steps`` generator updates on ``problem.generator_loss(generator(z, y), y,
+    learner)`` (learner in eval mode; learner gradients are discarded, only the generator's
+    optimiser steps; ``optimise_noise``: z too), puts the ``keep`` batch (``last``:
+    ``generator(z, y)`` without gradients after the steps, generator still in train mode;
+    ``best``: the lowest-loss step's) through ``problem.augment`` into the pool, and takes
+    the learner updates (learner in train mode) on pool batches, each put through
+    ``problem.perturb``. Optimisers keep their state across rounds (the generator's is rebuilt
+    with a reset or an optimised z); only parameters with ``requires_grad`` are optimised. The
+    pool lives on ``device``.
 
     Args:
         generator: maps ``(z, y)`` to samples; moved to ``device``, left in eval mode.
         learner: student or gate; moved to ``device``, left in eval mode.
-        problem: the method's sampling, losses and augmentation.
+        problem: the method's sampling, losses, augmentation and perturbation.
         cfg: loop settings.
-        rng: the only randomness source (noise, labels, augmentation, batch indices).
+        rng: the only randomness source (noise, labels, augmentation, batch indices, resets).
         device: where to compute.
         tracker: progress display (one step per round).
         description: progress label and error-message prefix.
@@ -353,26 +370,31 @@ def synthesise(
     start = time.perf_counter()
     generator.to(device)
     learner.to(device)
-    gen_opt, learn_opt = (
-        _optimizer(generator, "generator", cfg),
-        _optimizer(learner, "learner", cfg),
+    learn_opt = _optimizer(_trainable(learner), "learner", cfg)
+    schedule = (
+        torch.optim.lr_scheduler.CosineAnnealingLR(learn_opt, cfg.rounds)
+        if cfg.learner_cosine and learn_opt is not None
+        else None
     )
     gen_hist: list[float] = []
     learn_hist: list[float] = []
     pool: _Pool | None = None
+
+    def draw() -> _Pool:
+        z, y = problem.sample(cfg.batch_size, rng)
+        return z.to(device), y.to(device)
+
+    generation = _Generation(generator, problem, cfg, draw)
     with (tracker or NullTracker()).task(description, cfg.rounds) as advance:
-
-        def draw() -> _Pool:
-            z, y = problem.sample(cfg.batch_size, rng)
-            return z.to(device), y.to(device)
-
         for t in range(cfg.rounds):
             where = f"{description}, round {t}"
-            loss, (z, y) = _generator_round(generator, learner, problem, gen_opt, cfg, draw, where)
+            loss, (x, y) = generation.round(learner, rng, where)
             gen_hist.append(loss)
             with torch.no_grad():
-                pool = _grow(pool, (problem.augment(generator(z, y), rng).detach(), y), cfg)
+                pool = _grow(pool, (problem.augment(x, rng).detach(), y), cfg)
             learn_hist.append(_learner_round(learner, problem, learn_opt, pool, cfg, rng, where))
+            if schedule is not None:
+                schedule.step()
             advance(1)
     generator.eval()
     learner.eval()
