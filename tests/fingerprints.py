@@ -40,6 +40,8 @@ RECORD = Path(__file__).with_name("fingerprints.json")
 CONTRACT_PARAMS: dict[str, dict[str, Any]] = {
     # server-side synthesis at a budget that keeps the contract suite fast; the loop is the same
     "intactofl": {"rounds": 3, "generator_steps": 3, "batch_size": 32, "width": 4},
+    "dense": {"rounds": 3, "generator_steps": 3, "batch_size": 32, "width": 4},
+    "co_boosting": {"rounds": 3, "generator_steps": 3, "batch_size": 32, "width": 4},
 }
 """Hyper-parameters a method is checked with (default: its own defaults)."""
 

@@ -347,10 +347,13 @@ def test_a_feature_skewed_federation_on_flower_equals_the_local_simulation(
     assert _core(flower) == _core(local)
 
 
-def test_intactofl_on_flower_equals_the_local_simulation(tiny_config: Any, tmp_path: Path) -> None:
+def test_the_data_free_methods_on_flower_equal_the_local_simulation(
+    tiny_config: Any, tmp_path: Path
+) -> None:
+    from test_dense import VARIANTS as DISTIL  # DENSE, Co-Boosting fixed and boosted, tiny
     from test_intactofl import VARIANTS  # both readings and the noisy top-K gates, tiny
 
-    cfg = tiny_config(methods=VARIANTS, public_size=100)
+    cfg = tiny_config(methods=[*VARIANTS, *DISTIL], public_size=100)
     local = run_experiment(cfg)
     nodes = dataclasses.replace(cfg, cache_dir=str(tmp_path / "nodes"))
     flower = _run(tmp_path, nodes, FakeGrid(cfg.clients))

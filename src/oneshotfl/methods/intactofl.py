@@ -41,6 +41,7 @@ schedule. Experts stay in eval mode and are never updated; a BN-free expert (LeN
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -59,20 +60,25 @@ from oneshotfl.functional import (
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import SendsTrainedModel
 from oneshotfl.models.generator import ImageGenerator, input_statistics
-from oneshotfl.params import Params, require
+from oneshotfl.params import require
 from oneshotfl.protocol.contract import Requires, ServerContext
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
 from oneshotfl.protocol.payload import Payload
 from oneshotfl.protocol.spec import model_from_fields
 from oneshotfl.seeding import derive_seed, seeded_torch, torch_generator
-from oneshotfl.training.synthesis import SynthesisConfig, synthesise
+from oneshotfl.training.synthesis import (
+    NoAugmentation,
+    SynthesisBudget,
+    SynthesisConfig,
+    synthesise,
+)
 from oneshotfl.training.synthesis_terms import BatchNormStatistics, ods_perturbation
 
 GateKind = Literal["auto", "linear", "softmax", "noisy_topk"]
 
 
 @dataclass(frozen=True)
-class IntactOFLConfig(Params):
+class IntactOFLConfig(SynthesisBudget):
     """IntactOFL hyper-parameters (see the module docs).
 
     Attributes:
@@ -88,10 +94,9 @@ class IntactOFLConfig(Params):
         balance: weight of the balance term (None = 0.01 std for code, 1 CV² for paper).
         kd: weight of the KL to the ensemble in the gate loss (None = 1 code, 0 paper).
         ods_eps: ODS step in normalised units (None = 8 for code, 8/255 pixels for paper).
-        rounds: outer epochs T; generator_steps: T_g per round.
-        batch_size: generated samples per round and gate batch size.
-        noise_dim: nz; width: the generator's ngf.
-        generator_lr: Adam rate of the generator; gate_lr: SGD rate of the gate.
+
+    The sizes (``rounds`` T, ``generator_steps`` T_g, ``batch_size``, ``noise_dim``,
+    ``width``, ``generator_lr``, ``learner_lr`` the gate's) are :class:`SynthesisBudget`'s.
     """
 
     reading: Literal["code", "paper"] = "code"
@@ -105,25 +110,15 @@ class IntactOFLConfig(Params):
     balance: float | None = None
     kd: float | None = None
     ods_eps: float | None = None
-    rounds: int = 30
-    generator_steps: int = 10
-    batch_size: int = 128
-    noise_dim: int = 256
-    width: int = 16
-    generator_lr: float = 1e-3
-    gate_lr: float = 0.01
 
     def validate(self) -> None:
-        for name in ("gates", "rounds", "batch_size", "noise_dim", "width"):
-            require(getattr(self, name) >= 1, name, ">= 1", getattr(self, name))
-        require(self.generator_steps >= 0, "generator_steps", ">= 0", self.generator_steps)
+        super().validate()
+        require(self.gates >= 1, "gates", ">= 1", self.gates)
         require(self.top_k is None or self.top_k >= 1, "top_k", ">= 1 or None", self.top_k)
         require(self.gate_noise >= 0, "gate_noise", ">= 0", self.gate_noise)
         for name in ("bn", "balance", "kd", "ods_eps"):
             value = getattr(self, name)
             require(value is None or value >= 0, name, ">= 0 or None", value)
-        for name in ("generator_lr", "gate_lr"):
-            require(getattr(self, name) > 0, name, "> 0", getattr(self, name))
 
     @property
     def gate_kind(self) -> GateKind:
@@ -185,7 +180,7 @@ class MixtureOfExperts(nn.Module):
 
 
 @dataclass
-class GateProblem:
+class GateProblem(NoAugmentation):
     """IntactOFL's losses for :func:`synthesise` (the MoE is the learner)."""
 
     moe: MixtureOfExperts
@@ -248,28 +243,21 @@ class GateProblem:
 
 
 def synthesis_config(cfg: IntactOFLConfig) -> SynthesisConfig:
-    """Algorithm 1's loop: an accumulating pool D_A and one gate pass over it per round; the
-    code reading adds the authors' generator resets, optimised noise, best batch, clipping
-    and the gate's weight decay and cosine schedule."""
-    code = cfg.reading == "code"
-    return SynthesisConfig(
-        rounds=cfg.rounds,
-        generator_steps=cfg.generator_steps,
-        learner_steps=0,
-        batch_size=cfg.batch_size,
-        noise_dim=cfg.noise_dim,
-        generator_lr=cfg.generator_lr,
-        learner_lr=cfg.gate_lr,
-        learner_optimizer="sgd",
-        pool="accumulate",
-        learner_batches="pass",
-        generator_beta1=0.5 if code else 0.9,
-        generator_reset=code,
-        optimise_noise=code,
-        keep="best" if code else "last",
-        clip=10.0 if code else None,
-        learner_weight_decay=1e-4 if code else 0.0,
-        learner_cosine=code,
+    """Algorithm 1's loop: the authors' (:meth:`SynthesisBudget.authors_loop`) for the code
+    reading; the paper's keeps the generator and its Adam across rounds, the last batch, and
+    plain SGD (momentum 0.9) for the gate's one pass over D_A per round."""
+    loop = cfg.authors_loop()
+    if cfg.reading == "code":
+        return loop
+    return dataclasses.replace(
+        loop,
+        generator_beta1=0.9,
+        generator_reset=False,
+        optimise_noise=False,
+        keep="last",
+        clip=None,
+        learner_weight_decay=0.0,
+        learner_cosine=False,
     )
 
 

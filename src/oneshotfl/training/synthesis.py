@@ -39,6 +39,7 @@ from oneshotfl.training.synthesis_terms import BatchNormStatistics, reinitialise
 __all__ = [
     "BatchNormStatistics",
     "NoAugmentation",
+    "SynthesisBudget",
     "SynthesisConfig",
     "SynthesisProblem",
     "SynthesisStats",
@@ -132,6 +133,62 @@ class SynthesisConfig(Params):
         )
 
 
+@dataclass(frozen=True)
+class SynthesisBudget(Params):
+    """The sizes a data-free method exposes as knobs (its ``Config`` inherits them).
+
+    Attributes:
+        rounds: outer epochs T.
+        generator_steps: generator updates per round.
+        batch_size: generated samples per round and learner batch size.
+        noise_dim: nz.
+        width: the generator's ngf (the authors' 64).
+        generator_lr: the generator's Adam rate.
+        learner_lr: the learner's SGD rate.
+    """
+
+    rounds: int = 30
+    generator_steps: int = 10
+    batch_size: int = 128
+    noise_dim: int = 256
+    width: int = 16
+    generator_lr: float = 1e-3
+    learner_lr: float = 0.01
+
+    def validate(self) -> None:
+        for name in ("rounds", "batch_size", "noise_dim", "width"):
+            require(is_int(getattr(self, name), 1), name, "an int >= 1", getattr(self, name))
+        require(is_int(self.generator_steps, 0), "generator_steps", ">= 0", self.generator_steps)
+        for name in ("generator_lr", "learner_lr"):
+            value = getattr(self, name)
+            require(is_number(value) and value > 0, name, "> 0", value)
+
+    def authors_loop(self) -> SynthesisConfig:
+        """The loop of the DENSE, Co-Boosting and IntactOFL code (IntactOFL's repository):
+        the generator re-initialised every round with its noise optimised (Adam β₁ = 0.5),
+        the lowest-loss batch into an accumulating pool, one SGD pass (momentum 0.9, weight
+        decay 1e-4, cosine) of the learner over the pool per round, gradients clipped at 10."""
+        return SynthesisConfig(
+            rounds=self.rounds,
+            generator_steps=self.generator_steps,
+            learner_steps=0,
+            batch_size=self.batch_size,
+            noise_dim=self.noise_dim,
+            generator_lr=self.generator_lr,
+            learner_lr=self.learner_lr,
+            learner_optimizer="sgd",
+            pool="accumulate",
+            learner_batches="pass",
+            generator_beta1=0.5,
+            generator_reset=True,
+            optimise_noise=True,
+            keep="best",
+            clip=10.0,
+            learner_weight_decay=1e-4,
+            learner_cosine=True,
+        )
+
+
 class SynthesisProblem(Protocol):
     """The losses a data-free method supplies to :func:`synthesise`.
 
@@ -173,9 +230,15 @@ class SynthesisProblem(Protocol):
         choices from ``generator`` as in :meth:`augment`."""
         ...
 
+    def pool_grew(self, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator) -> None:
+        """Called with the whole pool after it grows, before the learner's round (e.g.
+        Co-Boosting's ensemble re-weighting on the synthetic set)."""
+        ...
+
 
 class NoAugmentation:
-    """Mixin giving a :class:`SynthesisProblem` the identity augmentation and perturbation."""
+    """Mixin giving a :class:`SynthesisProblem` the identity augmentation and perturbation and
+    no pool hook."""
 
     def augment(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """Return ``x`` unchanged."""
@@ -186,6 +249,9 @@ class NoAugmentation:
     ) -> torch.Tensor:
         """Return ``x`` unchanged."""
         return x
+
+    def pool_grew(self, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator) -> None:
+        """Nothing to do."""
 
 
 @dataclass(frozen=True)
@@ -392,6 +458,7 @@ def synthesise(
             gen_hist.append(loss)
             with torch.no_grad():
                 pool = _grow(pool, (problem.augment(x, rng).detach(), y), cfg)
+            problem.pool_grew(*pool, rng)
             learn_hist.append(_learner_round(learner, problem, learn_opt, pool, cfg, rng, where))
             if schedule is not None:
                 schedule.step()
