@@ -202,3 +202,16 @@ def masked_disagreement(
     kl = kl_to_student(student_logits, F.softmax(teacher_logits / temperature, -1), temperature)
     differ = student_logits.argmax(-1) != teacher_logits.argmax(-1)
     return temperature**2 * kl * differ.to(kl.dtype)
+
+
+def total_variation_l2(x: torch.Tensor) -> torch.Tensor:
+    """DeepInversion's image prior as the F-ADI code computes it: the sum of the Frobenius norms
+    of the four neighbour differences (horizontal, vertical and both diagonals) of ``x``
+    ``[B, C, H, W]``, not squared."""
+    diffs = (
+        x[:, :, :, :-1] - x[:, :, :, 1:],
+        x[:, :, :-1, :] - x[:, :, 1:, :],
+        x[:, :, 1:, :-1] - x[:, :, :-1, 1:],
+        x[:, :, :-1, :-1] - x[:, :, 1:, 1:],
+    )
+    return torch.stack([torch.linalg.vector_norm(d) for d in diffs]).sum()

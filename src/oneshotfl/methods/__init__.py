@@ -20,6 +20,7 @@ from oneshotfl.methods import (  # noqa: F401  (importing registers)
     fedprox,
     heads,
     intactofl,
+    inversion,
     local,
     mine,
     peer_ensemble,

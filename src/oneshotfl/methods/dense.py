@@ -52,7 +52,12 @@ from oneshotfl.protocol.outcome import GlobalModel, Outcome
 from oneshotfl.protocol.payload import Payload
 from oneshotfl.protocol.spec import model_from_fields
 from oneshotfl.seeding import seeded_torch, torch_generator
-from oneshotfl.training.synthesis import NoAugmentation, SynthesisBudget, synthesise
+from oneshotfl.training.synthesis import (
+    NoAugmentation,
+    SynthesisBudget,
+    SynthesisConfig,
+    synthesise,
+)
 from oneshotfl.training.synthesis_terms import BatchNormStatistics, ods_perturbation
 
 
@@ -108,7 +113,7 @@ class DistilFromEnsemble(NoAugmentation):
 
     teachers: list[nn.Module]
     bn: BatchNormStatistics
-    cfg: DenseConfig
+    cfg: Any  # the method's config (DENSE's fields here; a subclass reads its own)
     classes: int
     weights: torch.Tensor = field(init=False)
 
@@ -199,14 +204,23 @@ class DataFreeDistillation(SendsTrainedModel[Any]):
     requires = Requires(data_free=True)
     problem: type[DistilFromEnsemble] = DistilFromEnsemble
 
+    def generator(self, ctx: ServerContext) -> nn.Module:
+        """The generator, from the model seed's stream for this method."""
+        with seeded_torch(ctx.seed, self.name, "generator"):
+            return ImageGenerator(self.config.noise_dim, self.config.width, ctx.task)
+
+    def loop(self) -> SynthesisConfig:
+        """The synthesis loop's settings."""
+        loop: SynthesisConfig = self.config.authors_loop()
+        return loop
+
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         cfg, task = self.config, ctx.task
         ids = sorted(payloads)
         teachers = [model_from_fields(payloads[c], ctx.dims).to(ctx.device).eval() for c in ids]
         arch = ctx.server_arch or str(payloads[ids[0]].scalars["model.arch"])
         student = initial_model(arch, task, ctx.seed)
-        with seeded_torch(ctx.seed, self.name, "generator"):
-            generator = ImageGenerator(cfg.noise_dim, cfg.width, task)
+        generator = self.generator(ctx)
         for t in teachers:
             t.requires_grad_(False)
         with BatchNormStatistics(teachers) as bn:
@@ -215,7 +229,7 @@ class DataFreeDistillation(SendsTrainedModel[Any]):
                 generator,
                 student,
                 problem,
-                cfg.authors_loop(),
+                self.loop(),
                 torch_generator(ctx.seed, self.name),
                 ctx.device,
                 ctx.tracker,

@@ -35,9 +35,10 @@ class ImageGenerator(nn.Module):
         noise_dim: nz.
         width: ngf (the authors' 64).
         task: the images' channels, size (a multiple of 4) and normalisation.
+        normalise: normalise the [0, 1] output (False: F-DAFL's code feeds it raw).
     """
 
-    def __init__(self, noise_dim: int, width: int, task: TaskInfo) -> None:
+    def __init__(self, noise_dim: int, width: int, task: TaskInfo, normalise: bool = True) -> None:
         super().__init__()
         if task.image_size % 4:
             raise ValueError(
@@ -61,8 +62,9 @@ class ImageGenerator(nn.Module):
             nn.Sigmoid(),
         )
         stats = input_statistics(task)
-        self.register_buffer("mean", torch.tensor(stats.mean).view(1, -1, 1, 1))
-        self.register_buffer("std", torch.tensor(stats.std).view(1, -1, 1, 1))
+        mean, std = (stats.mean, stats.std) if normalise else ((0.0,), (1.0,))
+        self.register_buffer("mean", torch.tensor(mean).view(1, -1, 1, 1))
+        self.register_buffer("std", torch.tensor(std).view(1, -1, 1, 1))
 
     def forward(self, z: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
         linear, norm = self.project[0], self.project[1]

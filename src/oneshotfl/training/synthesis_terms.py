@@ -35,12 +35,16 @@ class BatchNormStatistics:
 
     def __init__(self, teachers: Sequence[nn.Module]) -> None:
         self._teachers = list(teachers)
-        self._bns = [
-            m
-            for t in self._teachers
-            for m in t.modules()
-            if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.running_mean is not None
-        ]
+        self._bns: list[nn.modules.batchnorm._BatchNorm] = []
+        self._first: set[int] = set()  # each teacher's first layer (DeepInversion weighs it up)
+        for t in self._teachers:
+            layers = [
+                m
+                for m in t.modules()
+                if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.running_mean is not None
+            ]
+            self._first |= {len(self._bns)} if layers else set()
+            self._bns += layers
         self._terms: dict[int, torch.Tensor] = {}
         self._handles: list[RemovableHandle] = []
         self._modes: list[bool] = []
@@ -85,15 +89,17 @@ class BatchNormStatistics:
         """Forget the recorded statistics."""
         self._terms = {}
 
-    def loss(self) -> torch.Tensor:
-        """``sum_l ||mu_l - running_mean_l||_2 + ||var_l - running_var_l||_2``, 0-dim.
+    def loss(self, first: float = 1.0) -> torch.Tensor:
+        """``sum_l ||mu_l - running_mean_l||_2 + ||var_l - running_var_l||_2``, 0-dim, each
+        teacher's first BatchNorm layer weighted by ``first`` (DeepInversion's 10).
 
         Differentiable with respect to the teachers' inputs; a zero tensor when nothing was
         recorded (no BN layer, or no forward pass since the last :meth:`clear`).
         """
         if not self._terms:
             return torch.zeros(())
-        return torch.stack(list(self._terms.values())).sum()
+        terms = [v * (first if i in self._first else 1.0) for i, v in self._terms.items()]
+        return torch.stack(terms).sum()
 
 
 def reinitialise(module: nn.Module, rng: torch.Generator) -> None:
