@@ -44,6 +44,7 @@ CONTRACT_PARAMS: dict[str, dict[str, Any]] = {
     "co_boosting": {"rounds": 3, "generator_steps": 3, "batch_size": 32, "width": 4},
     "f_adi": {"images": 32, "steps": 5, "distill_steps": 10},
     "f_dafl": {"rounds": 10, "batch_size": 32, "width": 4, "noise_dim": 16},
+    "ma_echo": {"iterations": 5},
 }
 """Hyper-parameters a method is checked with (default: its own defaults)."""
 

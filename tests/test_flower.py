@@ -353,8 +353,9 @@ def test_the_data_free_methods_on_flower_equal_the_local_simulation(
     from test_dense import VARIANTS as DISTIL  # DENSE, Co-Boosting fixed and boosted, tiny
     from test_intactofl import VARIANTS  # both readings and the noisy top-K gates, tiny
     from test_inversion import VARIANTS as INVERT  # F-ADI and F-DAFL, both readings, tiny
+    from test_ma_echo import VARIANTS as ECHO  # MA-Echo, both bias readings, tiny
 
-    cfg = tiny_config(methods=[*VARIANTS, *DISTIL, *INVERT], public_size=100)
+    cfg = tiny_config(methods=[*VARIANTS, *DISTIL, *INVERT, *ECHO], public_size=100)
     local = run_experiment(cfg)
     nodes = dataclasses.replace(cfg, cache_dir=str(tmp_path / "nodes"))
     flower = _run(tmp_path, nodes, FakeGrid(cfg.clients))

@@ -215,3 +215,36 @@ def total_variation_l2(x: torch.Tensor) -> torch.Tensor:
         x[:, :, :-1, :-1] - x[:, :, 1:, 1:],
     )
     return torch.stack([torch.linalg.vector_norm(d) for d in diffs]).sum()
+
+
+def projection_update(
+    p: torch.Tensor, r: torch.Tensor, shrink: float, alpha: float
+) -> torch.Tensor:
+    """One recursive-least-squares (OWM) step of MA-Echo's client projection: k = P·r,
+    P − C·k·kᵀ / (α + r·k); ``p`` ``[d, d]``, ``r`` ``[d]``."""
+    k = p @ r
+    return p - shrink * torch.outer(k, k) / (alpha + r @ k)
+
+
+def ma_echo_consensus_step(
+    consensus: torch.Tensor,
+    clients: Sequence[torch.Tensor],
+    projections: Sequence[torch.Tensor],
+    eye: torch.Tensor,
+    step: float,
+    normalise: bool,
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """One MA-Echo iteration on a layer (weights ``[F, d]``): W ← W − λ·(1/N)Σ_m (W − W_m)(I −
+    P_m), then each W_m ← W_m + λ·(W − W_m)P_mᵀ (rows normalised with ``normalise``)."""
+    pull = sum(
+        ((consensus - w) @ (eye - p) for w, p in zip(clients, projections, strict=True)),
+        torch.zeros_like(consensus),
+    )
+    consensus = consensus - step * pull / len(clients)
+    moved = []
+    for w, p in zip(clients, projections, strict=True):
+        d = (consensus - w) @ p.T
+        if normalise:
+            d = d / torch.linalg.vector_norm(d, dim=1, keepdim=True).clamp_min(1e-12)
+        moved.append(w + step * d)
+    return consensus, moved

@@ -22,6 +22,7 @@ from oneshotfl.methods import (  # noqa: F401  (importing registers)
     intactofl,
     inversion,
     local,
+    ma_echo,
     mine,
     peer_ensemble,
 )

@@ -83,12 +83,17 @@ class Requires:
     data_free: bool = False
 
 
-def wire_dims(task: TaskInfo, public: UnlabelledData | None, encoder: Encoder | None) -> WireDims:
+def wire_dims(
+    task: TaskInfo,
+    public: UnlabelledData | None,
+    encoder: Encoder | None,
+    archs: Sequence[str] = (),
+) -> WireDims:
     """The wire dims every party resolves payload shapes against: the task, the public pool's
-    size and ``D``, the shared encoder's embedding size (when there is an encoder)."""
-    return task_dims(
-        task, 0 if public is None else len(public), None if encoder is None else encoder.dim
-    )
+    size, ``D``, the shared encoder's embedding size (when there is an encoder), and the
+    client architectures the party knows."""
+    size = 0 if public is None else len(public)
+    return task_dims(task, size, None if encoder is None else encoder.dim, tuple(archs))
 
 
 @dataclass(frozen=True)
@@ -136,7 +141,7 @@ class ClientContext:
     @property
     def dims(self) -> WireDims:
         """The wire dims payloads resolve against (``D`` when there is an encoder)."""
-        return wire_dims(self.task, self.public, self.encoder)
+        return wire_dims(self.task, self.public, self.encoder, (self.arch,))
 
     def for_round(self, round_index: int, broadcast: Payload | None) -> ClientContext:
         """This context in round ``round_index``, with the server's validated broadcast."""
@@ -219,7 +224,7 @@ class ServerContext:
     @property
     def dims(self) -> WireDims:
         """The wire dims payloads resolve against (``D`` when there is an encoder)."""
-        return wire_dims(self.task, self.public, self.encoder)
+        return wire_dims(self.task, self.public, self.encoder, self.client_archs)
 
 
 @dataclass(frozen=True)

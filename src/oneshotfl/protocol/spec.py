@@ -79,7 +79,7 @@ class ModelSpec:
         if self.input_dims is None:
             return dims
         channels, size = self.input_dims
-        return WireDims(dims.num_classes, channels, size, dims.public_size, dims.extra)
+        return WireDims(dims.num_classes, channels, size, dims.public_size, dims.extra, dims.archs)
 
     @property
     def arch_key(self) -> str:
@@ -116,6 +116,7 @@ class WireDims:
     image_size: int
     public_size: int = 0
     extra: Mapping[str, int] = field(default_factory=dict)
+    archs: tuple[str, ...] = ()  # the federation's client architectures (public configuration)
 
     def symbols(self) -> dict[str, int]:
         base = {
@@ -128,11 +129,18 @@ class WireDims:
         return {**base, **self.extra}
 
 
-def task_dims(task: TaskInfo, public_size: int = 0, embedding_dim: int | None = None) -> WireDims:
-    """The wire dims of a task: its classes and images, the public pool's size, and ``D``,
-    the shared encoder's embedding size, when the federation has an encoder."""
+def task_dims(
+    task: TaskInfo,
+    public_size: int = 0,
+    embedding_dim: int | None = None,
+    archs: tuple[str, ...] = (),
+) -> WireDims:
+    """The wire dims of a task: its classes and images, the public pool's size, ``D``, the
+    shared encoder's embedding size, when the federation has an encoder, and the clients'
+    architectures (a payload whose shapes follow the architecture, e.g. MA-Echo's
+    projections, is specified from them)."""
     extra = {} if embedding_dim is None else {"D": embedding_dim}
-    return WireDims(task.num_classes, task.in_channels, task.image_size, public_size, extra)
+    return WireDims(task.num_classes, task.in_channels, task.image_size, public_size, extra, archs)
 
 
 def validate_payload(

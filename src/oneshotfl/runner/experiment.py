@@ -166,7 +166,7 @@ class Experiment:
     @property
     def dims(self) -> WireDims:
         """The public facts payload shapes resolve against (``D`` with an encoder)."""
-        return wire_dims(self.data.task, self.data.public, self.encoder)
+        return wire_dims(self.data.task, self.data.public, self.encoder, self.archs)
 
     def client_context(self, client_id: int) -> ClientContext:
         """Client ``client_id``'s context: its own shard and the federation's public facts."""
