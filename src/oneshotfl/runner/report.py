@@ -196,7 +196,10 @@ def facts_table(report: Report) -> str:
     names = sorted({name for cell in report.cells.values() for name in cell.facts})
     blocks = []
     for name in names:
-        lines = [f"| {name} (%) | " + " | ".join(report.settings) + " |"]
+        values_all = [v for c in report.cells.values() for v in c.facts.get(name, [])]
+        fraction = all(0.0 <= float(v) <= 1.0 for v in values_all)  # shown in %
+        unit = " (%)" if fraction else ""
+        lines = [f"| {name}{unit} | " + " | ".join(report.settings) + " |"]
         lines.append("|---|" + "---:|" * len(report.settings))
         for method in report.methods:
             cells = [report.cells.get((s, method)) for s in report.settings]
@@ -206,7 +209,10 @@ def facts_table(report: Report) -> str:
             for cell in cells:
                 values = np.asarray(cell.facts.get(name, []) if cell else [], dtype=float)
                 std = values.std(ddof=1) if len(values) > 1 else 0.0
-                row.append(f"{100 * values.mean():.2f} ± {100 * std:.2f}" if len(values) else "–")
+                scale = 100.0 if fraction else 1.0
+                mean, spread = scale * values.mean(), scale * std
+                text = f"{mean:.2f} ± {spread:.2f}" if fraction else f"{mean:.4g} ± {spread:.2g}"
+                row.append(text if len(values) else "–")
             lines.append(f"| {method} | " + " | ".join(row) + " |")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
@@ -268,8 +274,9 @@ def write_report(
         facts = facts_table(report)
         if facts:
             facts = (
-                "What the clients' messages disclose, measured on the clients (mean over "
-                f"clients, then over seeds):\n\n{facts}\n\n"
+                "Facts the clients report about their own training (privacy measures, "
+                "sparsity, FLOPs), measured on the clients (mean over clients, then over "
+                f"seeds; fractions in %):\n\n{facts}\n\n"
             )
         return (
             f"{markdown_table(report)}\n\nUpload per client (bytes counted on the wire, summed "
