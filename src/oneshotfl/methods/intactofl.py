@@ -273,9 +273,9 @@ class IntactOFL(SendsTrainedModel[IntactOFLConfig]):
         experts = [model_from_fields(payloads[c], ctx.dims).eval() for c in sorted(payloads)]
         shape = (task.in_channels, task.image_size, task.image_size)
         with seeded_torch(ctx.seed, "intactofl", "init"):
-            gate = Gate(shape[0] * shape[1] * shape[2], len(experts), cfg, ctx.seed)
+            noise_seed = derive_seed(ctx.seed, "intactofl", "gate noise")
+            gate = Gate(shape[0] * shape[1] * shape[2], len(experts), cfg, noise_seed)
             generator = ImageGenerator(cfg.noise_dim, cfg.width, task)
-        gate.rng.manual_seed(derive_seed(ctx.seed, "intactofl", "gate noise"))
         moe = MixtureOfExperts(experts, gate).to(ctx.device)
         std = sum(input_statistics(task).std) / task.in_channels
         default_eps = 8.0 if cfg.reading == "code" else 8 / 255 / std
