@@ -60,6 +60,7 @@ bench-fedage: setup data
 ## ablation runs after fedeov-fmnist, whose n = 10 client models it reuses from the cache.
 bench-fedeov: setup data
 	VENV=$(VENV) bash scripts/sweep_shards.sh fedeov-fmnist fedeov-ablation fedeov-skews
+	$(VENV)/python scripts/fedeov_report.py latency
 
 ## FedEOV's wall-time target (issue 12): one timed process with both cores (2 threads), no
 ## cache, on an otherwise idle machine; compare with the reference's 24.6 min.
@@ -68,7 +69,7 @@ bench-fedeov-target: setup data
 	  --out benchmarks/results/fedeov-target
 	$(VENV)/oneshotfl report benchmarks/results/fedeov-target \
 	  --out docs/figures/fedeov-target --markdown docs/benchmarks.md --section fedeov-target
-	$(VENV)/python scripts/fedeov_target_report.py
+	$(VENV)/python scripts/fedeov_report.py target
 
 ## The Flower figures of issue 5 (docs/benchmarks.md): bytes on the wire and wall time per
 ## method through 3 SuperNodes against the local simulation, then Flower's simulation engine at

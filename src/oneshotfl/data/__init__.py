@@ -1,5 +1,6 @@
 """Datasets, partitioners and the in-memory containers they produce."""
 
+from oneshotfl.data import partition_sets  # noqa: F401  (registers pathological, disjoint)
 from oneshotfl.data.datasets import (
     DATASETS,
     DatasetFormatError,
