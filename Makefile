@@ -59,7 +59,7 @@ bench-fedage: setup data
 ## and feature-skew tables and the stage ablation, two single-threaded shards each. The
 ## ablation runs after fedeov-fmnist, whose n = 10 client models it reuses from the cache.
 bench-fedeov: setup data
-	VENV=$(VENV) bash scripts/sweep_shards.sh fedeov-fmnist fedeov-ablation fedeov-skews
+	VENV=$(VENV) bash scripts/sweep_shards.sh fedeov-fmnist fedeov-votes fedeov-ablation fedeov-skews
 	$(VENV)/python scripts/fedeov_report.py latency
 
 ## FedEOV's wall-time target (issue 12): one timed process with both cores (2 threads), no

@@ -11,7 +11,13 @@ import torch
 from torch import nn
 
 from oneshotfl.data.types import TaskInfo
-from oneshotfl.functional import cv_squared, expert_variance, masked_disagreement
+from oneshotfl.functional import (
+    cv_squared,
+    expert_variance,
+    masked_disagreement,
+    weighted_logit_mean,
+    weighted_softmax_mean,
+)
 from oneshotfl.methods import build_method, parse_method_spec
 from oneshotfl.methods.intactofl import (
     Gate,
@@ -69,16 +75,34 @@ def test_expert_variance_and_masked_disagreement_by_hand() -> None:
     assert rows[0] == 0.0 and rows[1] > 0  # only where the argmaxes differ
 
 
-def test_uniform_gates_give_the_plain_logit_ensemble() -> None:
+def test_the_gate_starts_as_the_plain_logit_ensemble() -> None:
     x = torch.randn(5, 1, 8, 8)
-    for cfg in (IntactOFLConfig(gate="softmax"), IntactOFLConfig(reading="code", gate="linear")):
-        m = moe(cfg)
-        for g in m.gate.linears:
-            assert isinstance(g, nn.Linear)
-            nn.init.zeros_(g.weight)
-            nn.init.constant_(g.bias, 1.0)  # linear: ρ_k = 1/K; softmax: uniform
-        mean = m.expert_logits(x).mean(0)
-        assert torch.allclose(m(x), mean, atol=1e-6)
+    gates = ("softmax", "linear", "noisy_topk")
+    for kind in gates:  # gate_init=ensemble (the default): exactly the uniform gate at init
+        m = moe(IntactOFLConfig(gate=kind, gates=2)).eval()
+        assert torch.allclose(m(x), m.expert_logits(x).mean(0), atol=1e-6)
+        assert torch.allclose(m.gate(x)[0], torch.full((5, 3), 1 / 3))
+    m = moe(IntactOFLConfig(gate="linear", gate_init="torch")).eval()  # the authors' init
+    assert not torch.allclose(m(x), m.expert_logits(x).mean(0), atol=1e-3)
+
+
+def test_the_linear_gate_keeps_its_top_k_scores() -> None:
+    m = moe(IntactOFLConfig(gate="linear", top_k=2, gate_init="torch"), k=4)
+    x = torch.randn(6, 1, 8, 8)
+    weights, raw = m.gate(x)
+    kept = (weights != 0).sum(-1)
+    assert (kept == 2).all()
+    top = raw[0].topk(2, dim=-1).values.sort(-1).values
+    assert torch.allclose(weights[weights != 0].view(6, 2).sort(-1).values, top / 4)
+
+
+def test_the_logit_ensemble_by_hand() -> None:
+    logits = torch.tensor([[[2.0, 0.0]], [[0.0, 4.0]]])  # two members, one input
+    out = weighted_logit_mean(logits, torch.tensor([3.0, 1.0]))  # mean logits [1.5, 1.0]
+    expected = torch.softmax(torch.tensor([[1.5, 1.0]]), -1)
+    assert torch.allclose(out, expected)
+    probabilities = weighted_softmax_mean(logits, torch.tensor([1.0, 1.0]))
+    assert not torch.allclose(weighted_logit_mean(logits, torch.ones(2)), probabilities)
 
 
 def test_noisy_topk_keeps_k_experts_and_is_deterministic_in_eval() -> None:
@@ -147,7 +171,8 @@ def test_the_runner_hands_the_server_no_public_pool(
 
 
 def test_every_variant_runs_and_reports_its_costs(tiny_config: Any) -> None:
-    doc = run_experiment(tiny_config(methods=["ensemble", *VARIANTS], model="cnn,mlp,cnn"))
+    methods = ["ensemble", "ensemble:combine=logits", *VARIANTS]
+    doc = run_experiment(tiny_config(methods=methods, model="cnn,mlp,cnn"))
     rows = {m["key"]: m for m in doc["methods"]}
     for key in (parse_method_spec(v).key for v in VARIANTS):
         info = rows[key]["diagnostics"]

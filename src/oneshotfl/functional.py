@@ -87,6 +87,13 @@ def weighted_softmax_mean(logits: torch.Tensor, weights: torch.Tensor) -> torch.
     return torch.einsum("m,mnc->nc", w, probs)
 
 
+def weighted_logit_mean(logits: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """softmax(Σ_m w_m z_m / Σ_m w_m): the ensemble of logits (what a mixture of experts with
+    a uniform gate computes), ``logits [M, N, C]``, ``weights [M]``."""
+    w = weights.to(logits.dtype) / weights.sum()
+    return F.softmax(torch.einsum("m,mnc->nc", w, logits), dim=-1)
+
+
 def ensemble_target(
     logits: torch.Tensor,
     temperature: float = 1.0,

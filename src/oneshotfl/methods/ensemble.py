@@ -1,8 +1,11 @@
-"""The ensemble of client models: average of client softmaxes.
+"""The ensemble of client models: average of client softmaxes (or of their logits).
 
 The strong one-shot reference of FedDF (Lin et al. 2020), DENSE (Zhang et al. 2022) and
-IntactOFL: the server keeps every client model and predicts Σ_k w_k softmax(f_k(x)). With
-``weighting=uniform`` w_k = 1; with ``weighting=size`` w_k = n_k, the client's example count.
+IntactOFL: the server keeps every client model and predicts Σ_k w_k softmax(f_k(x)) / Σ_k w_k.
+With ``weighting=uniform`` w_k = 1; with ``weighting=size`` w_k = n_k, the client's example
+count. ``combine=logits`` averages the logits instead, softmax(Σ_k w_k f_k(x) / Σ_k w_k): the
+ensemble the IntactOFL and DENSE code bases evaluate, and exactly what IntactOFL's mixture of
+experts computes with a uniform gate.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Literal
 
 import torch
 
+from oneshotfl.functional import weighted_logit_mean
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import SendsTrainedModel
 from oneshotfl.params import Params
@@ -29,12 +33,16 @@ class EnsembleConfig(Params):
 
     Attributes:
         weighting: ``uniform`` (every member 1) or ``size`` (members weighted by n_k).
+        combine: ``probabilities`` (mean of softmaxes) or ``logits`` (softmax of the mean).
     """
 
     weighting: Literal["uniform", "size"] = "uniform"
+    combine: Literal["probabilities", "logits"] = "probabilities"
 
 
-@register_method("ensemble", "average of client softmaxes (weighting=uniform|size)")
+@register_method(
+    "ensemble", "average of client softmaxes (weighting=uniform|size, combine=probabilities|logits)"
+)
 class Ensemble(SendsTrainedModel[EnsembleConfig]):
     """Probability-averaging ensemble of the client models."""
 
@@ -47,4 +55,6 @@ class Ensemble(SendsTrainedModel[EnsembleConfig]):
             weights = torch.tensor([float(payloads[c].scalars["n_examples"]) for c in ids])
         else:
             weights = torch.ones(len(ids))
+        if self.config.combine == "logits":
+            return EnsembleOutcome(members, weights, combine=weighted_logit_mean)
         return EnsembleOutcome(members, weights)

@@ -17,9 +17,12 @@ something other than the paper's equations:
   batch joins the pool D_A, labels sorted, gradients clipped at 10. The gate is linear
   scores on the flattened input, averaged over all experts (ρ_k = g_k/K, no softmax), trained
   by one pass over D_A per round with SGD (momentum 0.9, weight decay 1e-4, cosine), each
-  batch first perturbed by ODS from the ensemble (T = 4, ε = ``ods_eps`` = 8 in normalised
-  units as the code has it; Co-Boosting, whom it follows, uses 8/255), on
-  CE + 0.01·std(g) + 1·T²·KL_T=4(ensemble ‖ MoE).
+  batch first perturbed by ODS from the ensemble (T = 4, ε = ``ods_eps`` = 8/255 in normalised
+  units, as the same repository's Co-Boosting path and Co-Boosting's own code have it), on
+  CE + 0.01·std(g) + 1·T²·KL_T=4(ensemble ‖ MoE). The repository's IntactOFL path uses ε = 8
+  without the /255; we read that as a slip (the paper says the noise follows Co-Boosting, and
+  a sign step of 8 moves every normalised pixel by about three times the whole pixel range,
+  so the gate trains only on images far outside the data's range). ``ods_eps=8`` restores it.
 * ``paper``: Eq. 6's softmax gate; the generator loss of Eq. 10, σ(f_M(x̂))·CE(f_M(x̂), y),
   with σ the per-sample variance across experts of their softmax outputs, mean over classes,
   as a stop-gradient weight (a differentiable σ would let the generator lower its loss by
@@ -28,8 +31,17 @@ something other than the paper's equations:
   Co-Boosting's 8/255 in pixel units); the gate loss of Eq. 13, CE + λ·CV²(importance) with
   λ = 1 (Eq. 12); the generator is kept across rounds.
 
+The gate starts at the plain ensemble in both readings (``gate_init=ensemble``, a deviation
+from both: the paper gives no initialisation and the code uses PyTorch's default): its weights
+start at 0 and its biases at 1 (``linear``, so ρ_k = 1/K) or 0 (``softmax``: uniform), so the
+MoE starts as the logit-averaging ensemble (``ensemble:combine=logits``) and the gate only has
+to learn where to depart from it. With PyTorch's default (``gate_init=torch``) the initial
+scores on Fashion-MNIST have mean ≈ 0.02 and std ≈ 0.55, so about half the experts start with
+a negative weight on their own logits.
+
 Knobs beyond the readings: ``gate`` (``linear``, ``softmax``, ``noisy_topk`` with ``top_k`` K
-and ``gate_noise`` σ added to the scores in training only; Fig. 5) and ``gates`` K_g (MMoE:
+and ``gate_noise`` σ added to the scores in training only; Fig. 5; ``linear`` with ``top_k``
+keeps each sample's K largest scores and zeroes the rest, as the code) and ``gates`` K_g (MMoE:
 the K_g gates' weights averaged); the Table 4 ablation switches ``augmentation`` and
 ``informativeness`` (``paper``: the σ weight; ``code``: the adversarial term); ``balance``,
 ``kd`` and ``ods_eps`` override a reading's weights. Budget (a deviation, for 2 CPU cores):
@@ -93,7 +105,10 @@ class IntactOFLConfig(SynthesisBudget):
         bn: weight of the BN-statistics term (``code``).
         balance: weight of the balance term (None = 0.01 std for code, 1 CV² for paper).
         kd: weight of the KL to the ensemble in the gate loss (None = 1 code, 0 paper).
-        ods_eps: ODS step in normalised units (None = 8 for code, 8/255 pixels for paper).
+        ods_eps: ODS step in normalised units (None = 8/255 for code, Co-Boosting's code
+            units; 8/255 of the pixel range, i.e. 8/255/σ, for paper).
+        gate_init: ``ensemble`` (the gate starts as the uniform ensemble) or ``torch``
+            (PyTorch's default initialisation, the authors').
 
     The sizes (``rounds`` T, ``generator_steps`` T_g, ``batch_size``, ``noise_dim``,
     ``width``, ``generator_lr``, ``learner_lr`` the gate's) are :class:`SynthesisBudget`'s.
@@ -110,6 +125,7 @@ class IntactOFLConfig(SynthesisBudget):
     balance: float | None = None
     kd: float | None = None
     ods_eps: float | None = None
+    gate_init: Literal["ensemble", "torch"] = "ensemble"
 
     def validate(self) -> None:
         super().validate()
@@ -137,14 +153,23 @@ class Gate(nn.Module):
         super().__init__()
         self.kind, self.experts = cfg.gate_kind, experts
         self.top_k, self.noise = min(cfg.top_k or experts, experts), cfg.gate_noise
-        self.linears = nn.ModuleList(nn.Linear(in_features, experts) for _ in range(cfg.gates))
+        linears = [nn.Linear(in_features, experts) for _ in range(cfg.gates)]
+        if cfg.gate_init == "ensemble":  # ρ_k = 1/K for every input at the start
+            for linear in linears:
+                nn.init.zeros_(linear.weight)
+                nn.init.constant_(linear.bias, 1.0 if self.kind == "linear" else 0.0)
+        self.linears = nn.ModuleList(linears)
         self.rng = torch.Generator().manual_seed(seed)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(ρ [B, K], raw scores [K_g, B, K])``."""
         raw = torch.stack([g(x.flatten(1)) for g in self.linears])
         if self.kind == "linear":
-            return (raw / self.experts).mean(0), raw
+            h = raw
+            if self.top_k < self.experts:  # the code: keep the K largest scores, zero the rest
+                kept = raw.topk(self.top_k, dim=-1).indices
+                h = torch.zeros_like(raw).scatter(-1, kept, raw.gather(-1, kept))
+            return (h / self.experts).mean(0), raw
         h = raw
         if self.kind == "noisy_topk" and self.training and self.noise > 0:
             h = h + self.noise * torch.randn(h.shape, generator=self.rng).to(h)
@@ -278,7 +303,7 @@ class IntactOFL(SendsTrainedModel[IntactOFLConfig]):
             generator = ImageGenerator(cfg.noise_dim, cfg.width, task)
         moe = MixtureOfExperts(experts, gate).to(ctx.device)
         std = sum(input_statistics(task).std) / task.in_channels
-        default_eps = 8.0 if cfg.reading == "code" else 8 / 255 / std
+        default_eps = 8 / 255 if cfg.reading == "code" else 8 / 255 / std
         eps = cfg.ods_eps if cfg.ods_eps is not None else default_eps
         with BatchNormStatistics(experts) as bn:
             problem = GateProblem(moe, bn, cfg, task.num_classes, eps)
