@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
+import torch
 
 from oneshotfl.runner.config import (
     ConfigError,
@@ -239,3 +241,47 @@ def test_report_tables_the_clients_facts_by_setting() -> None:
     assert "| fedage | 87.50 ± 10.61 | 50.00 ± 0.00 |" in table
     assert "fedavg" not in table  # no facts, no row
     assert facts_table(collect([doc(0.1, 0, [])])) == ""
+
+
+def test_the_final_models_inference_cost_by_hand() -> None:
+    from torch import nn
+
+    from oneshotfl.protocol.outcome import Ensemble, GlobalModel, Personalised
+    from oneshotfl.runner.evaluate import inference_cost
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(4, 3))  # 15 parameters, 2·4·3 FLOPs
+    x, cpu = torch.randn(5, 1, 2, 2), torch.device("cpu")
+    assert inference_cost(GlobalModel(model), x, cpu) == {
+        "parameters": 15.0,
+        "flops_per_image": 24.0,
+    }
+    pair = Ensemble([model, copy.deepcopy(model)])
+    members, combine = 2 * 24.0, 2 * 2 * 3.0  # the weighted mean: 2·M·C multiply-adds
+    assert inference_cost(pair, x, cpu) == {
+        "parameters": 30.0,
+        "flops_per_image": members + combine,
+    }
+    assert inference_cost(Personalised({0: model}), x, cpu) == {}
+
+
+def test_report_tables_server_seconds_and_inference_cost() -> None:
+    from oneshotfl.runner.report import collect, cost_table
+
+    def doc(seed: int, seconds: float) -> dict[str, object]:
+        method = {
+            "key": "intactofl",
+            "accuracy": 0.5,
+            "upload_bytes_mean": 10.0,
+            "server_wall_s": seconds,
+            "inference": {"parameters": 100.0, "flops_per_image": 2e6},
+            "diagnostics": {"trainable_server_parameters": 40},
+        }
+        plain = {"key": "fedavg", "accuracy": 0.4, "upload_bytes_mean": 10.0}
+        config = {"partition": "iid", "seed": seed}
+        return {"config": config, "methods": [method, plain]}
+
+    table = cost_table(collect([doc(0, 10.0), doc(1, 20.0)]))
+    rows = {line.split(" | ")[0]: line for line in table.splitlines()}
+    assert rows["| intactofl"] == "| intactofl | 15.0 | 100 | 2e+06 | 40 |"
+    assert rows["| fedavg"] == "| fedavg | 0.0 | – | – | – |"

@@ -46,6 +46,7 @@ COMPARED_IF_BOTH = (
     "local_val_accuracy",
     "client_facts",
     "topology",
+    "inference",
 )
 """Method fields compared when both documents have them (newer result files)."""
 

@@ -33,7 +33,7 @@ from oneshotfl.protocol.payload import Payload, WireError, encode
 from oneshotfl.protocol.spec import PayloadError
 from oneshotfl.protocol.wire import receive
 from oneshotfl.runner.config import ConfigError
-from oneshotfl.runner.evaluate import evaluate_outcome, summarise_clients
+from oneshotfl.runner.evaluate import evaluate_outcome, inference_cost, summarise_clients
 from oneshotfl.runner.results import MethodResult
 from oneshotfl.runner.transport import ClientReply, Missing, Transport
 
@@ -218,6 +218,7 @@ def _run_star(key: str, method: Method[Any], exp: Experiment, transport: Transpo
             )
     assert outcome is not None  # rounds >= 1
     metrics = evaluate_outcome(outcome, test, histograms, exp.device)
+    inference = inference_cost(outcome, test.x, exp.device)
     return MethodResult(
         key=key,
         **method.describe(),
@@ -231,6 +232,7 @@ def _run_star(key: str, method: Method[Any], exp: Experiment, transport: Transpo
         server_wall_s=server_wall,
         clients_used=sorted(traffic.received),
         diagnostics=getattr(outcome, "info", {}),
+        inference=inference or None,
         rejected=rejected,
         no_reply=missing,
         rounds_history=history,

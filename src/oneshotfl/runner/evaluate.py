@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from oneshotfl.data.types import LabelledData
 from oneshotfl.protocol.outcome import Ensemble, GlobalModel, Outcome, Personalised
@@ -89,6 +90,20 @@ def summarise_clients(metrics: Sequence[ClientMetrics]) -> dict[str, Any]:
         "client_accuracy": accs,
         "client_personal_accuracy": personal,
     }
+
+
+def inference_cost(outcome: Outcome, x: torch.Tensor, device: torch.device) -> dict[str, float]:
+    """What the final model costs to use: its ``parameters`` (every member of an ensemble,
+    experts and gate of a mixture) and the forward ``flops_per_image`` of one prediction
+    (``FlopCounterMode``'s count of ``predict_proba`` on the first image of ``x``). Empty for
+    personalised outcomes, whose models differ per client."""
+    if not isinstance(outcome, GlobalModel | Ensemble):
+        return {}
+    modules = [outcome.model] if isinstance(outcome, GlobalModel) else list(outcome.members)
+    parameters = sum(p.numel() for m in modules for p in m.parameters())
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        outcome.predict_proba(x[:1], device)
+    return {"parameters": float(parameters), "flops_per_image": float(counter.get_total_flops())}
 
 
 def evaluate_outcome(

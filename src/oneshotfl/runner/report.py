@@ -83,6 +83,8 @@ class Cell:
     upload_bytes: list[float] = field(default_factory=list)
     histories: list[list[dict[str, Any]]] = field(default_factory=list)
     facts: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    server_s: list[float] = field(default_factory=list)
+    costs: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     method: str = ""
     params: dict[str, Any] = field(default_factory=dict)
 
@@ -144,6 +146,13 @@ def collect(docs: Iterable[Mapping[str, Any]]) -> Report:
             )
             cell.accuracy.append(float(result["accuracy"]))
             cell.upload_bytes.append(float(result["upload_bytes_mean"]))
+            cell.server_s.append(float(result.get("server_wall_s", 0.0)))
+            costs = dict(result.get("inference") or {})
+            trainable = (result.get("diagnostics") or {}).get("trainable_server_parameters")
+            if isinstance(trainable, int | float):
+                costs["trainable_server_parameters"] = trainable
+            for name, value in costs.items():
+                cell.costs[name].append(float(value))
             if result.get("rounds_history"):
                 cell.histories.append(list(result["rounds_history"]))
             for name, values in (result.get("client_facts") or {}).items():
@@ -187,6 +196,32 @@ def bytes_table(report: Report) -> str:
     for method, value in sorted(uploads.items(), key=lambda kv: (kv[1], kv[0])):
         ratio = f"{value / smallest:.1f}" if value > 0 and smallest > 0 else "–"
         lines.append(f"| {method} | {human_bytes(value)} | {ratio} |")
+    return "\n".join(lines)
+
+
+COST_COLUMNS = {
+    "parameters": "parameters of the final model",
+    "flops_per_image": "forward FLOPs / image",
+    "trainable_server_parameters": "trained on the server",
+}
+"""The inference-cost columns of :func:`cost_table` (``inference`` and diagnostics)."""
+
+
+def cost_table(report: Report) -> str:
+    """Per method, over all its runs: the server's seconds (mean) and what the final model
+    costs to use (parameters, forward FLOPs per image, parameters the server trained — the
+    mean, since heterogeneous federations differ per run). Empty when nothing was measured."""
+    if not any(c.costs or any(c.server_s) for c in report.cells.values()):
+        return ""
+    head = "| method | server s (mean) | " + " | ".join(COST_COLUMNS.values()) + " |"
+    lines = [head, "|---|" + "---:|" * (len(COST_COLUMNS) + 1)]
+    for method in report.methods:
+        cells = [c for (_, m), c in report.cells.items() if m == method]
+        row = [f"{np.mean([s for c in cells for s in c.server_s]):.1f}"]
+        for name in COST_COLUMNS:
+            values = [v for c in cells for v in c.costs.get(name, [])]
+            row.append(f"{np.mean(values):.4g}" if values else "–")
+        lines.append(f"| {method} | " + " | ".join(row) + " |")
     return "\n".join(lines)
 
 
@@ -278,9 +313,15 @@ def write_report(
                 "sparsity, FLOPs), measured on the clients (mean over clients, then over "
                 f"seeds; fractions in %):\n\n{facts}\n\n"
             )
+        costs = cost_table(report)
+        if costs:
+            costs = (
+                "Server time and what the final model costs to use (mean over runs; "
+                f"seconds measured on this machine):\n\n{costs}\n\n"
+            )
         return (
             f"{markdown_table(report)}\n\nUpload per client (bytes counted on the wire, summed "
-            f"over rounds for multi-round methods):\n\n{bytes_table(report)}\n\n{facts}"
+            f"over rounds for multi-round methods):\n\n{bytes_table(report)}\n\n{costs}{facts}"
             f"{links}\n\n{timing}.\n"
         )
 

@@ -60,6 +60,8 @@ class MethodResult:
         local_val_accuracy: the same on the client's validation split (when it has one).
         topology: peer methods only: the edges that carried a payload, with their bytes.
         rounds_history: multi-round methods only: accuracy and bytes after each round.
+        inference: what the final global model or ensemble costs to use: ``parameters``
+            and forward ``flops_per_image`` (:func:`~oneshotfl.runner.evaluate.inference_cost`).
     """
 
     key: str
@@ -90,6 +92,7 @@ class MethodResult:
     local_test_accuracy: list[float | None] | None = None
     local_val_accuracy: list[float | None] | None = None
     client_facts: dict[str, list[float | None]] | None = None
+    inference: dict[str, float] | None = None
 
     @property
     def upload_bytes_mean(self) -> float:
