@@ -111,7 +111,10 @@ def test_root_argument_wins_over_environment(
     write_mnist_like(tmp_path / "env", n_train=9)
     monkeypatch.setenv("ONESHOTFL_DATA", str(tmp_path / "env"))
     assert len(load_dataset("mnist", root=tmp_path / "arg").train) == 7
+    (tmp_path / "empty").mkdir()  # a root without the files: the search goes on
     assert len(load_dataset("mnist", root=tmp_path / "empty").train) == 9
+    with pytest.raises(DatasetNotFoundError, match="expected an existing directory"):
+        load_dataset("mnist", root=tmp_path / "missing")  # a typo is not silently ignored
 
 
 def test_fashion_mnist_search_order_and_hint(
@@ -357,6 +360,7 @@ def test_missing_dataset_says_where_it_looked_and_how_to_get_it(
         return spec
 
     monkeypatch.setattr(DATASETS, "get", get)
+    (tmp_path / "nowhere").mkdir()  # an empty root (a missing one is its own error)
     with pytest.raises(DatasetNotFoundError) as info:
         load_dataset("fashion_mnist", root=tmp_path / "nowhere")
     message = str(info.value)

@@ -26,6 +26,7 @@ from oneshotfl.cli_support import (
     fail,
     setup_logging,
     with_options,
+    writable_dir,
 )
 from oneshotfl.data.datasets import DATASETS, load_dataset
 from oneshotfl.data.federated import carve_federated_data
@@ -88,6 +89,7 @@ def run(
         out_dir = out or Path("runs") / datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         if (out_dir / "result.json").exists():
             raise ConfigError(f"{out_dir}/result.json exists; choose another --out")
+        writable_dir(out_dir)
         with RichTracker(err_console) as tracker:
             doc = run_experiment(cfg, tracker)
     except USER_ERRORS as exc:
@@ -255,6 +257,10 @@ def sweep(
     except USER_ERRORS as exc:
         fail(exc)
     root = out or Path("runs") / spec.name
+    try:
+        writable_dir(root)
+    except USER_ERRORS as exc:
+        fail(exc)
     start = time.perf_counter()
     done = 0
     for i, point in enumerate(runs, 1):

@@ -8,8 +8,10 @@ import dataclasses
 import inspect
 import re
 import sys
+import tempfile
 import typing
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -49,6 +51,24 @@ def setup_logging(verbose: bool) -> None:
         handlers=[RichHandler(console=err_console, show_path=False, show_time=False)],
         force=True,
     )
+
+
+def writable_dir(path: Path) -> Path:
+    """``path`` as a directory results can be written to, created if missing: checked before
+    any training, so a bad ``--out`` fails at once rather than after the work.
+
+    Raises:
+        ConfigError: when ``path`` is a file, or cannot be created or written.
+    """
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"--out {path}: expected a directory, got a file")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-check-"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"--out {path}: expected a writable directory ({exc.strerror})") from None
+    return path
 
 
 def fail(exc: BaseException) -> NoReturn:

@@ -87,6 +87,26 @@ def weighted_softmax_mean(logits: torch.Tensor, weights: torch.Tensor) -> torch.
     return torch.einsum("m,mnc->nc", w, probs)
 
 
+Weighting = Literal["uniform", "size", "clipped"]
+"""How clients are weighted by their self-reported sizes n_k (see :func:`client_weights`)."""
+
+CLIP_MEDIANS = 2.0
+"""``clipped`` weighting: no client weighs more than this many times the median client."""
+
+
+def client_weights(sizes: Sequence[float], weighting: Weighting) -> torch.Tensor:
+    """Member weights from self-reported sizes: ``uniform`` 1 each, ``size`` n_k, ``clipped``
+    min(n_k, 2·median(n)) — a size-weighting one client cannot capture by over-reporting
+    (with at least three clients, one liar moves the median at most one rank). Sizes must
+    be positive (the wire bounds them to [1, N_max])."""
+    n = torch.tensor([float(v) for v in sizes], dtype=torch.float64)
+    if weighting == "uniform":
+        return torch.ones_like(n)
+    if weighting == "clipped":
+        return n.clamp(max=CLIP_MEDIANS * float(n.median()))
+    return n
+
+
 def weighted_logit_mean(logits: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """softmax(Σ_m w_m z_m / Σ_m w_m): the ensemble of logits (what a mixture of experts with
     a uniform gate computes), ``logits [M, N, C]``, ``weights [M]``."""

@@ -136,6 +136,11 @@ def load_dataset(name: str, root: str | Path | None = None, download: bool = Fal
             names the file, what was expected and what was found.
     """
     spec = DATASETS.get(name)
+    if root and spec.files and not download and not Path(root).expanduser().is_dir():
+        raise DatasetNotFoundError(
+            f"data root {root}: expected an existing directory holding {name}, got none "
+            "(leave data_root unset to use $ONESHOTFL_DATA or the system copy)"
+        )
     dirs = search_dirs(spec, root)
     paths = locate(spec, dirs)
     if paths is None and download and spec.torchvision_class is not None:

@@ -207,9 +207,24 @@ def file_encoder(options: Mapping[str, str], ctx: EncoderContext) -> Encoder:
             f"encoder {spec!r}: built for {meta.get('in_channels')} input channels, the task "
             f"has {task.in_channels}"
         )
-    module = conv_encoder(task.in_channels, int(meta["dim"]), int(meta["width"]))
-    module.load_state_dict(state)
-    encoder = Encoder(spec, module, int(meta["dim"]), Preprocess(), task, fingerprint=actual)
+    try:
+        dim, width = int(meta["dim"]), int(meta["width"])
+    except (KeyError, TypeError, ValueError):
+        raise EncoderError(
+            f"encoder {spec!r}: {path} lacks integer 'dim' and 'width' metadata (got "
+            f"dim={meta.get('dim')!r}, width={meta.get('width')!r}); write it with "
+            "`oneshotfl encoder pretrain`"
+        ) from None
+    module = conv_encoder(task.in_channels, dim, width)
+    try:
+        module.load_state_dict(state)
+    except RuntimeError as exc:  # missing, unexpected or wrongly shaped tensors
+        first = str(exc).strip().splitlines()[-1].strip()
+        raise EncoderError(
+            f"encoder {spec!r}: {path} does not hold a conv encoder of dim {dim} and width "
+            f"{width} ({first})"
+        ) from None
+    encoder = Encoder(spec, module, dim, Preprocess(), task, fingerprint=actual)
     encoder.info.update({"file": str(path), "objective": meta.get("objective")})
     return encoder
 

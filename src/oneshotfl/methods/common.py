@@ -18,7 +18,7 @@ from torch import nn
 from oneshotfl.artefacts import tensor_fingerprint
 from oneshotfl.data.types import LabelledData
 from oneshotfl.encoders.base import EncodedClassifier
-from oneshotfl.functional import weighted_average
+from oneshotfl.functional import Weighting, client_weights, weighted_average
 from oneshotfl.models import create_model
 from oneshotfl.protocol.contract import ClientContext, ConfigT, Method, ServerContext
 from oneshotfl.protocol.payload import Payload
@@ -26,10 +26,10 @@ from oneshotfl.protocol.spec import (
     ArraySpec,
     ModelSpec,
     PayloadSpec,
-    ScalarSpec,
     WireDims,
     model_fields,
     model_from_fields,
+    n_examples_spec,
 )
 from oneshotfl.seeding import seeded_torch, torch_generator
 from oneshotfl.training.loop import TrainConfig, predict_logits, train_classifier
@@ -117,7 +117,7 @@ class SendsTrainedModel(Method[ConfigT]):
     locally with the federation's recipe, send the model and the example count n_k."""
 
     def payload_spec(self, dims: WireDims) -> PayloadSpec:
-        return PayloadSpec(models=(ModelSpec(),), scalars=(ScalarSpec("n_examples", int, 1),))
+        return PayloadSpec(models=(ModelSpec(),), scalars=(n_examples_spec(),))
 
     def trained(self, ctx: ClientContext) -> nn.Module:
         """The model the client sends: its recipe's (default: the federation's plain one)."""
@@ -131,9 +131,12 @@ class SendsTrainedModel(Method[ConfigT]):
         return self.trained(ctx)
 
 
-def average_models(payloads: Mapping[int, Payload], dims: WireDims) -> nn.Module:
-    """The size-weighted average Σ_k (n_k/n)·w_k of the models in ``payloads`` (each with an
-    ``n_examples`` scalar), built as the architecture of the lowest client id."""
+def average_models(
+    payloads: Mapping[int, Payload], dims: WireDims, weighting: Weighting = "size"
+) -> nn.Module:
+    """The weighted average Σ_k (a_k/Σa)·w_k of the models in ``payloads`` (each with an
+    ``n_examples`` scalar; a_k from :func:`~oneshotfl.functional.client_weights`, n_k by
+    default), built as the architecture of the lowest client id."""
     ids = sorted(payloads)
     prefix = "model."
     states = [
@@ -141,7 +144,7 @@ def average_models(payloads: Mapping[int, Payload], dims: WireDims) -> nn.Module
         for c in ids
     ]
     sizes = [float(payloads[c].scalars["n_examples"]) for c in ids]
-    averaged = weighted_average(states, sizes)
+    averaged = weighted_average(states, client_weights(sizes, weighting).tolist())
     model = model_from_fields(payloads[ids[0]], dims)
     model.load_state_dict({k: torch.from_numpy(v) for k, v in averaged.items()})
     return model

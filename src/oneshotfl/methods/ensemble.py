@@ -14,9 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-import torch
-
-from oneshotfl.functional import weighted_logit_mean
+from oneshotfl.functional import Weighting, client_weights, weighted_logit_mean
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import SendsTrainedModel
 from oneshotfl.params import Params
@@ -32,11 +30,12 @@ class EnsembleConfig(Params):
     """Ensemble hyper-parameters.
 
     Attributes:
-        weighting: ``uniform`` (every member 1) or ``size`` (members weighted by n_k).
+        weighting: ``uniform`` (every member 1), ``size`` (members weighted by n_k) or
+            ``clipped`` (n_k capped at twice the median: one client cannot take the vote).
         combine: ``probabilities`` (mean of softmaxes) or ``logits`` (softmax of the mean).
     """
 
-    weighting: Literal["uniform", "size"] = "uniform"
+    weighting: Weighting = "uniform"
     combine: Literal["probabilities", "logits"] = "probabilities"
 
 
@@ -51,10 +50,8 @@ class Ensemble(SendsTrainedModel[EnsembleConfig]):
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         ids = sorted(payloads)
         members = [model_from_fields(payloads[c], ctx.dims) for c in ids]
-        if self.config.weighting == "size":
-            weights = torch.tensor([float(payloads[c].scalars["n_examples"]) for c in ids])
-        else:
-            weights = torch.ones(len(ids))
+        sizes = [float(payloads[c].scalars["n_examples"]) for c in ids]
+        weights = client_weights(sizes, self.config.weighting).float()
         if self.config.combine == "logits":
             return EnsembleOutcome(members, weights, combine=weighted_logit_mean)
         return EnsembleOutcome(members, weights)

@@ -258,7 +258,7 @@ class FedAGE(Method[FedAGEConfig]):
         return PayloadSpec(
             arrays=(ArraySpec("latents", ("N", "D")),),
             models=(ModelSpec("head", input_dims=(d, 1)),),
-            scalars=(ScalarSpec("n_examples", int, 1),),
+            scalars=(ScalarSpec("n_examples", int, 1, maximum="N_max", equals="N"),),
         )
 
     def _client(self, ctx: ClientContext) -> tuple[nn.Module, torch.Tensor]:

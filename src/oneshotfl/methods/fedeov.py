@@ -60,7 +60,13 @@ from oneshotfl.params import Params, require
 from oneshotfl.protocol.contract import ClientContext, ServerContext
 from oneshotfl.protocol.outcome import Combiner, Ensemble, Outcome
 from oneshotfl.protocol.payload import Payload
-from oneshotfl.protocol.spec import ModelSpec, PayloadSpec, ScalarSpec, WireDims, model_from_fields
+from oneshotfl.protocol.spec import (
+    ModelSpec,
+    PayloadSpec,
+    WireDims,
+    model_from_fields,
+    n_examples_spec,
+)
 from oneshotfl.training.components import ComponentSpec
 from oneshotfl.training.loop import TrainConfig
 from oneshotfl.training.negatives import NegativesConfig
@@ -206,9 +212,7 @@ class OpenSetEnsemble(SendsTrainedModel[Any]):
         return ctx.train(self.recipe(ctx))
 
     def payload_spec(self, dims: WireDims) -> PayloadSpec:
-        return PayloadSpec(
-            models=(ModelSpec(extra_outputs=1),), scalars=(ScalarSpec("n_examples", int, 1),)
-        )
+        return PayloadSpec(models=(ModelSpec(extra_outputs=1),), scalars=(n_examples_spec(),))
 
     def local_model(self, ctx: ClientContext) -> nn.Module | None:
         """The client's model as a C-way classifier (its ⊥ output dropped)."""

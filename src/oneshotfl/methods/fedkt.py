@@ -61,10 +61,10 @@ from oneshotfl.protocol.payload import Payload
 from oneshotfl.protocol.spec import (
     ModelSpec,
     PayloadSpec,
-    ScalarSpec,
     WireDims,
     model_fields,
     model_from_fields,
+    n_examples_spec,
 )
 from oneshotfl.seeding import numpy_rng, seeded_torch, torch_generator
 from oneshotfl.training.loop import predict_logits, train_classifier
@@ -138,7 +138,7 @@ class FedKT(Method[FedKTConfig]):
     def payload_spec(self, dims: WireDims) -> PayloadSpec:
         return PayloadSpec(
             models=tuple(ModelSpec(self._student_prefix(j)) for j in range(self.config.partitions)),
-            scalars=(ScalarSpec("n_examples", int, 1),),
+            scalars=(n_examples_spec(),),
         )
 
     def client_update(self, ctx: ClientContext) -> Payload:

@@ -24,14 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import torch
 from torch import nn
 
 from oneshotfl.data.types import LabelledData
-from oneshotfl.functional import weighted_average
+from oneshotfl.functional import Weighting, client_weights, weighted_average
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import (
     client_embeddings,
@@ -52,9 +51,9 @@ from oneshotfl.protocol.spec import (
     ArraySpec,
     ModelSpec,
     PayloadSpec,
-    ScalarSpec,
     WireDims,
     model_fields,
+    n_examples_spec,
 )
 from oneshotfl.seeding import seeded_torch, torch_generator
 from oneshotfl.training.loop import train_classifier
@@ -68,13 +67,14 @@ class HeadConfig(Params):
         head: the head architecture (a registered model built on embeddings).
         epochs: head training epochs.
         lr: Adam learning rate.
-        weighting: ``head_avg`` only: ``uniform`` (simple) or ``size`` (by n_k).
+        weighting: ``head_avg`` only: ``uniform`` (simple), ``size`` (by n_k) or ``clipped``
+            (n_k capped at twice the median).
     """
 
     head: str = "head_mlp"
     epochs: int = 7
     lr: float = 1e-3
-    weighting: Literal["uniform", "size"] = "uniform"
+    weighting: Weighting = "uniform"
 
     def validate(self) -> None:
         require(self.head in MODELS, "head", "a registered model", self.head)
@@ -91,7 +91,7 @@ class SendsHead(Method[HeadConfig]):
     def payload_spec(self, dims: WireDims) -> PayloadSpec:
         return PayloadSpec(
             models=(ModelSpec("head", input_dims=(dims.extra.get("D", 0), 1)),),
-            scalars=(ScalarSpec("n_examples", int, 1),),
+            scalars=(n_examples_spec(),),
         )
 
     def client_update(self, ctx: ClientContext) -> Payload:
@@ -120,7 +120,7 @@ class HeadAverage(SendsHead):
             {k[5:]: v for k, v in payloads[c].arrays.items() if k.startswith("head.")} for c in ids
         ]
         sizes = [float(payloads[c].scalars["n_examples"]) for c in ids]
-        weights = sizes if self.config.weighting == "size" else [1.0] * len(ids)
+        weights = client_weights(sizes, self.config.weighting).tolist()
         head = self.heads({ids[0]: payloads[ids[0]]}, ctx)[0]
         averaged = weighted_average(states, weights)
         head.load_state_dict({k: torch.from_numpy(v) for k, v in averaged.items()})

@@ -53,10 +53,10 @@ from oneshotfl.protocol.spec import (
     ArraySpec,
     ModelSpec,
     PayloadSpec,
-    ScalarSpec,
     WireDims,
     model_fields,
     model_from_fields,
+    n_examples_spec,
 )
 from oneshotfl.seeding import torch_generator
 
@@ -186,7 +186,7 @@ class MAEcho(SendsTrainedModel[MAEchoConfig]):
         return PayloadSpec(
             arrays=tuple(arrays),
             models=(ModelSpec(),),
-            scalars=(ScalarSpec("n_examples", int, 1),),
+            scalars=(n_examples_spec(),),
         )
 
     def client_update(self, ctx: ClientContext) -> Payload:

@@ -20,10 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
 
-import torch
-
+from oneshotfl.functional import Weighting, client_weights
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import SendsTrainedModel
 from oneshotfl.params import Params
@@ -38,11 +36,12 @@ class PeerEnsembleConfig(Params):
     """Neighbourhood-ensemble hyper-parameters.
 
     Attributes:
-        weighting: ``uniform`` (every member 1) or ``size`` (members weighted by n_k).
+        weighting: ``uniform`` (every member 1), ``size`` (members weighted by n_k) or
+            ``clipped`` (n_k capped at twice the median).
         include_own: the receiving client's own model is a member.
     """
 
-    weighting: Literal["uniform", "size"] = "uniform"
+    weighting: Weighting = "uniform"
     include_own: bool = True
 
 
@@ -60,7 +59,5 @@ class PeerEnsemble(PeerMethod[PeerEnsembleConfig], SendsTrainedModel[PeerEnsembl
         for sender in sorted(payloads):
             members.append(model_from_fields(payloads[sender], ctx.dims))
             weights.append(float(payloads[sender].scalars["n_examples"]))
-        if self.config.weighting == "uniform":
-            weights = [1.0] * len(members)
         info = {"members": len(members), "senders": sorted(payloads)}
-        return Ensemble(members, torch.tensor(weights), info=info)
+        return Ensemble(members, client_weights(weights, self.config.weighting).float(), info=info)

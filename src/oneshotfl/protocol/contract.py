@@ -88,12 +88,14 @@ def wire_dims(
     public: UnlabelledData | None,
     encoder: Encoder | None,
     archs: Sequence[str] = (),
+    max_examples: int = 0,
 ) -> WireDims:
     """The wire dims every party resolves payload shapes against: the task, the public pool's
-    size, ``D``, the shared encoder's embedding size (when there is an encoder), and the
-    client architectures the party knows."""
+    size, ``D``, the shared encoder's embedding size (when there is an encoder), the client
+    architectures the party knows and ``N_max``, the most examples one client can hold."""
     size = 0 if public is None else len(public)
-    return task_dims(task, size, None if encoder is None else encoder.dim, tuple(archs))
+    dim = None if encoder is None else encoder.dim
+    return task_dims(task, size, dim, tuple(archs), max_examples)
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,9 @@ class ClientContext:
         round: the communication round, from 0 (always 0 for one-shot methods).
         broadcast: the server's validated message of this round (multi-round methods
             only; ``None`` in one-shot methods, whose clients hear nothing from the server).
+        client_archs: every client's architecture by client id (public configuration; a
+            peer receiver checks its senders' models against it).
+        max_examples: ``N_max``, the most examples one client can hold (0: unknown).
     """
 
     client_id: int
@@ -132,6 +137,8 @@ class ClientContext:
     encoder: Encoder | None = None
     round: int = 0
     broadcast: Payload | None = None
+    client_archs: tuple[str, ...] = ()
+    max_examples: int = 0
 
     @cached_property
     def data_fingerprint(self) -> str:
@@ -141,7 +148,7 @@ class ClientContext:
     @property
     def dims(self) -> WireDims:
         """The wire dims payloads resolve against (``D`` when there is an encoder)."""
-        return wire_dims(self.task, self.public, self.encoder, (self.arch,))
+        return wire_dims(self.task, self.public, self.encoder, self.client_archs, self.max_examples)
 
     def for_round(self, round_index: int, broadcast: Payload | None) -> ClientContext:
         """This context in round ``round_index``, with the server's validated broadcast."""

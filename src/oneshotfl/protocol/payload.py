@@ -88,8 +88,14 @@ def decode(data: bytes) -> Payload:
         raise WireError(f"safetensors bytes lack the {_SCALARS_KEY!r} metadata entry")
     try:
         scalars = json.loads(meta[_SCALARS_KEY])
-    except json.JSONDecodeError as exc:
-        raise WireError(f"payload scalars are not valid JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # malformed, or nested past the parser's depth
+        raise WireError(f"payload scalars are not valid JSON: {type(exc).__name__}") from None
     if not isinstance(scalars, dict):
         raise WireError(f"payload scalars must be a JSON object, got {type(scalars).__name__}")
+    for name, value in scalars.items():
+        if not isinstance(value, int | float | str | bool):
+            kind = "null" if value is None else type(value).__name__
+            raise WireError(
+                f"payload scalar {name!r}: expected an int, float, string or bool, got {kind}"
+            )
     return Payload({k: np.asarray(arrays[k]) for k in sorted(arrays)}, scalars)

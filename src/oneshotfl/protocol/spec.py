@@ -2,15 +2,23 @@
 
 A method declares what one client sends as a :class:`PayloadSpec`. Shapes may use symbolic
 dimensions: ``"C"`` (number of classes), ``"CH"``, ``"H"``, ``"W"`` (input channels and size),
-``"N_pub"`` (public pool size), or any other name, which must then take one value across the
-payload (e.g. ``"N"`` shared by latents and labels). Models travel as an architecture name from
-the model registry plus a state dict; they are checked against a freshly built reference.
+``"N_pub"`` (public pool size), ``"N_max"`` (the most training examples one client can hold:
+the federation's training pool, a public fact), or any other name, which must then take one
+value across the payload (e.g. ``"N"`` shared by latents and labels). Models travel as an
+architecture name from the model registry plus a state dict; they are checked against a
+freshly built reference — of the sending client's configured architecture when the receiver
+knows it.
+
+Nothing a client reports is trusted unbounded: integers must fit in int64 and floats be
+finite, a count may be bounded by ``N_max`` or tied to the rows it sends (``equals``), and
+:func:`byte_limit` gives the most bytes a payload of the spec can take, so oversize bytes are
+refused before anything is decoded.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -48,6 +56,7 @@ class ArraySpec:
         dtypes: allowed dtype names.
         value_range: inclusive (low, high) every element must lie in, or ``None``.
         simplex: rows along the last axis must sum to 1 (probability vectors).
+        min_sum: the least the elements may sum to (e.g. 1 for label counts), or ``None``.
     """
 
     name: str
@@ -55,6 +64,7 @@ class ArraySpec:
     dtypes: tuple[str, ...] = ("float32",)
     value_range: tuple[float, float] | None = None
     simplex: bool = False
+    min_sum: float | None = None
 
 
 @dataclass(frozen=True)
@@ -79,7 +89,7 @@ class ModelSpec:
         if self.input_dims is None:
             return dims
         channels, size = self.input_dims
-        return WireDims(dims.num_classes, channels, size, dims.public_size, dims.extra, dims.archs)
+        return replace(dims, in_channels=channels, image_size=size)
 
     @property
     def arch_key(self) -> str:
@@ -91,11 +101,26 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class ScalarSpec:
-    """One named scalar of a given Python type (``int`` also accepts a bool-free integer)."""
+    """One named scalar of a given Python type (``int`` also accepts a bool-free integer).
+
+    Attributes:
+        minimum: the least value, or ``None``.
+        maximum: the largest value: a number, or a symbol of the wire dims (``"N_max"``);
+            an unbound symbol sets no bound.
+        equals: a symbol bound by the payload's array shapes the value must equal (a count
+            the payload proves by the rows it sends, e.g. ``"N"``).
+    """
 
     name: str
     kind: type = float
     minimum: float | None = None
+    maximum: float | str | None = None
+    equals: str | None = None
+
+
+def n_examples_spec() -> ScalarSpec:
+    """The self-reported training-set size: an integer in [1, N_max]."""
+    return ScalarSpec("n_examples", int, 1, maximum="N_max")
 
 
 @dataclass(frozen=True)
@@ -117,6 +142,7 @@ class WireDims:
     public_size: int = 0
     extra: Mapping[str, int] = field(default_factory=dict)
     archs: tuple[str, ...] = ()  # the federation's client architectures (public configuration)
+    max_examples: int = 0  # N_max: the federation's training pool (0 = not known here)
 
     def symbols(self) -> dict[str, int]:
         base = {
@@ -126,7 +152,15 @@ class WireDims:
             "W": self.image_size,
             "N_pub": self.public_size,
         }
+        if self.max_examples > 0:
+            base["N_max"] = self.max_examples
         return {**base, **self.extra}
+
+    def client_arch(self, client: int | None) -> str | None:
+        """The architecture client ``client`` is configured with, when known here."""
+        if client is None or not 0 <= client < len(self.archs):
+            return None
+        return self.archs[client]
 
 
 def task_dims(
@@ -134,13 +168,16 @@ def task_dims(
     public_size: int = 0,
     embedding_dim: int | None = None,
     archs: tuple[str, ...] = (),
+    max_examples: int = 0,
 ) -> WireDims:
     """The wire dims of a task: its classes and images, the public pool's size, ``D``, the
     shared encoder's embedding size, when the federation has an encoder, and the clients'
     architectures (a payload whose shapes follow the architecture, e.g. MA-Echo's
-    projections, is specified from them)."""
+    projections, is specified from them) and ``N_max``, the federation's training pool."""
     extra = {} if embedding_dim is None else {"D": embedding_dim}
-    return WireDims(task.num_classes, task.in_channels, task.image_size, public_size, extra, archs)
+    return WireDims(
+        task.num_classes, task.in_channels, task.image_size, public_size, extra, archs, max_examples
+    )
 
 
 def validate_payload(
@@ -158,7 +195,7 @@ def validate_payload(
     for array_spec in spec.arrays:
         _check_array(payload.arrays[array_spec.name], array_spec, bound, client)
     for scalar_spec in spec.scalars:
-        _check_scalar(payload.scalars[scalar_spec.name], scalar_spec, client)
+        _check_scalar(payload.scalars[scalar_spec.name], scalar_spec, bound, client)
     for model_spec in spec.models:
         _check_model(payload, model_spec, dims, client)
 
@@ -210,6 +247,10 @@ def _check_values(value: np.ndarray, spec: ArraySpec, client: int | None) -> Non
             raise PayloadError(
                 spec.name, f"values in [{low}, {high}]", f"range [{vmin}, {vmax}]", client
             )
+    if spec.min_sum is not None and float(value.astype(np.float64).sum()) < spec.min_sum:
+        raise PayloadError(
+            spec.name, f"elements summing to at least {spec.min_sum:g}", "less", client
+        )
     if spec.simplex:
         sums = value.astype(np.float64).sum(axis=-1)
         worst = float(np.abs(sums - 1.0).max())
@@ -217,14 +258,35 @@ def _check_values(value: np.ndarray, spec: ArraySpec, client: int | None) -> Non
             raise PayloadError(spec.name, "rows summing to 1", f"a row off by {worst:.3g}", client)
 
 
-def _check_scalar(value: object, spec: ScalarSpec, client: int | None) -> None:
+INT64 = (-(2**63), 2**63 - 1)
+
+
+def _check_scalar(
+    value: object, spec: ScalarSpec, bound: Mapping[str, int], client: int | None
+) -> None:
     ok = isinstance(value, spec.kind) and not (spec.kind is int and isinstance(value, bool))
     if spec.kind is float and isinstance(value, int) and not isinstance(value, bool):
         ok = True
     if not ok:
         raise PayloadError(spec.name, spec.kind.__name__, type(value).__name__, client)
-    if spec.minimum is not None and isinstance(value, int | float) and value < spec.minimum:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return
+    if isinstance(value, int) and not INT64[0] <= value <= INT64[1]:
+        raise PayloadError(
+            spec.name, "an integer that fits in int64", f"{len(str(value))} digits", client
+        )
+    if isinstance(value, float) and not np.isfinite(value):
+        raise PayloadError(spec.name, "a finite number", repr(value), client)
+    if spec.minimum is not None and value < spec.minimum:
         raise PayloadError(spec.name, f"a value >= {spec.minimum}", repr(value), client)
+    top = bound.get(spec.maximum) if isinstance(spec.maximum, str) else spec.maximum
+    if top is not None and value > top:
+        what = f" ({spec.maximum})" if isinstance(spec.maximum, str) else ""
+        raise PayloadError(spec.name, f"a value <= {top}{what}", repr(value), client)
+    if spec.equals is not None and spec.equals in bound and value != bound[spec.equals]:
+        raise PayloadError(
+            spec.name, f"{bound[spec.equals]}, the rows sent ({spec.equals})", repr(value), client
+        )
 
 
 def _check_model(payload: Payload, spec: ModelSpec, dims: WireDims, client: int | None) -> None:
@@ -232,7 +294,23 @@ def _check_model(payload: Payload, spec: ModelSpec, dims: WireDims, client: int 
     allowed = spec.archs or tuple(MODELS.names())
     if not isinstance(arch, str) or arch not in allowed:
         raise PayloadError(spec.arch_key, f"an architecture in {list(allowed)}", repr(arch), client)
-    reference = reference_state(arch, spec.model_dims(dims), spec.extra_outputs)
+    configured = expected_arch(spec, dims, client)
+    if configured is not None and arch != configured:
+        raise PayloadError(
+            spec.arch_key,
+            f"{configured!r}, the architecture this client is configured with",
+            repr(arch),
+            client,
+        )
+    try:
+        reference = reference_state(arch, spec.model_dims(dims), spec.extra_outputs)
+    except Exception as exc:  # the registry refuses this task (e.g. an image too small)
+        raise PayloadError(
+            spec.arch_key,
+            "an architecture that can be built for this task",
+            f"{arch!r} ({type(exc).__name__}: {exc})",
+            client,
+        ) from None
     got = {k[len(spec.prefix) + 1 :]: v for k, v in payload.arrays.items() if spec.owns(k)}
     for key in sorted(set(reference) - set(got)):
         raise PayloadError(f"{spec.prefix}.{key}", f"a tensor of {arch}", "nothing", client)
@@ -248,6 +326,15 @@ def _check_model(payload: Payload, spec: ModelSpec, dims: WireDims, client: int 
             raise PayloadError(name, f"dtype {want_dtype}", value.dtype.name, client)
         if value.dtype.kind == "f" and not np.isfinite(value).all():
             raise PayloadError(name, "finite values", "NaN/inf entries", client)
+
+
+def expected_arch(spec: ModelSpec, dims: WireDims, client: int | None) -> str | None:
+    """The one architecture a model field may carry: the sending client's configured one for a
+    model of the task's inputs without an allowed list (a head on embeddings, or a spec that
+    names its architectures, is not the client's classifier); ``None`` when not known here."""
+    if spec.archs or spec.input_dims is not None:
+        return None
+    return dims.client_arch(client)
 
 
 _REFERENCE_CACHE: dict[tuple[str, int, int, int], dict[str, torch.Tensor]] = {}

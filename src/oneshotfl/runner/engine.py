@@ -116,7 +116,9 @@ def collect_round(
         try:
             traffic.received[cid] = receive(reply.data, spec, dims, cid)
         except (WireError, PayloadError) as exc:
-            log.warning("%s: round %d: rejected payload: %s", key, round_index, exc)
+            log.warning(
+                "%s: round %d: rejected the payload of client %d: %s", key, round_index, cid, exc
+            )
             traffic.rejected[cid] = str(exc)
     check_quorum(key, method, exp, len(traffic.received), traffic.rejected, traffic.missing)
     return traffic

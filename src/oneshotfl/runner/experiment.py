@@ -85,6 +85,8 @@ class Experiment:
         store: artefact cache.
         tracker: progress display.
         encoder: the shared frozen encoder, when configured.
+        train_pool: the examples the federation's clients hold together (train and
+            validation): the most one client can claim (``N_max`` on the wire).
 
     The neighbour graph (:attr:`graph`) is built only when a peer method runs — checked by
     :meth:`check` before any training — so star runs and Flower nodes never need it.
@@ -97,6 +99,7 @@ class Experiment:
     store: ArtefactStore
     tracker: Tracker
     encoder: Encoder | None = None
+    train_pool: int = 0
 
     @classmethod
     def prepare(
@@ -145,7 +148,8 @@ class Experiment:
                 )
             except EncoderError as exc:
                 raise ConfigError(str(exc)) from None
-        return cls(cfg, data, archs, device, store, tracker or NullTracker(), encoder)
+        pool = sum(len(s.train) + (0 if s.val is None else len(s.val)) for s in data.clients)
+        return cls(cfg, data, archs, device, store, tracker or NullTracker(), encoder, pool)
 
     @cached_property
     def graph(self) -> Graph:
@@ -166,7 +170,9 @@ class Experiment:
     @property
     def dims(self) -> WireDims:
         """The public facts payload shapes resolve against (``D`` with an encoder)."""
-        return wire_dims(self.data.task, self.data.public, self.encoder, self.archs)
+        return wire_dims(
+            self.data.task, self.data.public, self.encoder, self.archs, self.train_pool
+        )
 
     def client_context(self, client_id: int) -> ClientContext:
         """Client ``client_id``'s context: its own shard and the federation's public facts."""
@@ -177,6 +183,8 @@ class Experiment:
             val=shard.val,
             task=self.data.task,
             arch=self.archs[client_id],
+            client_archs=self.archs,
+            max_examples=self.train_pool,
             train_config=self.cfg.client_train_config(),
             public=self.data.public,
             device=self.device,

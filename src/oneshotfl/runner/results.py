@@ -170,11 +170,12 @@ def _cell(value: Any) -> Any:
 
 
 def write_result(out_dir: Path, doc: dict[str, Any], title_suffix: str = "") -> Path:
-    """Write the result document, its CSV views and the partition heatmap into ``out_dir``;
-    returns the JSON path."""
+    """Write the CSV views, the partition heatmap and then the result document into
+    ``out_dir``; returns the JSON path. Every file is written atomically (temporary file +
+    rename) and ``result.json`` last: it marks a complete run (a sweep skips a run that has
+    one), so a crash at any point leaves either a complete run or one that is run again."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / RESULT_FILE
-    atomic_write_text(path, json.dumps(doc, indent=2, default=_json_default) + "\n")
     write_csv(out_dir / "methods.csv", doc["methods"], METHOD_COLUMNS)
     write_csv(out_dir / "clients.csv", doc["clients"], CLIENT_COLUMNS)
     write_csv(out_dir / "local.csv", local_rows(doc["methods"]), LOCAL_COLUMNS)
@@ -189,6 +190,7 @@ def write_result(out_dir: Path, doc: dict[str, Any], title_suffix: str = "") -> 
     c = doc["config"]
     title = f"{c['dataset']} · {c['partition']} · {c['clients']} clients{title_suffix}"
     partition_heatmap(counts, out_dir / "partition.png", title)
+    atomic_write_text(path, json.dumps(doc, indent=2, default=_json_default) + "\n")
     return path
 
 

@@ -131,6 +131,9 @@ def peer_step(
         try:
             payloads[sender] = receive(deliveries[sender], spec, ctx.dims, sender)
         except (WireError, PayloadError) as exc:
+            log.warning(
+                "client %d: rejected the payload of client %d: %s", ctx.client_id, sender, exc
+            )
             rejected[sender] = str(exc)
     start = time.perf_counter()
     outcome = method.aggregate_for(ctx, payloads)
