@@ -117,7 +117,7 @@ def test_oversize_bytes_are_refused_before_anything_is_decoded(
     monkeypatch.setattr(wire, "decode", lambda data: calls.append(len(data)))
     spec = build_method("fedavg").payload_spec(federation.dims)
     limit = wire.byte_limit(spec, federation.dims, 1)
-    assert limit is not None and limit < 1_000_000  # an mlp on 8x8 digits: ~70 KiB
+    assert limit is not None and limit < 1_000_000  # an mlp on 8x8 digits: ~290 KB
     with pytest.raises(WireError, match="client 1: expected at most"):
         wire.receive(HOSTILE["oversize upload"](), spec, federation.dims, 1)
     assert calls == []
