@@ -31,6 +31,12 @@ from oneshotfl.protocol.spec import (
     model_from_fields,
     n_examples_spec,
 )
+from oneshotfl.robust import (
+    Aggregation,
+    coordinate_median,
+    norm_clipped_average,
+    trimmed_mean,
+)
 from oneshotfl.seeding import seeded_torch, torch_generator
 from oneshotfl.training.loop import TrainConfig, predict_logits, train_classifier
 from oneshotfl.training.recipe import initial_model
@@ -132,11 +138,18 @@ class SendsTrainedModel(Method[ConfigT]):
 
 
 def average_models(
-    payloads: Mapping[int, Payload], dims: WireDims, weighting: Weighting = "size"
+    payloads: Mapping[int, Payload],
+    dims: WireDims,
+    weighting: Weighting = "size",
+    aggregation: Aggregation = "mean",
+    trim: float = 0.2,
+    reference: nn.Module | None = None,
 ) -> nn.Module:
     """The weighted average Σ_k (a_k/Σa)·w_k of the models in ``payloads`` (each with an
     ``n_examples`` scalar; a_k from :func:`~oneshotfl.functional.client_weights`, n_k by
-    default), built as the architecture of the lowest client id."""
+    default), built as the architecture of the lowest client id — or, with ``aggregation``,
+    a robust rule of :mod:`oneshotfl.robust` (``norm_clip`` needs ``reference``, the shared
+    initial model the updates are measured from)."""
     ids = sorted(payloads)
     prefix = "model."
     states = [
@@ -144,7 +157,18 @@ def average_models(
         for c in ids
     ]
     sizes = [float(payloads[c].scalars["n_examples"]) for c in ids]
-    averaged = weighted_average(states, client_weights(sizes, weighting).tolist())
+    weights = client_weights(sizes, weighting).tolist()
+    if aggregation == "median":
+        averaged = coordinate_median(states)
+    elif aggregation == "trimmed_mean":
+        averaged = trimmed_mean(states, trim)
+    elif aggregation == "norm_clip":
+        if reference is None:
+            raise ValueError("average_models: norm_clip needs the shared initial model")
+        initial = {k: v.detach().cpu().numpy() for k, v in reference.state_dict().items()}
+        averaged = norm_clipped_average(states, weights, initial)
+    else:
+        averaged = weighted_average(states, weights)
     model = model_from_fields(payloads[ids[0]], dims)
     model.load_state_dict({k: torch.from_numpy(v) for k, v in averaged.items()})
     return model

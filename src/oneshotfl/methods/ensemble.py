@@ -5,7 +5,9 @@ IntactOFL: the server keeps every client model and predicts Σ_k w_k softmax(f_k
 With ``weighting=uniform`` w_k = 1; with ``weighting=size`` w_k = n_k, the client's example
 count. ``combine=logits`` averages the logits instead, softmax(Σ_k w_k f_k(x) / Σ_k w_k): the
 ensemble the IntactOFL and DENSE code bases evaluate, and exactly what IntactOFL's mixture of
-experts computes with a uniform gate.
+experts computes with a uniform gate. Robust modes (``aggregation``, :mod:`oneshotfl.robust`):
+the members' probabilities combined per class by their ``median`` or ``trimmed_mean`` (``trim``
+β dropped at each end), renormalised; member weights are not used then.
 """
 
 from __future__ import annotations
@@ -14,15 +16,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+import torch
+
 from oneshotfl.functional import Weighting, client_weights, weighted_logit_mean
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import SendsTrainedModel
-from oneshotfl.params import Params
+from oneshotfl.params import Params, require
 from oneshotfl.protocol.contract import ServerContext
 from oneshotfl.protocol.outcome import Ensemble as EnsembleOutcome
 from oneshotfl.protocol.outcome import Outcome
 from oneshotfl.protocol.payload import Payload
 from oneshotfl.protocol.spec import model_from_fields
+from oneshotfl.robust import robust_probability_mean
 
 
 @dataclass(frozen=True)
@@ -33,10 +38,18 @@ class EnsembleConfig(Params):
         weighting: ``uniform`` (every member 1), ``size`` (members weighted by n_k) or
             ``clipped`` (n_k capped at twice the median: one client cannot take the vote).
         combine: ``probabilities`` (mean of softmaxes) or ``logits`` (softmax of the mean).
+        aggregation: ``mean`` (as ``combine`` says), ``median`` or ``trimmed_mean`` of the
+            members' probabilities.
+        trim: the fraction β dropped at each end by ``trimmed_mean``.
     """
 
     weighting: Weighting = "uniform"
     combine: Literal["probabilities", "logits"] = "probabilities"
+    aggregation: Literal["mean", "median", "trimmed_mean"] = "mean"
+    trim: float = 0.2
+
+    def validate(self) -> None:
+        require(0 <= self.trim < 0.5, "trim", "in [0, 0.5)", self.trim)
 
 
 @register_method(
@@ -52,6 +65,14 @@ class Ensemble(SendsTrainedModel[EnsembleConfig]):
         members = [model_from_fields(payloads[c], ctx.dims) for c in ids]
         sizes = [float(payloads[c].scalars["n_examples"]) for c in ids]
         weights = client_weights(sizes, self.config.weighting).float()
-        if self.config.combine == "logits":
+        cfg = self.config
+        if cfg.aggregation != "mean":
+            rule, trim = cfg.aggregation, cfg.trim
+
+            def robust(logits: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
+                return robust_probability_mean(torch.softmax(logits, -1), rule, trim)
+
+            return EnsembleOutcome(members, weights, combine=robust)
+        if cfg.combine == "logits":
             return EnsembleOutcome(members, weights, combine=weighted_logit_mean)
         return EnsembleOutcome(members, weights)

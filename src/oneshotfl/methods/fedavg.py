@@ -7,6 +7,11 @@ of the parameters (and buffers: BatchNorm statistics are averaged the same way, 
 counters are rounded). Requires identical architectures. The example counts are the clients'
 own reports (bounded to [1, N_max] on the wire); ``weighting=clipped`` caps each at twice the
 median so one client cannot take the average by over-reporting, ``uniform`` ignores them.
+
+Robust modes (``aggregation``; :mod:`oneshotfl.robust`): ``median`` (coordinate-wise),
+``trimmed_mean`` (``trim`` β of the clients dropped at each end per coordinate) and
+``norm_clip`` (each client's update from the shared initial model scaled to at most the median
+update norm, then the weighted average). ``mean`` is the paper's average.
 """
 
 from __future__ import annotations
@@ -17,10 +22,12 @@ from dataclasses import dataclass
 from oneshotfl.functional import Weighting
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import SendsTrainedModel, average_models
-from oneshotfl.params import Params
+from oneshotfl.params import Params, require
 from oneshotfl.protocol.contract import Requires, ServerContext
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
 from oneshotfl.protocol.payload import Payload
+from oneshotfl.robust import Aggregation
+from oneshotfl.training.recipe import initial_model
 
 
 @dataclass(frozen=True)
@@ -30,9 +37,16 @@ class FedAvgConfig(Params):
     Attributes:
         weighting: ``size`` (n_k, the paper), ``clipped`` (n_k capped at twice the median)
             or ``uniform``.
+        aggregation: ``mean`` (the paper), ``median``, ``trimmed_mean`` or ``norm_clip``.
+        trim: the fraction β dropped at each end by ``trimmed_mean``.
     """
 
     weighting: Weighting = "size"
+    aggregation: Aggregation = "mean"
+    trim: float = 0.2
+
+    def validate(self) -> None:
+        require(0 <= self.trim < 0.5, "trim", "in [0, 0.5)", self.trim)
 
 
 @register_method("fedavg", "one round of FedAvg: data-size-weighted parameter average")
@@ -43,4 +57,12 @@ class FedAvg(SendsTrainedModel[FedAvgConfig]):
     requires = Requires(same_architecture=True)
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
-        return GlobalModel(average_models(payloads, ctx.dims, self.config.weighting))
+        cfg = self.config
+        reference = None
+        if cfg.aggregation == "norm_clip":  # θ⁰, the initialisation every client started from
+            arch = str(payloads[min(payloads)].scalars["model.arch"])
+            reference = initial_model(arch, ctx.task, ctx.seed)
+        model = average_models(
+            payloads, ctx.dims, cfg.weighting, cfg.aggregation, cfg.trim, reference
+        )
+        return GlobalModel(model, {"aggregation": cfg.aggregation})
