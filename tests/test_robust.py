@@ -114,3 +114,32 @@ def test_robust_modes_withstand_a_scaled_model(
     for mode in modes:  # one of five clients lost, not the run: most of the way back
         robust = accuracy(five, f"{method}:aggregation={mode}", ScaledClientOne(five))
         assert robust > attacked + 0.1 and robust > clean - 0.15, mode
+
+
+class WrongPredictionsClientOne(LocalTransport):
+    """Client 1 sends confident wrong predictions on the public pool (one-hot, shifted class)."""
+
+    def upload(
+        self, key: str, method: Any, round_index: int, broadcast: bytes | None
+    ) -> tuple[list[ClientReply], Missing]:
+        replies, missing = super().upload(key, method, round_index, broadcast)
+        out = []
+        for reply in replies:
+            if reply.client_id == 1:
+                payload = decode(reply.data)
+                probs = payload.arrays["probs"]
+                wrong = np.eye(probs.shape[1], dtype=probs.dtype)[(probs.argmax(1) + 1) % 10]
+                reply = dataclasses.replace(reply, data=encode(type(payload)({"probs": wrong})))
+            out.append(reply)
+        return out, missing
+
+
+def test_agreement_trust_outweighs_confident_wrong_predictions(tmp_path: Any) -> None:
+    overrides = {"clients": 4, "partition": "iid", "public_size": 200, "server_model": "mlp"}
+    overrides |= {"local_epochs": 10}  # honest predictions confident enough to agree
+    exp = prepare(make_config({**TINY, **overrides, "cache_dir": str(tmp_path)}))
+    plain = "feddf:form=predictions"
+    attacked = accuracy(exp, plain, WrongPredictionsClientOne(exp))
+    trusted = accuracy(exp, f"{plain}:trust=agreement", WrongPredictionsClientOne(exp))
+    clean = accuracy(exp, f"{plain}:trust=agreement", LocalTransport(exp))
+    assert trusted > attacked and trusted > clean - 0.1

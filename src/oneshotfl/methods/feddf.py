@@ -33,6 +33,10 @@ Deviations from the paper and choices where it is vague (``FedDFConfig`` fields)
   softmax (T = 1). No T² factor is applied to the loss.
 * The public pool is used as it is: no data augmentation, and the teacher targets are
   computed once before distillation.
+* Trust (``trust``, ``predictions`` form; not the paper's): ``agreement`` weights each
+  client's predictions by its agreement with the others on the pool
+  (:func:`oneshotfl.robust.agreement_trust`), so a client sending confident wrong
+  predictions loses its say; ``none`` (default) is the paper's uniform average.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ from oneshotfl.protocol.contract import ClientContext, Requires, ServerContext
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
 from oneshotfl.protocol.payload import Payload
 from oneshotfl.protocol.spec import PayloadSpec, WireDims, model_from_fields
+from oneshotfl.robust import agreement_trust
 from oneshotfl.seeding import torch_generator
 from oneshotfl.training.distill import distil
 from oneshotfl.training.loop import predict_logits
@@ -80,12 +85,15 @@ class FedDFConfig(Params):
             form only) or of ``probabilities`` (mean of softmaxes); ``auto`` = ``logits`` in
             the ``models`` form, ``probabilities`` in the ``predictions`` form.
         epochs: server distillation epochs (None = ``server_epochs``).
+        trust: ``none`` or ``agreement`` (``predictions`` form: clients weighted by their
+            agreement with the others).
     """
 
     form: Form = "models"
     temperature: float = 1.0
     teacher: Teacher = "auto"
     epochs: int | None = None
+    trust: Literal["none", "agreement"] = "none"
 
     def validate(self) -> None:
         require(self.temperature > 0, "temperature", "> 0", self.temperature)
@@ -152,7 +160,12 @@ class FedDF(SendsTrainedModel[FedDFConfig]):
         ids = sorted(payloads)
         if cfg.form == "predictions":
             arch, from_average = choose_student(cfg.form, ctx.server_arch, [])
-            target = average_probabilities(stack_probabilities(payloads))
+            probs = stack_probabilities(payloads)
+            target = average_probabilities(probs)
+            if cfg.trust == "agreement":
+                trust = agreement_trust(probs)
+                if float(trust.sum()) > 0:  # nobody agreeing with anybody: the plain mean
+                    target = torch.einsum("k,knc->nc", trust / trust.sum(), probs)
         else:
             archs = [str(payloads[c].scalars["model.arch"]) for c in ids]
             arch, from_average = choose_student(cfg.form, ctx.server_arch, archs)
