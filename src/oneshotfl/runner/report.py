@@ -210,15 +210,17 @@ COST_COLUMNS = {
 def cost_table(report: Report) -> str:
     """Per method, over all its runs: the server's seconds (mean) and what the final model
     costs to use (parameters, forward FLOPs per image, parameters the server trained — the
-    mean, since heterogeneous federations differ per run). Empty when nothing was measured."""
+    mean, since heterogeneous federations differ per run; a column no run reports is left
+    out). Empty when nothing was measured."""
     if not any(c.costs or any(c.server_s) for c in report.cells.values()):
         return ""
-    head = "| method | server s (mean) | " + " | ".join(COST_COLUMNS.values()) + " |"
-    lines = [head, "|---|" + "---:|" * (len(COST_COLUMNS) + 1)]
+    columns = [n for n in COST_COLUMNS if any(c.costs.get(n) for c in report.cells.values())]
+    head = "| method | server s (mean) | " + " | ".join(COST_COLUMNS[n] for n in columns)
+    lines = [head.rstrip(" |") + " |", "|---|" + "---:|" * (len(columns) + 1)]
     for method in report.methods:
         cells = [c for (_, m), c in report.cells.items() if m == method]
         row = [f"{np.mean([s for c in cells for s in c.server_s]):.1f}"]
-        for name in COST_COLUMNS:
+        for name in columns:
             values = [v for c in cells for v in c.costs.get(name, [])]
             row.append(f"{np.mean(values):.4g}" if values else "–")
         lines.append(f"| {method} | " + " | ".join(row) + " |")
