@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
 .PHONY: setup data demo test lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
-	bench-fedeov bench-fedeov-target bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed \
+	bench-fedeov bench-fedeov-target bench-intactofl bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed \
 	clean-cache
 VENV := .venv/bin
 
@@ -70,6 +70,12 @@ bench-fedeov-target: setup data
 	$(VENV)/oneshotfl report benchmarks/results/fedeov-target \
 	  --out docs/figures/fedeov-target --markdown docs/benchmarks.md --section fedeov-target
 	$(VENV)/python scripts/fedeov_report.py target
+
+## The IntactOFL benchmark of issue 13 (see docs/benchmarks.md): the α table (parameter methods
+## on 10 resnet8 clients, MoE and data-free KD on a cnn/mlp/resnet8/vgg mix), the generator and
+## gate ablation (reuses the α = 0.5 mixed clients), the clients table; two shards each.
+bench-intactofl: setup data
+	VENV=$(VENV) bash scripts/sweep_shards.sh intactofl-fmnist intactofl-ablation intactofl-clients
 
 ## The Flower figures of issue 5 (docs/benchmarks.md): bytes on the wire and wall time per
 ## method through 3 SuperNodes against the local simulation, then Flower's simulation engine at
