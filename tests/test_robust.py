@@ -12,7 +12,7 @@ import torch
 
 from helpers import TINY, prepare
 from oneshotfl.methods import build_method
-from oneshotfl.protocol.payload import decode, encode
+from oneshotfl.protocol.payload import Payload, decode, encode
 from oneshotfl.robust import (
     agreement_trust,
     coordinate_median,
@@ -22,7 +22,7 @@ from oneshotfl.robust import (
 )
 from oneshotfl.runner import engine
 from oneshotfl.runner.config import make_config
-from oneshotfl.runner.experiment import Experiment
+from oneshotfl.runner.experiment import Experiment, run_experiment
 from oneshotfl.runner.transport import ClientReply, LocalTransport, Missing
 
 
@@ -143,3 +143,62 @@ def test_agreement_trust_outweighs_confident_wrong_predictions(tmp_path: Any) ->
     trusted = accuracy(exp, f"{plain}:trust=agreement", WrongPredictionsClientOne(exp))
     clean = accuracy(exp, f"{plain}:trust=agreement", LocalTransport(exp))
     assert trusted > attacked and trusted > clean - 0.1
+
+
+def test_malicious_clients_are_a_setting_checked_before_training(tiny_config: Any) -> None:
+    from oneshotfl.runner.config import ConfigError
+
+    for bad, fragment in (
+        ({"malicious": 1}, "both"),
+        ({"attack": "scale"}, "both"),
+        ({"malicious": 4, "attack": "scale"}, "between 0 and clients=3"),
+        ({"malicious": 1, "attack": "bribe"}, "unknown attack"),
+    ):
+        with pytest.raises(ConfigError, match=fragment):
+            tiny_config(**bad)
+
+
+def test_attacks_poison_and_tamper_as_documented(tiny_config: Any) -> None:
+    from oneshotfl.threats import build_attack
+
+    exp = prepare(tiny_config(malicious=1, attack="label_flip"))
+    honest = prepare(tiny_config())
+    flipped, clean = exp.client_context(0).data.y, honest.client_context(0).data.y
+    assert torch.equal(flipped, 9 - clean)
+    assert exp.client_context(1).attack is None and exp.client_context(0).attack is not None
+    spec = build_method("feddf:form=predictions").payload_spec(honest.dims)
+    probs = np.full((4, 10), 0.1, np.float32)
+    probs[:, 3] = 0.2
+    payload = Payload({"probs": probs / probs.sum(1, keepdims=True)})
+    rng = np.random.default_rng(0)
+    wrong = build_attack("wrong_predictions").tamper(payload, spec, rng).arrays["probs"]
+    assert (wrong.argmax(1) == 4).all() and (wrong.max(1) == 1).all()
+    noisy = build_attack("noise").tamper(payload, spec, rng).arrays["probs"]
+    assert np.allclose(noisy.sum(1), 1, atol=1e-5) and not np.allclose(
+        noisy, payload.arrays["probs"]
+    )
+
+
+def test_a_configured_scaling_attacker_and_the_robust_mode(tiny_config: Any) -> None:
+    overrides = {
+        "clients": 5,
+        "partition": "iid",
+        "methods": ["fedavg", "fedavg:aggregation=median"],
+    }
+    clean = run_experiment(tiny_config(**overrides))
+    attacked = run_experiment(tiny_config(**overrides, malicious=1, attack="scale:factor=50"))
+    acc = {
+        doc_id: {m["key"]: m["accuracy"] for m in d["methods"]}
+        for doc_id, d in (("clean", clean), ("attacked", attacked))
+    }
+    assert acc["attacked"]["fedavg"] < acc["clean"]["fedavg"] - 0.2
+    assert acc["attacked"]["fedavg:aggregation=median"] > acc["attacked"]["fedavg"] + 0.1
+    assert attacked["clients"][0]["malicious"] == "scale:factor=50"
+    assert "malicious" not in attacked["clients"][1]
+
+
+def test_an_attack_that_does_not_fit_the_payload_fails_that_client_only(tiny_config: Any) -> None:
+    doc = run_experiment(tiny_config(methods=["fedavg"], malicious=1, attack="wrong_predictions"))
+    result = doc["methods"][0]
+    assert result["clients_used"] == [1, 2]
+    assert "without probability rows" in result["no_reply"]["client 0"]

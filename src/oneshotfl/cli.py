@@ -42,6 +42,7 @@ from oneshotfl.runner.experiment import run_experiment
 from oneshotfl.runner.report import human_bytes, setting_label, splice_markdown, write_report
 from oneshotfl.runner.results import atomic_write_text, write_result
 from oneshotfl.runner.sweep import load_sweep, select_seeds, select_shard
+from oneshotfl.threats import ATTACKS
 from oneshotfl.training.components import COMPONENTS
 from oneshotfl.training.progress import RichTracker
 
@@ -195,13 +196,15 @@ REGISTRIES: dict[str, Registry[Any]] = {
     "partitioners": PARTITIONERS,
     "components": COMPONENTS,
     "graphs": GRAPHS,
+    "attacks": ATTACKS,
 }
 
 
 @app.command("list")
 def list_(
     what: Annotated[
-        str, typer.Argument(help="methods|models|datasets|partitioners|components|graphs")
+        str,
+        typer.Argument(help="methods|models|datasets|partitioners|components|graphs|attacks"),
     ],
 ) -> None:
     """Print a registry: one name per line, then its description."""

@@ -46,6 +46,7 @@ from oneshotfl.protocol.spec import (
     model_from_fields,
     task_dims,
 )
+from oneshotfl.threats import Attack
 from oneshotfl.training.loop import TrainConfig
 from oneshotfl.training.progress import NullTracker, Tracker
 from oneshotfl.training.recipe import ClientRecipe, train_recipe
@@ -121,6 +122,8 @@ class ClientContext:
         client_archs: every client's architecture by client id (public configuration; a
             peer receiver checks its senders' models against it).
         max_examples: ``N_max``, the most examples one client can hold (0: unknown).
+        attack: set only on a simulated malicious client (:mod:`oneshotfl.threats`): it
+            tampers with the message before it leaves (its data is already poisoned).
     """
 
     client_id: int
@@ -139,6 +142,7 @@ class ClientContext:
     broadcast: Payload | None = None
     client_archs: tuple[str, ...] = ()
     max_examples: int = 0
+    attack: Attack | None = None
 
     @cached_property
     def data_fingerprint(self) -> str:

@@ -20,6 +20,7 @@ import yaml
 from oneshotfl.data.partition import Partitioner, make_partitioner
 from oneshotfl.devices import DEVICE_CHOICES
 from oneshotfl.params import Params, coerce_params
+from oneshotfl.threats import AttackError, build_attack
 from oneshotfl.training.loop import TrainConfig
 
 
@@ -46,6 +47,9 @@ class ExperimentConfig(Params):
         clients: number of clients.
         feature_skew: a per-client input transform (``color``, ``rotation:max_degrees=90``,
             ``noise:max_std=1``; see :mod:`oneshotfl.data.feature_skew`), or None.
+        malicious: how many clients (ids 0 … m−1) follow ``attack`` (robustness studies).
+        attack: what the malicious clients do: ``label_flip``, ``scale:factor=10``,
+            ``noise:std=1`` or ``wrong_predictions`` (see :mod:`oneshotfl.threats`).
         model: client architectures: one name, a list cycled over clients (cnn,resnet8) or a
             per-client mapping (0=resnet8,*=cnn).
         server_model: server architecture for methods that train a server model.
@@ -87,6 +91,8 @@ class ExperimentConfig(Params):
     min_samples: int = 10
     clients: int = 10
     feature_skew: str | None = None
+    malicious: int = 0
+    attack: str | None = None
     model: str = "cnn"
     server_model: str | None = None
     encoder: str | None = None
@@ -127,6 +133,20 @@ class ExperimentConfig(Params):
             raise ConfigError(f"val_fraction: expected in [0, 1), got {self.val_fraction}")
         if self.max_train is not None and self.max_train < 1:
             raise ConfigError(f"max_train: expected >= 1 or None, got {self.max_train}")
+        if not 0 <= self.malicious <= self.clients:
+            raise ConfigError(
+                f"malicious: expected between 0 and clients={self.clients}, got {self.malicious}"
+            )
+        if (self.malicious > 0) != (self.attack is not None):
+            raise ConfigError(
+                "malicious/attack: expected both (malicious >= 1 and an attack) or neither, "
+                f"got malicious={self.malicious} and attack={self.attack!r}"
+            )
+        if self.attack is not None:
+            try:
+                build_attack(self.attack)
+            except AttackError as exc:
+                raise ConfigError(str(exc)) from None
         if not 1 <= self.min_clients <= self.clients:
             raise ConfigError(
                 f"min_clients: expected between 1 and clients={self.clients}, "

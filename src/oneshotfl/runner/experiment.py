@@ -47,6 +47,7 @@ from oneshotfl.runner.config import ConfigError, ExperimentConfig, client_archit
 from oneshotfl.runner.engine import RequirementError, run_method
 from oneshotfl.runner.results import MethodResult
 from oneshotfl.runner.transport import LocalTransport, Transport
+from oneshotfl.threats import Attack, build_attack
 from oneshotfl.training.progress import NullTracker, Tracker
 
 log = logging.getLogger(__name__)
@@ -174,17 +175,30 @@ class Experiment:
             self.data.task, self.data.public, self.encoder, self.archs, self.train_pool
         )
 
+    @cached_property
+    def attack(self) -> Attack | None:
+        """What the simulated malicious clients do (``malicious``/``attack``), if any."""
+        return build_attack(self.cfg.attack) if self.cfg.attack else None
+
     def client_context(self, client_id: int) -> ClientContext:
-        """Client ``client_id``'s context: its own shard and the federation's public facts."""
+        """Client ``client_id``'s context: its own shard and the federation's public facts; a
+        simulated malicious client (id below ``malicious``) gets its attack and its poisoned
+        data."""
         shard = self.data.shard(client_id)
+        train, val, attack = shard.train, shard.val, None
+        if client_id < self.cfg.malicious and self.attack is not None:
+            attack, classes = self.attack, self.data.task.num_classes
+            train = attack.poison(train, classes)
+            val = None if val is None else attack.poison(val, classes)
         return ClientContext(
             client_id=client_id,
-            data=shard.train,
-            val=shard.val,
+            data=train,
+            val=val,
             task=self.data.task,
             arch=self.archs[client_id],
             client_archs=self.archs,
             max_examples=self.train_pool,
+            attack=attack,
             train_config=self.cfg.client_train_config(),
             public=self.data.public,
             device=self.device,
@@ -304,6 +318,7 @@ class Experiment:
                 "train_size": len(shard.train),
                 "val_size": 0 if shard.val is None else len(shard.val),
                 "label_histogram": histograms[i].tolist(),
+                **({"malicious": self.cfg.attack} if shard.client_id < self.cfg.malicious else {}),
             }
             for i, shard in enumerate(self.data.clients)
         ]

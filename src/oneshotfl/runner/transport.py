@@ -33,6 +33,7 @@ from oneshotfl.protocol.payload import Payload, WireError, encode
 from oneshotfl.protocol.spec import PayloadError, WireDims
 from oneshotfl.protocol.wire import receive
 from oneshotfl.runner.evaluate import ClientMetrics, label_histogram, receiver_metrics
+from oneshotfl.seeding import numpy_rng
 from oneshotfl.training.loop import accuracy, predict_logits
 
 if TYPE_CHECKING:
@@ -108,6 +109,9 @@ def client_step(method: Method[Any], ctx: ClientContext, test: LabelledData | No
     model's accuracies. The same function runs in the simulation and in a Flower ClientApp."""
     start = time.perf_counter()
     payload = method.client_update(ctx)
+    if ctx.attack is not None:  # a simulated malicious client tampers with its own message
+        rng = numpy_rng(ctx.seed, "attack", ctx.client_id, ctx.round)
+        payload = ctx.attack.tamper(payload, method.payload_spec(ctx.dims), rng)
     wall = time.perf_counter() - start
     data = encode(payload)  # what crosses the network; counted even if rejected
     facts: dict[str, float] = {}

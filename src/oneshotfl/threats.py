@@ -1,0 +1,160 @@
+"""Simulated malicious clients, for robustness studies (``malicious`` and ``attack`` settings).
+
+With ``malicious=m`` the clients 0 … m−1 (the partition is random, so these are m random
+shards) follow the registered attack given by ``attack`` (``name[:key=value...]``). An
+attack acts where a real malicious client would, on the client itself: on its data before it
+trains (:meth:`Attack.poison`) and on its message before it leaves (:meth:`Attack.tamper`,
+which sees the method's payload spec, so it knows which arrays are model weights and which
+are probability rows). A Flower node builds the same context, so it misbehaves exactly as in
+the simulation. Everything an attack sends is well formed: it passes the wire's checks, and
+only the aggregation rule stands between it and the result.
+
+* ``label_flip`` — trains on flipped labels y → C−1−y (data poisoning).
+* ``scale`` — every float tensor of its model(s) multiplied by ``factor`` (a boosted update).
+* ``noise`` — its model tensors replaced by Gaussian noise of ``std`` times each tensor's own
+  standard deviation, and its probability rows by rows drawn uniformly from the simplex.
+* ``wrong_predictions`` — its probability rows replaced by one-hot rows on the class after
+  its own argmax (confident and wrong); a payload without probability rows is an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from oneshotfl.data.types import LabelledData
+from oneshotfl.params import Params, coerce_params, require
+from oneshotfl.protocol.payload import Payload
+from oneshotfl.protocol.spec import PayloadSpec
+from oneshotfl.registry import Registry, parse_spec
+
+
+class AttackError(ValueError):
+    """An attack spec that cannot be built, or an attack that does not fit the payload."""
+
+
+@dataclass(frozen=True)
+class NoOptions(Params):
+    """An attack without options."""
+
+
+class Attack:
+    """Base of registered attacks: honest by default on both hooks."""
+
+    Config: ClassVar[type] = NoOptions
+
+    def __init__(self, config: Any, spec: str) -> None:
+        self.config, self.spec = config, spec
+
+    def poison(self, data: LabelledData, num_classes: int) -> LabelledData:
+        """The data the malicious client trains on."""
+        return data
+
+    def tamper(self, payload: Payload, spec: PayloadSpec, rng: np.random.Generator) -> Payload:
+        """The message the malicious client sends instead of ``payload``."""
+        return payload
+
+
+ATTACKS: Registry[type[Attack]] = Registry("attack")
+
+
+def model_keys(payload: Payload, spec: PayloadSpec) -> list[str]:
+    """The float arrays of ``payload`` that belong to a model field of ``spec``."""
+    return [
+        k
+        for k, v in payload.arrays.items()
+        if v.dtype.kind == "f" and any(m.owns(k) for m in spec.models)
+    ]
+
+
+def probability_keys(spec: PayloadSpec) -> list[str]:
+    """The arrays of ``spec`` that hold probability rows."""
+    return [a.name for a in spec.arrays if a.simplex]
+
+
+@ATTACKS.register("label_flip", "trains on flipped labels y → C−1−y")
+class LabelFlip(Attack):
+    def poison(self, data: LabelledData, num_classes: int) -> LabelledData:
+        return LabelledData(data.x, num_classes - 1 - data.y)
+
+
+@dataclass(frozen=True)
+class ScaleConfig(Params):
+    """Attributes: factor: what every model tensor is multiplied by."""
+
+    factor: float = 10.0
+
+
+@ATTACKS.register("scale", "model tensors multiplied by factor (a boosted update)")
+class Scale(Attack):
+    Config = ScaleConfig
+
+    def tamper(self, payload: Payload, spec: PayloadSpec, rng: np.random.Generator) -> Payload:
+        keys = model_keys(payload, spec)
+        if not keys:
+            raise AttackError(f"attack {self.spec!r}: the payload carries no model to scale")
+        factor = np.float32(self.config.factor)
+        arrays = {
+            k: (v * factor).astype(v.dtype) if k in keys else v for k, v in payload.arrays.items()
+        }
+        return Payload(arrays, payload.scalars)
+
+
+@dataclass(frozen=True)
+class NoiseConfig(Params):
+    """Attributes: std: the noise's standard deviation, in units of each tensor's own."""
+
+    std: float = 1.0
+
+    def validate(self) -> None:
+        require(self.std > 0, "std", "> 0", self.std)
+
+
+@ATTACKS.register("noise", "model tensors and probability rows replaced by random noise")
+class Noise(Attack):
+    Config = NoiseConfig
+
+    def tamper(self, payload: Payload, spec: PayloadSpec, rng: np.random.Generator) -> Payload:
+        arrays = dict(payload.arrays)
+        for key in model_keys(payload, spec):
+            v = arrays[key]
+            scale = self.config.std * (float(v.std()) or 1.0)
+            arrays[key] = rng.normal(0.0, scale, v.shape).astype(v.dtype)
+        for key in probability_keys(spec):
+            v = arrays[key]
+            rows = rng.dirichlet(np.ones(v.shape[-1]), v.shape[:-1])
+            arrays[key] = rows.astype(v.dtype)
+        return Payload(arrays, payload.scalars)
+
+
+@ATTACKS.register("wrong_predictions", "confident wrong predictions: one-hot on another class")
+class WrongPredictions(Attack):
+    def tamper(self, payload: Payload, spec: PayloadSpec, rng: np.random.Generator) -> Payload:
+        keys = probability_keys(spec)
+        if not keys:
+            raise AttackError(
+                f"attack {self.spec!r}: expected a prediction-sharing payload, got one "
+                "without probability rows"
+            )
+        arrays = dict(payload.arrays)
+        for key in keys:
+            v = arrays[key]
+            wrong = (v.argmax(-1) + 1) % v.shape[-1]
+            arrays[key] = np.eye(v.shape[-1], dtype=v.dtype)[wrong]
+        return Payload(arrays, payload.scalars)
+
+
+def build_attack(spec: str) -> Attack:
+    """The registered attack named by ``spec`` (``name[:key=value...]``).
+
+    Raises:
+        AttackError: for an unknown name or a bad option.
+    """
+    try:
+        name, options = parse_spec(spec, "attack")
+        kind = ATTACKS.get(name)
+        return kind(coerce_params(kind.Config, options), spec)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AttackError(f"attack {spec!r}: {exc}") from None
