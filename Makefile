@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
 .PHONY: setup data demo test lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
-	bench-fedeov bench-fedeov-target bench-intactofl bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed \
+	bench-fedeov bench-fedeov-target bench-intactofl bench-robust bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed \
 	clean-cache
 VENV := .venv/bin
 
@@ -76,6 +76,11 @@ bench-fedeov-target: setup data
 ## gate ablation (reuses the α = 0.5 mixed clients), the clients table; two shards each.
 bench-intactofl: setup data
 	VENV=$(VENV) bash scripts/sweep_shards.sh intactofl-fmnist intactofl-ablation intactofl-clients
+
+## The robust-aggregation benchmark of issue 15 (docs/security.md): 0–3 malicious clients of
+## each attack against each method with and without its robust mode.
+bench-robust: setup data
+	VENV=$(VENV) bash scripts/sweep_shards.sh robust-models robust-predictions
 
 ## The Flower figures of issue 5 (docs/benchmarks.md): bytes on the wire and wall time per
 ## method through 3 SuperNodes against the local simulation, then Flower's simulation engine at

@@ -47,7 +47,8 @@ class ExperimentConfig(Params):
         clients: number of clients.
         feature_skew: a per-client input transform (``color``, ``rotation:max_degrees=90``,
             ``noise:max_std=1``; see :mod:`oneshotfl.data.feature_skew`), or None.
-        malicious: how many clients (ids 0 … m−1) follow ``attack`` (robustness studies).
+        malicious: how many clients (ids 0 … m−1) follow ``attack`` (robustness studies;
+            0: nobody attacks, whatever ``attack`` says).
         attack: what the malicious clients do: ``label_flip``, ``scale:factor=10``,
             ``noise:std=1`` or ``wrong_predictions`` (see :mod:`oneshotfl.threats`).
         model: client architectures: one name, a list cycled over clients (cnn,resnet8) or a
@@ -137,10 +138,10 @@ class ExperimentConfig(Params):
             raise ConfigError(
                 f"malicious: expected between 0 and clients={self.clients}, got {self.malicious}"
             )
-        if (self.malicious > 0) != (self.attack is not None):
+        if self.malicious > 0 and self.attack is None:
             raise ConfigError(
-                "malicious/attack: expected both (malicious >= 1 and an attack) or neither, "
-                f"got malicious={self.malicious} and attack={self.attack!r}"
+                f"attack: expected what the {self.malicious} malicious client(s) do "
+                "(oneshotfl list attacks), got none"
             )
         if self.attack is not None:
             try:
