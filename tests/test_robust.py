@@ -201,3 +201,14 @@ def test_an_attack_that_does_not_fit_the_payload_fails_that_client_only(tiny_con
     result = doc["methods"][0]
     assert result["clients_used"] == [1, 2]
     assert "without probability rows" in result["no_reply"]["client 0"]
+
+
+def test_fedol_leaves_out_the_clients_the_others_contradict(tiny_config: Any) -> None:
+    methods = ["fedol:iterations=2", "fedol:iterations=2:trust=agreement"]
+    overrides = {"clients": 5, "partition": "iid", "public_size": 200, "server_model": "mlp"}
+    overrides |= {"local_epochs": 10, "methods": methods}
+    doc = run_experiment(tiny_config(**overrides, malicious=1, attack="wrong_predictions"))
+    plain, guarded = doc["methods"]
+    assert guarded["diagnostics"]["untrusted"] == [0]
+    assert guarded["accuracy"] > plain["accuracy"]
+    assert "untrusted" not in plain["diagnostics"]

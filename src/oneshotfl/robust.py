@@ -117,6 +117,17 @@ def agreement_trust(probs: torch.Tensor) -> torch.Tensor:
     return trust
 
 
+TRUST_RATIO = 0.5
+"""A client whose agreement is below this fraction of the median client's is not trusted."""
+
+
+def trusted(trust: torch.Tensor, ratio: float = TRUST_RATIO) -> torch.Tensor:
+    """``[K]`` mask of the clients whose :func:`agreement_trust` is at least ``ratio`` times
+    the median client's (every client when the median is 0)."""
+    floor = ratio * float(trust.median())
+    return trust >= floor if floor > 0 else torch.ones_like(trust, dtype=torch.bool)
+
+
 def robust_probability_mean(
     probs: torch.Tensor, rule: Literal["median", "trimmed_mean"], trim: float = 0.2
 ) -> torch.Tensor:

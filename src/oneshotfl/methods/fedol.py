@@ -56,6 +56,7 @@ from oneshotfl.params import Params, require
 from oneshotfl.protocol.contract import Requires, ServerContext
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
 from oneshotfl.protocol.payload import Payload
+from oneshotfl.robust import agreement_trust, trusted
 from oneshotfl.seeding import torch_generator
 from oneshotfl.training.distill import distil
 from oneshotfl.training.loop import TrainConfig, predict_logits
@@ -77,6 +78,9 @@ class FedOLConfig(Params):
         restart: re-initialise the server model at every iteration.
         temperature: softmax temperature of the client predictions.
         payload_dtype: float32 or float16 predictions on the wire.
+        trust: ``none`` (the paper) or ``agreement``: clients whose agreement with the
+            others' plurality vote on the pool is below half the median client's are left
+            out of the mixture and the votes (:mod:`oneshotfl.robust`; not the paper's).
     """
 
     iterations: int = 10
@@ -88,6 +92,7 @@ class FedOLConfig(Params):
     server_vote: bool = True
     epochs_per_iteration: int | None = None
     restart: bool = False
+    trust: Literal["none", "agreement"] = "none"
     temperature: float = 1.0
     payload_dtype: Literal["float32", "float16"] = "float32"
 
@@ -170,6 +175,14 @@ class FedOL(SharesPredictions[FedOLConfig]):
             raise ValueError("fedol needs a public pool and a server_model")
         cfg = self.config
         probs = stack_probabilities(payloads)
+        info: dict[str, Any] = {}
+        if cfg.trust == "agreement":  # leave out the clients the others contradict
+            trust = agreement_trust(probs)
+            keep = trusted(trust)
+            ids = sorted(payloads)
+            info["trust"] = {str(c): round(float(t), 4) for c, t in zip(ids, trust, strict=True)}
+            info["untrusted"] = [c for c, k in zip(ids, keep, strict=True) if not k]
+            probs = probs[keep]
         mixture, const = weighted_mixture(probs, entropy_weights(probs, cfg.weighting))
         client_conf = class_confidence(probs)
         train = self._train_config(ctx.train_config)
@@ -194,7 +207,7 @@ class FedOL(SharesPredictions[FedOLConfig]):
                     "labelled_fraction": float(pseudo.sum() / len(pseudo)),
                 }
             )
-        return GlobalModel(server.eval(), {"iterations": history})
+        return GlobalModel(server.eval(), {"iterations": history, **info})
 
     def _train_config(self, base: TrainConfig) -> TrainConfig:
         return dataclasses.replace(base, epochs=self.config.epochs_per_iteration or base.epochs)
