@@ -20,7 +20,7 @@ from oneshotfl.data.partition import (
 from oneshotfl.registry import RegistryError
 
 LABELS = np.repeat(np.arange(10), 100)  # 1000 examples, 100 per class
-OPTIONS: dict[str, Any] = {"alpha": 0.5, "classes_per_client": 2, "min_samples": 5}
+OPTIONS: dict[str, Any] = {"alpha": 0.5, "classes_per_client": 2, "min_samples": 5, "psi": 0.7}
 ASSIGNS_ALL = ("iid", "dirichlet", "pathological", "disjoint")
 
 
@@ -38,6 +38,7 @@ def test_registry_holds_the_five_partitioners() -> None:
         "disjoint",
         "iid",
         "pathological",
+        "skew",
     ]
     for entry in PARTITIONERS.entries():
         assert dataclasses.is_dataclass(entry.obj) and issubclass(entry.obj, Partitioner)
@@ -124,6 +125,26 @@ def test_pathological_with_fewer_slots_than_classes_leaves_classes_unused() -> N
     assert ((counts > 0).sum(axis=1) == 3).all() and (counts.sum(axis=0) > 0).sum() == 6
 
 
+@pytest.mark.parametrize("psi", [0.0, 0.3, 0.7, 1.0])
+def test_skew_takes_psi_of_each_client_from_its_dominant_classes(psi: float) -> None:
+    parts = split("skew", clients=5, psi=psi)  # 1000 examples: 200 per client, 2 dominant
+    counts = class_counts(LABELS, parts, 10)
+    assert (counts.sum(1) == 200).all()
+    top = np.sort(counts, axis=1)[:, -2:].sum(1)  # the two dominant classes
+    assert np.allclose(top, 200 * (psi + (1 - psi) * 2 / 10), atol=2)
+    if psi == 1.0:
+        assert ((counts > 0).sum(1) == 2).all()  # the pathological split
+    if psi == 0.0:
+        assert (counts.max(1) - counts.min(1) <= 1).all()  # IID: 20 of every class
+
+
+def test_skew_shrinks_quotas_of_a_scarce_class_alike() -> None:
+    labels = np.concatenate([np.zeros(10, np.int64), np.repeat(np.arange(1, 10), 100)])
+    parts = split("skew", clients=5, labels=labels, psi=0.5)
+    counts = class_counts(labels, parts, 10)
+    assert counts[:, 0].sum() <= 10 and all(len(p) <= len(labels) // 5 for p in parts)
+
+
 def test_disjoint_label_sets() -> None:
     for clients in (4, 10):
         parts = split("disjoint", clients=clients)
@@ -187,6 +208,7 @@ def test_infeasible_min_samples_fails_before_drawing() -> None:
         ("pathological", {"classes_per_client": 0}, 5, "classes_per_client: expected .* got 0"),
         ("pathological", {"classes_per_client": 2.0}, 5, "classes_per_client: expected an int"),
         ("disjoint", {}, 11, "disjoint: expected at most 10 clients .* got 11"),
+        ("skew", {"psi": 1.5}, 5, "psi: expected in \\[0, 1\\], got 1.5"),
     ],
 )
 def test_bad_parameters_say_what_was_expected(

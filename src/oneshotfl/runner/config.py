@@ -42,7 +42,10 @@ class ExperimentConfig(Params):
         val_fraction: fraction of each client's data held out as its validation split.
         partition: partitioner registry name.
         alpha: Dirichlet concentration (``dirichlet``, ``dirichlet_client``).
-        classes_per_client: #C of the ``pathological`` partitioner.
+        classes_per_client: #C of the ``pathological`` partitioner (the dominant classes of
+            ``skew``).
+        psi: ψ of the ``skew`` partitioner: the fraction of a client's data from its
+            dominant classes (FOL).
         min_samples: least examples per client (Dirichlet partitioners).
         clients: number of clients.
         feature_skew: a per-client input transform (``color``, ``rotation:max_degrees=90``,
@@ -89,6 +92,7 @@ class ExperimentConfig(Params):
     partition: str = "dirichlet"
     alpha: float = 0.5
     classes_per_client: int = 2
+    psi: float = 0.7
     min_samples: int = 10
     clients: int = 10
     feature_skew: str | None = None
@@ -195,6 +199,7 @@ class ExperimentConfig(Params):
                 alpha=self.alpha,
                 classes_per_client=self.classes_per_client,
                 min_samples=self.min_samples,
+                psi=self.psi,
             )
         except ValueError as exc:
             raise ConfigError(f"partition {self.partition!r}: {exc}") from None

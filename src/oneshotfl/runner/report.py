@@ -26,6 +26,8 @@ def setting_label(config: Mapping[str, Any]) -> str:
         return f"{name} α={config.get('alpha')}"
     if name == "pathological":
         return f"{name} #C={config.get('classes_per_client')}"
+    if name == "skew":
+        return f"{name} ψ={config.get('psi')} #C={config.get('classes_per_client')}"
     return name
 
 
@@ -43,6 +45,7 @@ NOT_A_SETTING = frozenset(
         "partition",
         "alpha",
         "classes_per_client",
+        "psi",
         "group",
     }
 )
