@@ -51,8 +51,12 @@ HOSTILE: dict[str, Callable[[], bytes]] = {
     "scalar is a list": lambda: with_scalars("mlp", '{"model.arch": "mlp", "n_examples": [1]}'),
     "scalar is null": lambda: with_scalars("mlp", '{"model.arch": "mlp", "n_examples": null}'),
     "scalar is an object": lambda: with_scalars("mlp", '{"model.arch": {"a": 1}, "n_examples": 5}'),
-    "scalars nested past the parser": lambda: with_scalars(
-        "mlp", '{"model.arch": "mlp", "n_examples": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    "scalars nested past the parser": lambda: with_scalars(  # 40 KB: within the byte limit
+        "mlp", '{"model.arch": "mlp", "n_examples": ' + "[" * 20_000 + "]" * 20_000 + "}"
+    ),
+    "weights that overflow": lambda: raw_payload(
+        {k: np.full_like(v, 3e38) for k, v in model_arrays("mlp").items()},
+        json.dumps({"model.arch": "mlp", "n_examples": 5}),
     ),
     "n_examples = 10**18": lambda: with_scalars(
         "mlp", json.dumps({"model.arch": "mlp", "n_examples": 10**18})
@@ -139,6 +143,19 @@ def test_a_model_that_cannot_be_built_for_the_task_is_refused(
         wire.receive(data, spec, federation.dims, None)
 
 
+def test_a_negative_batchnorm_variance_is_refused() -> None:
+    dims = WireDims(10, 1, 8, 0, {}, ("simple_cnn2",), max_examples=100)
+    spec = build_method("fedavg").payload_spec(dims)
+    torch.manual_seed(0)
+    fields = model_fields(create_model("simple_cnn2", 1, 10, 8))
+    arrays = {
+        k: -np.ones_like(v) if k.endswith("running_var") else v for k, v in fields.arrays.items()
+    }
+    data = encode(Payload(arrays, {**fields.scalars, "n_examples": 5}))
+    with pytest.raises(PayloadError, match="non-negative BatchNorm variances"):
+        wire.receive(data, spec, dims, 0)
+
+
 def test_counts_are_bounded_by_what_the_payload_proves() -> None:
     dims = WireDims(10, 1, 8, 0, {"D": 4}, (), max_examples=100)
     fedage = build_method("fedage").payload_spec(dims)
@@ -157,8 +174,9 @@ def test_counts_are_bounded_by_what_the_payload_proves() -> None:
         payload = Payload({**decoder, "label_counts": np.full(10, counts, np.int64)})
         with pytest.raises(PayloadError, match=match):
             wire.receive(encode(payload), cvae, dims, 2)
-    floats = dataclasses.replace(fedage, scalars=())
-    assert floats.scalars == ()
+    most = Payload({**decoder, "label_counts": np.full(10, 99, np.int64)})  # 990 > N_max
+    with pytest.raises(PayloadError, match="summing to at most 100"):
+        wire.receive(encode(most), cvae, dims, 2)
 
 
 def test_clipped_weighting_caps_an_over_reporting_client() -> None:
@@ -205,9 +223,10 @@ def test_the_command_line_checks_its_paths_before_training(
     a_file = tmp_path / "taken"
     a_file.write_text("")
     runner = CliRunner()
+    out = ["--out", str(tmp_path / "run")]
     base = ["run", "--method", "fedavg", "--dataset", "fashion_mnist", "--clients", "2"]
     for extra, fragment in (
-        (["--data-root", str(tmp_path / "missing")], "expected an existing directory"),
+        (["--data-root", str(tmp_path / "missing"), *out], "expected an existing directory"),
         (["--out", str(a_file)], "expected a directory, got a file"),
     ):
         out = runner.invoke(app, [*base, *extra])

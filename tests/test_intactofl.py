@@ -86,6 +86,15 @@ def test_the_gate_starts_as_the_plain_logit_ensemble() -> None:
     assert not torch.allclose(m(x), m.expert_logits(x).mean(0), atol=1e-3)
 
 
+def test_a_top_k_gate_starting_at_the_ensemble_still_routes_per_sample() -> None:
+    for kind in ("linear", "noisy_topk"):
+        m = moe(IntactOFLConfig(gate=kind, top_k=2), k=5).eval()
+        weights, _ = m.gate(torch.randn(32, 1, 8, 8))
+        chosen = {tuple((w != 0).nonzero().flatten().tolist()) for w in weights}
+        assert len(chosen) > 1, kind  # not every sample the same two experts
+        assert ((weights != 0).sum(-1) == 2).all()
+
+
 def test_the_linear_gate_keeps_its_top_k_scores() -> None:
     m = moe(IntactOFLConfig(gate="linear", top_k=2, gate_init="torch"), k=4)
     x = torch.randn(6, 1, 8, 8)

@@ -196,11 +196,15 @@ def test_a_configured_scaling_attacker_and_the_robust_mode(tiny_config: Any) -> 
     assert "malicious" not in attacked["clients"][1]
 
 
-def test_an_attack_that_does_not_fit_the_payload_fails_that_client_only(tiny_config: Any) -> None:
-    doc = run_experiment(tiny_config(methods=["fedavg"], malicious=1, attack="wrong_predictions"))
-    result = doc["methods"][0]
-    assert result["clients_used"] == [1, 2]
-    assert "without probability rows" in result["no_reply"]["client 0"]
+def test_an_attack_that_does_not_fit_the_payload_is_refused_before_training(
+    tiny_config: Any,
+) -> None:
+    from oneshotfl.runner.engine import RequirementError
+
+    for method, attack in (("fedavg", "wrong_predictions"), ("feddf:form=predictions", "scale")):
+        cfg = tiny_config(methods=[method], malicious=1, attack=attack, public_size=50)
+        with pytest.raises(RequirementError, match=f"attack '{attack}' needs"):
+            run_experiment(dataclasses.replace(cfg, server_model="mlp"))
 
 
 def test_fedol_leaves_out_the_clients_the_others_contradict(tiny_config: Any) -> None:

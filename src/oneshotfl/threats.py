@@ -12,9 +12,14 @@ only the aggregation rule stands between it and the result.
 * ``label_flip`` — trains on flipped labels y → C−1−y (data poisoning).
 * ``scale`` — every float tensor of its model(s) multiplied by ``factor`` (a boosted update).
 * ``noise`` — its model tensors replaced by Gaussian noise of ``std`` times each tensor's own
-  standard deviation, and its probability rows by rows drawn uniformly from the simplex.
+  standard deviation (BatchNorm variances by its absolute value), and its probability rows by
+  rows drawn uniformly from the simplex.
 * ``wrong_predictions`` — its probability rows replaced by one-hot rows on the class after
-  its own argmax (confident and wrong); a payload without probability rows is an error.
+  its own argmax (confident and wrong).
+
+An attack that cannot act on a method's payload (``scale`` or ``wrong_predictions`` where
+there is no model or no probability row) is refused before any training
+(:meth:`Attack.misfit`).
 """
 
 from __future__ import annotations
@@ -51,6 +56,11 @@ class Attack:
     def poison(self, data: LabelledData, num_classes: int) -> LabelledData:
         """The data the malicious client trains on."""
         return data
+
+    def misfit(self, spec: PayloadSpec) -> str | None:
+        """Why this attack cannot act on payloads of ``spec`` (checked before any training),
+        or ``None``."""
+        return None
 
     def tamper(self, payload: Payload, spec: PayloadSpec, rng: np.random.Generator) -> Payload:
         """The message the malicious client sends instead of ``payload``."""
@@ -91,6 +101,9 @@ class ScaleConfig(Params):
 class Scale(Attack):
     Config = ScaleConfig
 
+    def misfit(self, spec: PayloadSpec) -> str | None:
+        return None if spec.models else "needs a payload that carries a model"
+
     def tamper(self, payload: Payload, spec: PayloadSpec, rng: np.random.Generator) -> Payload:
         keys = model_keys(payload, spec)
         if not keys:
@@ -116,12 +129,19 @@ class NoiseConfig(Params):
 class Noise(Attack):
     Config = NoiseConfig
 
+    def misfit(self, spec: PayloadSpec) -> str | None:
+        fits = spec.models or probability_keys(spec)
+        return None if fits else "needs a payload with a model or probability rows"
+
     def tamper(self, payload: Payload, spec: PayloadSpec, rng: np.random.Generator) -> Payload:
         arrays = dict(payload.arrays)
         for key in model_keys(payload, spec):
             v = arrays[key]
             scale = self.config.std * (float(v.std()) or 1.0)
-            arrays[key] = rng.normal(0.0, scale, v.shape).astype(v.dtype)
+            noise = rng.normal(0.0, scale, v.shape)
+            if key.endswith("running_var"):  # a variance stays a variance: the wire checks it
+                noise = np.abs(noise)
+            arrays[key] = noise.astype(v.dtype)
         for key in probability_keys(spec):
             v = arrays[key]
             rows = rng.dirichlet(np.ones(v.shape[-1]), v.shape[:-1])
@@ -131,6 +151,9 @@ class Noise(Attack):
 
 @ATTACKS.register("wrong_predictions", "confident wrong predictions: one-hot on another class")
 class WrongPredictions(Attack):
+    def misfit(self, spec: PayloadSpec) -> str | None:
+        return None if probability_keys(spec) else "needs a prediction-sharing payload"
+
     def tamper(self, payload: Payload, spec: PayloadSpec, rng: np.random.Generator) -> Payload:
         keys = probability_keys(spec)
         if not keys:

@@ -157,6 +157,8 @@ def average_models(
         for c in ids
     ]
     sizes = [float(payloads[c].scalars["n_examples"]) for c in ids]
+    if aggregation != "mean" and weighting == "size":  # a robust mode never trusts raw sizes
+        weighting = "clipped"
     weights = client_weights(sizes, weighting).tolist()
     if aggregation == "median":
         averaged = coordinate_median(states)

@@ -257,7 +257,7 @@ class FedAGE(Method[FedAGEConfig]):
             raise ValueError("fedage: the wire dims carry no embedding size D (no encoder)")
         return PayloadSpec(
             arrays=(ArraySpec("latents", ("N", "D")),),
-            models=(ModelSpec("head", input_dims=(d, 1)),),
+            models=(ModelSpec("head", archs=(self.config.head,), input_dims=(d, 1)),),
             scalars=(ScalarSpec("n_examples", int, 1, maximum="N_max", equals="N"),),
         )
 

@@ -11,7 +11,9 @@ median so one client cannot take the average by over-reporting, ``uniform`` igno
 Robust modes (``aggregation``; :mod:`oneshotfl.robust`): ``median`` (coordinate-wise),
 ``trimmed_mean`` (``trim`` β of the clients dropped at each end per coordinate) and
 ``norm_clip`` (each client's update from the shared initial model scaled to at most the median
-update norm, then the weighted average). ``mean`` is the paper's average.
+update norm, then the weighted average, with ``size`` weights read as ``clipped``: a robust
+mode never lets a client buy weight by over-reporting its size). ``mean`` is the paper's
+average.
 """
 
 from __future__ import annotations

@@ -151,8 +151,8 @@ class FedCVAE(Method[FedCVAEConfig]):
         with torch.device("meta"):
             state = self._decoder(task).state_dict()
         arrays = tuple(ArraySpec(f"decoder.{k}", tuple(v.shape)) for k, v in state.items())
-        most = dims.max_examples or 2**62  # N_max: no class can hold more than the pool
-        counts = ArraySpec("label_counts", ("C",), ("int64",), (0, most), min_sum=1)
+        most = dims.max_examples or 2**31  # N_max: no client holds more than the pool
+        counts = ArraySpec("label_counts", ("C",), ("int64",), (0, most), min_sum=1, max_sum=most)
         return PayloadSpec(arrays=(*arrays, counts))
 
     def client_update(self, ctx: ClientContext) -> Payload:

@@ -90,7 +90,11 @@ class SendsHead(Method[HeadConfig]):
 
     def payload_spec(self, dims: WireDims) -> PayloadSpec:
         return PayloadSpec(
-            models=(ModelSpec("head", input_dims=(dims.extra.get("D", 0), 1)),),
+            models=(
+                ModelSpec(
+                    "head", archs=(self.config.head,), input_dims=(dims.extra.get("D", 0), 1)
+                ),
+            ),
             scalars=(n_examples_spec(),),
         )
 

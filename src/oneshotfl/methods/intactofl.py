@@ -159,7 +159,10 @@ class Gate(nn.Module):
         linears = [nn.Linear(in_features, experts) for _ in range(cfg.gates)]
         if cfg.gate_init == "ensemble":  # ρ_k = 1/K for every input at the start
             for linear in linears:
-                nn.init.zeros_(linear.weight)
+                if self.top_k < experts:  # tiny weights break the ties of a top-K choice
+                    nn.init.normal_(linear.weight, std=1e-4)
+                else:
+                    nn.init.zeros_(linear.weight)
                 nn.init.constant_(linear.bias, 1.0 if self.kind == "linear" else 0.0)
         self.linears = nn.ModuleList(linears)
         self.rng = torch.Generator().manual_seed(seed)

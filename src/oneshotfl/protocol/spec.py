@@ -57,6 +57,8 @@ class ArraySpec:
         value_range: inclusive (low, high) every element must lie in, or ``None``.
         simplex: rows along the last axis must sum to 1 (probability vectors).
         min_sum: the least the elements may sum to (e.g. 1 for label counts), or ``None``.
+        max_sum: the most the elements may sum to (e.g. ``N_max`` for label counts), or
+            ``None``.
     """
 
     name: str
@@ -65,6 +67,7 @@ class ArraySpec:
     value_range: tuple[float, float] | None = None
     simplex: bool = False
     min_sum: float | None = None
+    max_sum: float | None = None
 
 
 @dataclass(frozen=True)
@@ -247,9 +250,14 @@ def _check_values(value: np.ndarray, spec: ArraySpec, client: int | None) -> Non
             raise PayloadError(
                 spec.name, f"values in [{low}, {high}]", f"range [{vmin}, {vmax}]", client
             )
-    if spec.min_sum is not None and float(value.astype(np.float64).sum()) < spec.min_sum:
+    total = float(value.astype(np.float64).sum())
+    if spec.min_sum is not None and total < spec.min_sum:
         raise PayloadError(
             spec.name, f"elements summing to at least {spec.min_sum:g}", "less", client
+        )
+    if spec.max_sum is not None and total > spec.max_sum:
+        raise PayloadError(
+            spec.name, f"elements summing to at most {spec.max_sum:g}", f"{total:g}", client
         )
     if spec.simplex:
         sums = value.astype(np.float64).sum(axis=-1)
@@ -326,6 +334,26 @@ def _check_model(payload: Payload, spec: ModelSpec, dims: WireDims, client: int 
             raise PayloadError(name, f"dtype {want_dtype}", value.dtype.name, client)
         if value.dtype.kind == "f" and not np.isfinite(value).all():
             raise PayloadError(name, "finite values", "NaN/inf entries", client)
+        if key.endswith("running_var") and (value < 0).any():
+            raise PayloadError(name, "non-negative BatchNorm variances", "negative ones", client)
+    _check_outputs(payload, spec, dims, client)
+
+
+def _check_outputs(payload: Payload, spec: ModelSpec, dims: WireDims, client: int | None) -> None:
+    """The model must answer a zero input with finite logits (weights that are each finite
+    can still overflow, or a BatchNorm layer divide by a negative variance's root)."""
+    model_dims = spec.model_dims(dims)
+    model = model_from_fields(payload, model_dims, spec.prefix, spec.extra_outputs).eval()
+    probe = torch.zeros(1, model_dims.in_channels, model_dims.image_size, model_dims.image_size)
+    with torch.no_grad():
+        out = model(probe)
+    if not torch.isfinite(out).all():
+        raise PayloadError(
+            spec.arch_key,
+            "a model with finite outputs",
+            "non-finite logits on a zero input",
+            client,
+        )
 
 
 def expected_arch(spec: ModelSpec, dims: WireDims, client: int | None) -> str | None:

@@ -248,6 +248,11 @@ class Experiment:
             problems += [f"{key}: {p}" for p in method.setting_problems(cfg.client_train_config())]
             if req.topology is Topology.PEER and method.num_rounds() != 1:
                 problems.append(f"{key}: peer methods run one round, got {method.num_rounds()}")
+        if not problems and self.attack is not None and cfg.malicious > 0:
+            for key, method in methods:  # an attack that cannot act on this payload
+                misfit = self.attack.misfit(method.payload_spec(self.dims))
+                if misfit:
+                    problems.append(f"{key}: attack {cfg.attack!r} {misfit}")
         if problems:
             raise RequirementError("cannot run: " + "; ".join(problems))
         if any(m.requires.topology is Topology.PEER for _, m in methods):

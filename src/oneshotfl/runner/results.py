@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import logging
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -16,6 +17,8 @@ from typing import Any
 import numpy as np
 
 from oneshotfl.plots import partition_heatmap
+
+log = logging.getLogger(__name__)
 
 RESULT_FILE = "result.json"
 METHOD_COLUMNS = (
@@ -189,7 +192,10 @@ def write_result(out_dir: Path, doc: dict[str, Any], title_suffix: str = "") -> 
     counts = np.array([c["label_histogram"] for c in doc["clients"]])
     c = doc["config"]
     title = f"{c['dataset']} · {c['partition']} · {c['clients']} clients{title_suffix}"
-    partition_heatmap(counts, out_dir / "partition.png", title)
+    try:
+        partition_heatmap(counts, out_dir / "partition.png", title)
+    except Exception as exc:  # a picture is not worth the results: say so and go on
+        log.warning("could not draw %s: %s: %s", out_dir / "partition.png", type(exc).__name__, exc)
     atomic_write_text(path, json.dumps(doc, indent=2, default=_json_default) + "\n")
     return path
 
