@@ -123,7 +123,7 @@ def collect(docs: Iterable[Mapping[str, Any]]) -> Report:
     for doc in docs:
         config = doc["config"]
         group = str(config.get("group", ""))
-        extra = " ".join(f"{k}={config.get(k)}" for k in extra_keys)
+        extra = " ".join(f"{k}={config.get(k)}" for k in extra_keys if config.get(k) is not None)
         setting = " · ".join(filter(None, [setting_label(config), extra]))
         report.runs += 1
         report.wall_time_s += float(doc.get("wall_time_s", 0.0))
