@@ -5,6 +5,8 @@
 #      a peer method (peer_ensemble over a directed ring from a graph file, relayed by the
 #      ServerApp to the one addressee of each message);
 #   2. a SuperLink and 3 SuperNodes, insecure: flwr run, status from `flwr ls`, result compared;
+#      then a bad node (garbage, an oversize upload, another architecture) refused and named
+#      while the run completes, and a node that drops out (named; below the quorum the run fails);
 #   3. the same with TLS and CLI-managed SuperNode authentication: 3 registered nodes run,
 #      a 4th, unregistered node must be refused.
 #
@@ -145,14 +147,10 @@ edges=$(json_get "$WORK/insecure/result.json" "sorted((s, r) for m in d['methods
 [ "$edges" = "[(0, 1), (1, 2), (2, 0)]" ] || fail "relay: expected the directed ring's 3 edges, got $edges"
 log "relay: peer_ensemble crossed exactly the edges of the directed ring: $edges"
 
-# Dropout: node 2 goes away; with min_clients=2 the server aggregates the other two and names
-# client 2; with min_clients=3 the run must fail (and `flwr ls` must say so).
-kill -TERM -- "-$(cat "$WORK/logs/node-2.pid")"
-sleep 3
-submit_dropout() {  # submit_dropout NAME MIN_CLIENTS -> final status in $WORK/NAME-status
-  local name=$1 min=$2 run_id status
+submit_dropout() {  # submit_dropout NAME MIN_CLIENTS [OVERRIDES] -> final status in $WORK/NAME-status
+  local name=$1 min=$2 extra=${3:-} run_id status
   "$BIN/flwr" run "$WORK/app" insecure --format json --run-config \
-    "config='$WORK/experiment.yaml' overrides='methods=fedavg min_clients=$min cache_dir=$WORK/cache-drop' out='$WORK/$name' node-timeout=5.0 reply-timeout=30.0" \
+    "config='$WORK/experiment.yaml' overrides='methods=fedavg min_clients=$min cache_dir=$WORK/cache-drop $extra' out='$WORK/$name' node-timeout=5.0 reply-timeout=30.0" \
     >"$WORK/$name-submit.json" 2>>"$WORK/logs/$name-submit.log" || fail "$name: flwr run failed"
   run_id=$(json_get "$WORK/$name-submit.json" "d['run-id']")
   local deadline=$((SECONDS + RUN_TIMEOUT))
@@ -166,6 +164,24 @@ submit_dropout() {  # submit_dropout NAME MIN_CLIENTS -> final status in $WORK/N
   done
   echo "$status" >"$WORK/$name-status"
 }
+# A bad SuperNode: node 0 sends what the wire must refuse (garbage, an oversize upload, another
+# architecture than configured, each made on the node by the `attack` setting); the run must
+# complete with clients 1 and 2 and name client 0 in its refusals.
+for attack in garbage oversize:mib=8 wrong_arch:arch=cnn; do
+  name="bad-node-${attack%%:*}"
+  submit_dropout "$name" 2 "malicious=1 attack=$attack"
+  [ "$(cat "$WORK/$name-status")" = "finished:completed" ] || fail "$name: run ended $(cat "$WORK/$name-status")"
+  used=$(json_get "$WORK/$name/result.json" "d['methods'][0]['clients_used']")
+  refused=$(json_get "$WORK/$name/result.json" "d['methods'][0]['rejected'].get('0', '')")
+  [ "$used" = "[1, 2]" ] || fail "$name: expected clients [1, 2] aggregated, got $used"
+  case "$refused" in "client 0: "*) ;; *) fail "$name: expected client 0 refused and named, got '$refused'" ;; esac
+  log "$name: node 0 refused ($refused); aggregated clients $used"
+done
+
+# Dropout: node 2 goes away; with min_clients=2 the server aggregates the other two and names
+# client 2; with min_clients=3 the run must fail (and `flwr ls` must say so).
+kill -TERM -- "-$(cat "$WORK/logs/node-2.pid")"
+sleep 3
 log "dropout: node 2 stopped, min_clients=2"
 submit_dropout dropout 2
 [ "$(cat "$WORK/dropout-status")" = "finished:completed" ] || fail "dropout: run ended $(cat "$WORK/dropout-status")"

@@ -254,3 +254,15 @@ def test_a_broken_encoder_file_is_a_clear_encoder_error(tmp_path: Path) -> None:
     for path, fragment in ((no_dims, "lacks integer 'dim'"), (wrong, "does not hold a conv")):
         with pytest.raises(EncoderError, match=fragment):
             build_encoder(f"file:path={path}", task, 0)
+
+
+@pytest.mark.parametrize("attack", ["garbage", "oversize:mib=1", "wrong_arch:arch=cnn"])
+def test_a_configured_bad_client_is_refused_named_and_the_run_goes_on(
+    tiny_config: Any, attack: str
+) -> None:
+    from oneshotfl.runner.experiment import run_experiment
+
+    doc = run_experiment(tiny_config(methods=["fedavg"], malicious=1, attack=attack))
+    result = doc["methods"][0]
+    assert result["clients_used"] == [1, 2]
+    assert result["rejected"]["0"].startswith("client 0: ")

@@ -170,9 +170,10 @@ def test_attacks_poison_and_tamper_as_documented(tiny_config: Any) -> None:
     probs[:, 3] = 0.2
     payload = Payload({"probs": probs / probs.sum(1, keepdims=True)})
     rng = np.random.default_rng(0)
-    wrong = build_attack("wrong_predictions").tamper(payload, spec, rng).arrays["probs"]
+    dims = honest.dims
+    wrong = build_attack("wrong_predictions").tamper(payload, spec, dims, rng).arrays["probs"]
     assert (wrong.argmax(1) == 4).all() and (wrong.max(1) == 1).all()
-    noisy = build_attack("noise").tamper(payload, spec, rng).arrays["probs"]
+    noisy = build_attack("noise").tamper(payload, spec, dims, rng).arrays["probs"]
     assert np.allclose(noisy.sum(1), 1, atol=1e-5) and not np.allclose(
         noisy, payload.arrays["probs"]
     )

@@ -17,6 +17,11 @@ only the aggregation rule stands between it and the result.
 * ``wrong_predictions`` — its probability rows replaced by one-hot rows on the class after
   its own argmax (confident and wrong).
 
+Three more send what the wire must refuse, to check that it does, on a Flower node as in the
+simulation (the run goes on without that client, who is named): ``garbage`` (every array
+replaced by seven random numbers), ``oversize:mib=8`` (an extra array of that size) and
+``wrong_arch:arch=cnn`` (a valid model of another architecture than the configured one).
+
 An attack that cannot act on a method's payload (``scale`` or ``wrong_predictions`` where
 there is no model or no probability row) is refused before any training
 (:meth:`Attack.misfit`).
@@ -30,9 +35,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from oneshotfl.data.types import LabelledData
+from oneshotfl.models import MODELS, create_model
 from oneshotfl.params import Params, coerce_params, require
 from oneshotfl.protocol.payload import Payload
-from oneshotfl.protocol.spec import PayloadSpec
+from oneshotfl.protocol.spec import PayloadSpec, WireDims, model_fields
 from oneshotfl.registry import Registry, parse_spec
 
 
@@ -62,7 +68,9 @@ class Attack:
         or ``None``."""
         return None
 
-    def tamper(self, payload: Payload, spec: PayloadSpec, rng: np.random.Generator) -> Payload:
+    def tamper(
+        self, payload: Payload, spec: PayloadSpec, dims: WireDims, rng: np.random.Generator
+    ) -> Payload:
         """The message the malicious client sends instead of ``payload``."""
         return payload
 
@@ -104,7 +112,9 @@ class Scale(Attack):
     def misfit(self, spec: PayloadSpec) -> str | None:
         return None if spec.models else "needs a payload that carries a model"
 
-    def tamper(self, payload: Payload, spec: PayloadSpec, rng: np.random.Generator) -> Payload:
+    def tamper(
+        self, payload: Payload, spec: PayloadSpec, dims: WireDims, rng: np.random.Generator
+    ) -> Payload:
         keys = model_keys(payload, spec)
         if not keys:
             raise AttackError(f"attack {self.spec!r}: the payload carries no model to scale")
@@ -133,7 +143,9 @@ class Noise(Attack):
         fits = spec.models or probability_keys(spec)
         return None if fits else "needs a payload with a model or probability rows"
 
-    def tamper(self, payload: Payload, spec: PayloadSpec, rng: np.random.Generator) -> Payload:
+    def tamper(
+        self, payload: Payload, spec: PayloadSpec, dims: WireDims, rng: np.random.Generator
+    ) -> Payload:
         arrays = dict(payload.arrays)
         for key in model_keys(payload, spec):
             v = arrays[key]
@@ -154,7 +166,9 @@ class WrongPredictions(Attack):
     def misfit(self, spec: PayloadSpec) -> str | None:
         return None if probability_keys(spec) else "needs a prediction-sharing payload"
 
-    def tamper(self, payload: Payload, spec: PayloadSpec, rng: np.random.Generator) -> Payload:
+    def tamper(
+        self, payload: Payload, spec: PayloadSpec, dims: WireDims, rng: np.random.Generator
+    ) -> Payload:
         keys = probability_keys(spec)
         if not keys:
             raise AttackError(
@@ -181,3 +195,66 @@ def build_attack(spec: str) -> Attack:
         return kind(coerce_params(kind.Config, options), spec)
     except (KeyError, TypeError, ValueError) as exc:
         raise AttackError(f"attack {spec!r}: {exc}") from None
+
+
+@ATTACKS.register("garbage", "every array replaced by seven random numbers (refused)")
+class Garbage(Attack):
+    def tamper(
+        self, payload: Payload, spec: PayloadSpec, dims: WireDims, rng: np.random.Generator
+    ) -> Payload:
+        arrays = {k: rng.random(7).astype(np.float32) for k in payload.arrays}
+        return Payload(arrays, payload.scalars)
+
+
+@dataclass(frozen=True)
+class OversizeConfig(Params):
+    """Attributes: mib: the size of the extra array, in MiB."""
+
+    mib: float = 8.0
+
+    def validate(self) -> None:
+        require(0 < self.mib <= 1024, "mib", "in (0, 1024]", self.mib)
+
+
+@ATTACKS.register("oversize", "an extra array of mib MiB appended (refused)")
+class Oversize(Attack):
+    Config = OversizeConfig
+
+    def tamper(
+        self, payload: Payload, spec: PayloadSpec, dims: WireDims, rng: np.random.Generator
+    ) -> Payload:
+        padding = np.zeros(int(self.config.mib * 2**20) // 4, np.float32)
+        return Payload({**payload.arrays, "padding": padding}, payload.scalars)
+
+
+@dataclass(frozen=True)
+class WrongArchConfig(Params):
+    """Attributes: arch: the architecture sent instead of the configured one."""
+
+    arch: str = "cnn"
+
+    def validate(self) -> None:
+        require(self.arch in MODELS, "arch", "a registered model", self.arch)
+
+
+@ATTACKS.register("wrong_arch", "a valid model of another architecture than configured (refused)")
+class WrongArch(Attack):
+    Config = WrongArchConfig
+
+    def misfit(self, spec: PayloadSpec) -> str | None:
+        return None if spec.models else "needs a payload that carries a model"
+
+    def tamper(
+        self, payload: Payload, spec: PayloadSpec, dims: WireDims, rng: np.random.Generator
+    ) -> Payload:
+        model = spec.models[0]
+        shape = model.model_dims(dims)
+        other = create_model(
+            self.config.arch,
+            shape.in_channels,
+            shape.num_classes + model.extra_outputs,
+            shape.image_size,
+        )
+        kept = {k: v for k, v in payload.arrays.items() if not model.owns(k)}
+        fields = model_fields(other, model.prefix)
+        return Payload({**kept, **fields.arrays}, {**payload.scalars, **fields.scalars})

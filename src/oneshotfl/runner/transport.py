@@ -111,7 +111,7 @@ def client_step(method: Method[Any], ctx: ClientContext, test: LabelledData | No
     payload = method.client_update(ctx)
     if ctx.attack is not None:  # a simulated malicious client tampers with its own message
         rng = numpy_rng(ctx.seed, "attack", ctx.client_id, ctx.round)
-        payload = ctx.attack.tamper(payload, method.payload_spec(ctx.dims), rng)
+        payload = ctx.attack.tamper(payload, method.payload_spec(ctx.dims), ctx.dims, rng)
     wall = time.perf_counter() - start
     data = encode(payload)  # what crosses the network; counted even if rejected
     facts: dict[str, float] = {}
