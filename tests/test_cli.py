@@ -152,3 +152,10 @@ def test_describe_prints_paper_and_hyper_parameters() -> None:
     assert "Ye et al." in result.output and "tau = 0.2" in result.output
     assert "public_data=True" in result.output
     assert runner.invoke(app, ["describe", "nope"]).exit_code == 2
+
+
+def test_version() -> None:
+    from oneshotfl import __version__
+
+    out = CliRunner().invoke(app, ["--version"])
+    assert out.exit_code == 0 and out.output.strip() == f"oneshotfl {__version__}"

@@ -18,6 +18,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from oneshotfl import __version__
 from oneshotfl.cli_support import (
     USER_ERRORS,
     config_options,
@@ -53,6 +54,23 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 log = logging.getLogger("oneshotfl")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"oneshotfl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: Annotated[
+        bool | None,
+        typer.Option("--version", callback=_version, is_eager=True, help="print the version"),
+    ] = None,
+) -> None:
+    """One-shot federated learning: run methods, sweeps and reports."""
+
 
 RUN_OPTIONS = config_options(
     ExperimentConfig, names={"methods": ("--method", "--methods")}, skip=("cache_dir",)
