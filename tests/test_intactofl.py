@@ -38,6 +38,7 @@ VARIANTS = [
     f"intactofl:{CHEAP}",
     f"intactofl:reading=paper:{CHEAP}",
     f"intactofl:gate=noisy_topk:top_k=2:gates=2:{CHEAP}",
+    f"intactofl:mixture=probabilities:{CHEAP}",
 ]
 
 
@@ -84,6 +85,16 @@ def test_the_gate_starts_as_the_plain_logit_ensemble() -> None:
         assert torch.allclose(m.gate(x)[0], torch.full((5, 3), 1 / 3))
     m = moe(IntactOFLConfig(gate="linear", gate_init="torch")).eval()  # the authors' init
     assert not torch.allclose(m(x), m.expert_logits(x).mean(0), atol=1e-3)
+
+
+def test_a_probability_mixture_starts_as_the_probability_ensemble() -> None:
+    x = torch.randn(5, 1, 8, 8)
+    for kind in ("softmax", "linear"):
+        cfg = IntactOFLConfig(gate=kind, mixture="probabilities")
+        torch.manual_seed(0)
+        m = MixtureOfExperts([expert(i) for i in range(3)], Gate(64, 3, cfg, 0), cfg.mixture)
+        probs = torch.softmax(m.expert_logits(x), -1).mean(0)
+        assert torch.allclose(torch.softmax(m.eval()(x), -1), probs, atol=1e-6)
 
 
 def test_a_top_k_gate_starting_at_the_ensemble_still_routes_per_sample() -> None:
