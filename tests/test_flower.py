@@ -360,3 +360,16 @@ def test_the_data_free_methods_on_flower_equal_the_local_simulation(
     nodes = dataclasses.replace(cfg, cache_dir=str(tmp_path / "nodes"))
     flower = _run(tmp_path, nodes, FakeGrid(cfg.clients))
     assert _core(flower) == _core(local)
+
+
+def test_fol_on_flower_equals_the_local_simulation(tiny_config: Any, tmp_path: Path) -> None:
+    from test_fol import FOL
+
+    cfg = tiny_config(methods=[FOL], graph="ring", clients=4, val_fraction=0.2)
+    local = run_experiment(cfg)
+    nodes = dataclasses.replace(cfg, cache_dir=str(tmp_path / "nodes"))
+    flower = _run(tmp_path, nodes, FakeGrid(cfg.clients))
+    assert _core(flower) == _core(local)
+    a, b = local["methods"][0], flower["methods"][0]
+    for name in ("client_accuracy", "client_personal_accuracy", "topology"):
+        assert a[name] == b[name], name

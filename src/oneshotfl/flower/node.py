@@ -205,6 +205,6 @@ def run_receive(state: NodeState, method_spec: str, payloads: Mapping[str, bytes
         raise ConfigError(f"{method_spec}: a receive step needs a peer method")
     deliveries = {sender_id(name): data for name, data in payloads.items()}
     exp = state.experiment
-    report = peer_step(method, exp.client_context(state.client_id), deliveries, exp.data.test)
+    report = peer_step(method, exp.receiver_context(state.client_id), deliveries, exp.data.test)
     log.info("client %d: %s received %d payload(s)", state.client_id, method_spec, len(deliveries))
     return report

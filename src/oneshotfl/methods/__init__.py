@@ -18,6 +18,7 @@ from oneshotfl.methods import (  # noqa: F401  (importing registers)
     fedol,
     fedov,
     fedprox,
+    fol,
     heads,
     intactofl,
     inversion,

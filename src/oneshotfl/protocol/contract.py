@@ -73,6 +73,7 @@ class Requires:
         data_free: the server needs nothing but the uploaded messages; the runner then
             hands it no public pool (``ServerContext.public`` is None), so it provably sees
             no data.
+        validation: every client holds a private validation split (``val_fraction > 0``).
     """
 
     public_data: bool = False
@@ -82,6 +83,7 @@ class Requires:
     topology: Topology = Topology.STAR
     min_clients: int = 1
     data_free: bool = False
+    validation: bool = False
 
 
 def wire_dims(
@@ -124,6 +126,10 @@ class ClientContext:
         max_examples: ``N_max``, the most examples one client can hold (0: unknown).
         attack: set only on a simulated malicious client (:mod:`oneshotfl.threats`): it
             tampers with the message before it leaves (its data is already poisoned).
+        neighbours: on a peer receiver, its in-neighbours in the graph (public topology; a
+            method's encounter schedule is drawn over them); empty elsewhere.
+        topology_seed: on a peer receiver, the partition seed the graph and the encounter
+            schedules of :meth:`PeerMethod.senders_for` are drawn from.
     """
 
     client_id: int
@@ -143,6 +149,8 @@ class ClientContext:
     client_archs: tuple[str, ...] = ()
     max_examples: int = 0
     attack: Attack | None = None
+    neighbours: tuple[int, ...] = ()
+    topology_seed: int = 0
 
     @cached_property
     def data_fingerprint(self) -> str:
@@ -359,6 +367,8 @@ class PeerMethod(Method[ConfigT]):
 
     def senders_for(self, receiver: int, neighbours: Sequence[int], seed: int) -> tuple[int, ...]:
         """Which of the receiver's graph neighbours send to it (default: all of them). A
-        method with an encounter schedule draws it here from ``seed``; only these edges
-        carry bytes."""
+        method with an encounter schedule draws it here from ``seed`` (the partition seed);
+        only these edges carry bytes. The receiver's context holds the same ``neighbours``
+        and ``seed`` (``ClientContext.neighbours``, ``topology_seed``), so
+        :meth:`aggregate_for` can recompute the schedule."""
         return tuple(neighbours)

@@ -208,6 +208,15 @@ class Experiment:
             encoder=self.encoder,
         )
 
+    def receiver_context(self, client_id: int) -> ClientContext:
+        """Client ``client_id``'s context as a peer receiver: its own context plus its
+        in-neighbours in the graph and the partition seed the graph was drawn with."""
+        return replace(
+            self.client_context(client_id),
+            neighbours=self.graph.senders(client_id),
+            topology_seed=self.cfg.data_seed,
+        )
+
     def server_context(self, requires: Requires | None = None) -> ServerContext:
         """The server's context: public facts and configuration, no client data; no public
         pool either for a method whose ``requires`` say it is data-free."""
@@ -241,6 +250,10 @@ class Experiment:
                 problems.append(f"{key} needs a server architecture: set server_model")
             if req.shared_encoder and self.encoder is None:
                 problems.append(f"{key} needs a shared frozen encoder: set encoder (e.g. random)")
+            if req.validation and cfg.val_fraction <= 0:
+                problems.append(
+                    f"{key} needs a private validation split on every client: set val_fraction > 0"
+                )
             if cfg.clients < req.min_clients:
                 problems.append(
                     f"{key} needs at least {req.min_clients} clients, got {cfg.clients}"

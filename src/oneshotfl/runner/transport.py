@@ -221,7 +221,7 @@ class LocalTransport:
         reports: list[PeerReport] = []
         missing: Missing = {}
         for r in sorted(routes):
-            step = functools.partial(peer_step, method, exp.client_context(r), routes[r])
+            step = functools.partial(peer_step, method, exp.receiver_context(r), routes[r])
             report = attempt(r, "receipt", functools.partial(step, exp.data.test), missing)
             if report is not None:
                 reports.append(report)

@@ -1,0 +1,345 @@
+"""FOL: Federated Oriented Learning, one-shot personalised learning without a server.
+
+Huang and Shu, "Federated Oriented Learning: A Practical One-Shot Personalized Federated
+Learning Framework" (the paper in ``shared/papers/fol--003``). Every client is a receiver:
+
+1. **Pretrain** — the client trains θ_k^(1)- on its private training split (the federation's
+   recipe) and sends it, once, to the graph neighbours it meets (one message per edge).
+2. **Collect and align** — in each of E collection rounds (``rounds``) the client meets up to
+   Q neighbours (``per_round``; :func:`~oneshotfl.methods.fol_stages.encounter_schedule`,
+   drawn from the partition seed; ``contact`` is the chance a neighbour is in range in a
+   round). It fine-tunes each received model on its training split (``finetune_epochs``),
+   prunes it with alignment-aware structured pruning (``gamma`` = γ, ``lambda_p`` = λ_p,
+   ``prune_epochs``, then the ``prune_ratio`` smallest filters and neurons of each layer are
+   removed — a smaller dense model) and post-fine-tunes it (``post_epochs``). The objective
+   is our reconstruction (see :mod:`oneshotfl.methods.fol_stages`).
+3. **Top-K ensemble** — every candidate (the client's current model and every aligned model
+   collected so far) is scored on the client's private validation split, ties broken by the
+   cosine similarity of its validation predictions to the client's own; the best ``top_k``
+   (0: all) form A_w(x) = Σ w_i f_i(x) (logits), w learnt on the simplex (w = softmax(v),
+   Adam, ``weight_steps`` full-batch steps at ``weight_lr``) by minimising the ensemble's CE
+   on the training split, or uniform (``weights=uniform``).
+4. **Regularised distillation** — the client's student θ^(e)+, started from θ^(e)-, minimises
+   KL(softmax(A_w/T) ‖ softmax(f/T)) + λ ‖θ^(e)+ − θ^(e)-‖² on its training inputs
+   (``temperature`` = T, ``kd_lambda`` = λ, ``kd_epochs``); θ^(e+1)- = θ^(e)+.
+
+The result is θ^(E)+ per client, evaluated on each client's own label distribution.
+
+Variants (presets): ``fol-a`` collects from every neighbour in contact (``per_round=0``, no Q
+limit); ``fol-n`` skips the alignment-aware pruning (``prune=false``: fine-tuning only);
+``fol-an`` both. Ablations: ``prune=false``, ``weights=uniform``, ``distill=false`` (the
+client keeps the last round's weighted ensemble as its model), ``top_k``.
+
+Readings and deviations (the paper gives no hyper-parameters, no schedule and a garbled
+pruning formula): one message per client (its pretrained model), so later rounds meet new
+neighbours rather than receiving updated models; aligned models are kept across rounds;
+the ensemble combines logits, as the paper's softmax(A_w/T) says; λ_p's alignment is the
+response correlation of :func:`~oneshotfl.methods.fol_stages.alignment_scores`; KL without
+a T² factor, as written.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import torch
+from torch import nn
+
+from oneshotfl.artefacts import tensor_fingerprint
+from oneshotfl.methods.base import register_method
+from oneshotfl.methods.common import SendsTrainedModel
+from oneshotfl.methods.fol_stages import (
+    align_prune,
+    encounter_schedule,
+    ensemble_weights,
+    prediction_cosines,
+    regularised_distillation,
+    top_k,
+    validation_scores,
+)
+from oneshotfl.models import create_model
+from oneshotfl.params import Params, is_int, require
+from oneshotfl.protocol.contract import ClientContext, PeerMethod, Requires, Topology
+from oneshotfl.protocol.outcome import Ensemble, GlobalModel, Outcome
+from oneshotfl.protocol.payload import Payload
+from oneshotfl.protocol.spec import WireDims, model_fields, model_from_fields
+from oneshotfl.seeding import torch_generator
+from oneshotfl.training.loop import TrainConfig, predict_logits, train_classifier
+from oneshotfl.training.structured import channel_groups, remove_groups
+
+
+@dataclass(frozen=True)
+class FolConfig(Params):
+    """FOL's hyper-parameters (names as in the module docs)."""
+
+    rounds: int = 1
+    per_round: int = 1
+    contact: float = 1.0
+    prune: bool = True
+    gamma: float = 0.01
+    lambda_p: float = 0.1
+    prune_ratio: float = 0.3
+    finetune_epochs: int = 1
+    prune_epochs: int = 1
+    post_epochs: int = 1
+    probe: int = 256
+    top_k: int = 3
+    weights: Literal["learned", "uniform"] = "learned"
+    weight_steps: int = 200
+    weight_lr: float = 0.05
+    distill: bool = True
+    temperature: float = 2.0
+    kd_lambda: float = 1e-3
+    kd_epochs: int = 5
+
+    def validate(self) -> None:
+        require(is_int(self.rounds, 1), "rounds", "an int >= 1", self.rounds)
+        for name in ("per_round", "top_k", "weight_steps"):
+            value = getattr(self, name)
+            require(is_int(value, 0), name, "an int >= 0", value)
+        for name in ("finetune_epochs", "prune_epochs", "post_epochs", "kd_epochs"):
+            value = getattr(self, name)
+            require(is_int(value, 0), name, "an int >= 0", value)
+        require(is_int(self.probe, 2), "probe", "an int >= 2", self.probe)
+        require(0 < self.contact <= 1, "contact", "in (0, 1]", self.contact)
+        require(0 <= self.prune_ratio < 1, "prune_ratio", "in [0, 1)", self.prune_ratio)
+        require(self.gamma >= 0, "gamma", ">= 0", self.gamma)
+        require(self.lambda_p >= 0, "lambda_p", ">= 0", self.lambda_p)
+        require(self.weight_lr > 0, "weight_lr", "> 0", self.weight_lr)
+        require(self.temperature > 0, "temperature", "> 0", self.temperature)
+        require(self.kd_lambda >= 0, "kd_lambda", ">= 0", self.kd_lambda)
+
+
+def _fingerprint(model: nn.Module) -> str:
+    return tensor_fingerprint(*model.state_dict().values())
+
+
+def _pruned_fields(model: nn.Module, keep: Mapping[str, torch.Tensor]) -> Payload:
+    keep_arrays = {f"keep.{k}": v.numpy().astype(np.int64) for k, v in keep.items()}
+    return model_fields(model).merged(Payload(keep_arrays))
+
+
+def _pruned_model(payload: Payload, dims: WireDims) -> nn.Module:
+    """Rebuild an aligned model: its architecture, cut to the kept units, then its state."""
+    arch = str(payload.scalars["model.arch"])
+    with torch.random.fork_rng(devices=[]):
+        model: nn.Module = create_model(arch, dims.in_channels, dims.num_classes, dims.image_size)
+    keep = {k[5:]: torch.from_numpy(v) for k, v in payload.arrays.items() if k.startswith("keep.")}
+    if keep:
+        model = remove_groups(model, channel_groups(model), keep)
+    state = {
+        k[6:]: torch.from_numpy(np.array(v))
+        for k, v in payload.arrays.items()
+        if k.startswith("model.")
+    }
+    model.load_state_dict(state, strict=True)
+    return model.eval()
+
+
+@register_method("fol", "FOL: server-free one-shot personalisation (align-prune, top-K, KD)")
+class Fol(PeerMethod[FolConfig], SendsTrainedModel[FolConfig]):
+    """Each client aligns, prunes and ensembles its neighbours' models, then distils."""
+
+    Config: ClassVar[type] = FolConfig
+    requires: ClassVar[Requires] = Requires(topology=Topology.PEER, validation=True)
+
+    def senders_for(self, receiver: int, neighbours: Sequence[int], seed: int) -> tuple[int, ...]:
+        windows = self._schedule(receiver, neighbours, seed)
+        return tuple(sorted({s for window in windows for s in window}))
+
+    def _schedule(
+        self, receiver: int, neighbours: Sequence[int], seed: int
+    ) -> tuple[tuple[int, ...], ...]:
+        c = self.config
+        return encounter_schedule(receiver, neighbours, seed, c.rounds, c.per_round, c.contact)
+
+    def _epochs(self, ctx: ClientContext, epochs: int) -> TrainConfig:
+        return replace(ctx.train_config, epochs=epochs)
+
+    def _aligned(
+        self, ctx: ClientContext, sender: int, payload: Payload, own: nn.Module
+    ) -> tuple[nn.Module, dict[str, float]]:
+        """Stage 2 for one received model: fine-tune, align-prune, post-tune (cached)."""
+        c = self.config
+        parts = {
+            "sender": tensor_fingerprint(
+                *(torch.from_numpy(np.array(v)) for _, v in sorted(payload.arrays.items()))
+            ),
+            "own": _fingerprint(own),
+            "stage": [c.prune, c.gamma, c.lambda_p, c.prune_ratio, c.probe],
+            "epochs": [c.finetune_epochs, c.prune_epochs, c.post_epochs],
+            "train": ctx.train_config.as_dict(),
+        }
+
+        def make() -> Payload:
+            start = time.perf_counter()
+            model = model_from_fields(payload, ctx.dims).to(ctx.device)
+            gen = torch_generator(ctx.seed, "fol", "align", ctx.client_id, sender)
+            tune = self._epochs(ctx, c.finetune_epochs)
+            train_classifier(model, ctx.data, tune, gen, ctx.device)
+            keep: dict[str, torch.Tensor] = {}
+            report: dict[str, float] = {}
+            if c.prune:
+                model, keep, report = align_prune(
+                    model,
+                    own,
+                    ctx.data,
+                    self._epochs(ctx, c.prune_epochs),
+                    gamma=c.gamma,
+                    lambda_p=c.lambda_p,
+                    ratio=c.prune_ratio,
+                    probe=c.probe,
+                    generator=gen,
+                    device=ctx.device,
+                )
+                train_classifier(model, ctx.data, self._epochs(ctx, c.post_epochs), gen, ctx.device)
+            report["align_seconds"] = time.perf_counter() - start
+            return _pruned_fields(model.cpu(), keep).merged(Payload({}, report))
+
+        stored = ctx.artefact("fol_aligned", parts, make, f"FOL aligns client {sender}")
+        info = {k: float(v) for k, v in stored.scalars.items() if k != "model.arch"}
+        return _pruned_model(stored, ctx.dims).to(ctx.device), info
+
+    def aggregate_for(self, ctx: ClientContext, payloads: Mapping[int, Payload]) -> Outcome:
+        c = self.config
+        current = ctx.train()
+        windows = self._schedule(ctx.client_id, ctx.neighbours, ctx.topology_seed)
+        pool: list[tuple[int, nn.Module]] = []
+        rounds: list[dict[str, Any]] = []
+        seconds: dict[str, float] = {}  # measured when computed (a cache hit repeats them)
+        teacher: Ensemble | None = None
+        for e, window in enumerate(windows):
+            aligned = {}
+            for sender in window:
+                if sender in payloads:
+                    model, report = self._aligned(ctx, sender, payloads[sender], current)
+                    pool.append((sender, model))
+                    seconds[f"align {sender}"] = report.pop("align_seconds")
+                    aligned[str(sender)] = report
+            candidates = [(ctx.client_id, current), *pool]
+            chosen, weights, scores = self._ensemble(ctx, [m for _, m in candidates])
+            log = {
+                "met": list(window),
+                "aligned": aligned,
+                "candidates": [s for s, _ in candidates],
+                "val_scores": [round(float(s), 4) for s in scores],
+                "top_k": [candidates[i][0] for i in chosen],
+                "weights": [round(float(w), 4) for w in weights],
+            }
+            members = [candidates[i][1] for i in chosen]
+            if c.distill:
+                current = self._distil(ctx, members, weights, current, e)
+            else:
+                teacher = Ensemble(members, weights, combine=_logit_softmax)
+            rounds.append(log)
+        info = {"rounds": rounds, "senders": sorted(payloads), "timings": seconds}
+        if teacher is not None:
+            teacher.info = info
+            return teacher
+        return GlobalModel(current, info=info)
+
+    def _ensemble(
+        self, ctx: ClientContext, models: list[nn.Module]
+    ) -> tuple[list[int], torch.Tensor, torch.Tensor]:
+        """Stage 3: the top-K candidates (indices), their simplex weights, every score."""
+        c = self.config
+        if ctx.val is None:
+            raise ValueError("fol needs a private validation split: set val_fraction > 0")
+        val = torch.stack([predict_logits(m, ctx.val.x, ctx.device) for m in models])
+        scores = validation_scores(val, ctx.val.y)
+        chosen = top_k(scores, prediction_cosines(val, 0), c.top_k)
+        if c.weights == "uniform" or len(chosen) == 1:
+            return chosen, torch.full((len(chosen),), 1.0 / len(chosen)), scores
+        train = torch.stack([predict_logits(models[i], ctx.data.x, ctx.device) for i in chosen])
+        return chosen, ensemble_weights(train, ctx.data.y, c.weight_steps, c.weight_lr), scores
+
+    def _distil(
+        self,
+        ctx: ClientContext,
+        members: list[nn.Module],
+        weights: torch.Tensor,
+        current: nn.Module,
+        round_index: int,
+    ) -> nn.Module:
+        """Stage 4 (cached): the student θ^(e)+ from θ^(e)- and the weighted ensemble."""
+        c = self.config
+        parts = {
+            "members": [_fingerprint(m) for m in members],
+            "weights": [round(float(w), 8) for w in weights],
+            "start": _fingerprint(current),
+            "kd": [c.temperature, c.kd_lambda, c.kd_epochs],
+            "train": ctx.train_config.as_dict(),
+        }
+
+        def make() -> Payload:
+            logits = torch.stack([predict_logits(m, ctx.data.x, ctx.device) for m in members])
+            teacher = torch.einsum("k,knc->nc", weights, logits)
+            student = copy.deepcopy(current)
+            gen = torch_generator(ctx.seed, "fol", "distil", ctx.client_id, round_index)
+            regularised_distillation(
+                student,
+                ctx.data.x,
+                teacher,
+                temperature=c.temperature,
+                lam=c.kd_lambda,
+                cfg=self._epochs(ctx, c.kd_epochs),
+                generator=gen,
+                device=ctx.device,
+            )
+            return model_fields(student.cpu())
+
+        stored = ctx.artefact("fol_student", parts, make, f"FOL student round {round_index + 1}")
+        return model_from_fields(stored, ctx.dims).to(ctx.device).eval()
+
+
+def _logit_softmax(logits: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """The no-KD model: softmax(A_w(x)) of the weighted logit ensemble."""
+    return torch.softmax(torch.einsum("k,knc->nc", weights.to(logits), logits), -1)
+
+
+@dataclass(frozen=True)
+class FolAConfig(FolConfig):
+    """FOL-A: every neighbour in contact is collected (no Q limit)."""
+
+    per_round: int = 0
+
+
+@dataclass(frozen=True)
+class FolNConfig(FolConfig):
+    """FOL-N: no alignment-aware pruning (received models are fine-tuned only)."""
+
+    prune: bool = False
+
+
+@dataclass(frozen=True)
+class FolANConfig(FolConfig):
+    """FOL-AN: no Q limit and no alignment-aware pruning."""
+
+    per_round: int = 0
+    prune: bool = False
+
+
+@register_method("fol-a", "FOL-A: FOL collecting every neighbour in contact (no Q limit)")
+class FolA(Fol):
+    """FOL with ``per_round=0``."""
+
+    Config = FolAConfig
+
+
+@register_method("fol-n", "FOL-N: FOL without alignment-aware pruning (fine-tuning only)")
+class FolN(Fol):
+    """FOL with ``prune=false``."""
+
+    Config = FolNConfig
+
+
+@register_method("fol-an", "FOL-AN: no Q limit and no alignment-aware pruning")
+class FolAN(Fol):
+    """FOL with ``per_round=0`` and ``prune=false``."""
+
+    Config = FolANConfig
