@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
 .PHONY: setup data demo test lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
-	bench-fedeov bench-fedeov-target bench-intactofl bench-robust bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed \
+	bench-fedeov bench-fedeov-target bench-intactofl bench-fol bench-robust bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed \
 	clean-cache
 VENV := .venv/bin
 
@@ -76,6 +76,13 @@ bench-fedeov-target: setup data
 ## gate ablation (reuses the α = 0.5 mixed clients), the clients table; two shards each.
 bench-intactofl: setup data
 	VENV=$(VENV) bash scripts/sweep_shards.sh intactofl-fmnist intactofl-ablation intactofl-clients
+
+## FOL's Tables 1/2 analogue of issue 14 (docs/benchmarks.md): the server-free methods over ψ,
+## two graphs and E = 1..3, the global references on the same federations, the stage ablation;
+## two shards each, then the hand-made tables (per client, mean ± std, bytes, cost).
+bench-fol: setup data
+	VENV=$(VENV) bash scripts/sweep_shards.sh fol-fmnist fol-references fol-ablation
+	$(VENV)/python scripts/fol_report.py
 
 ## The robust-aggregation benchmark of issue 15 (docs/security.md): 0–3 malicious clients of
 ## each attack against each method with and without its robust mode.

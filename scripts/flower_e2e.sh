@@ -8,12 +8,14 @@
 #      then a bad node (garbage, an oversize upload, another architecture) refused and named
 #      while the run completes, and a node that drops out (named; below the quorum the run fails);
 #   3. the same with TLS and CLI-managed SuperNode authentication: 3 registered nodes run,
-#      a 4th, unregistered node must be refused.
+#      a 4th, unregistered node must be refused;
+#   4. FOL on a 4-node ring (insecure, 4 SuperNodes): per-client results equal the local
+#      simulation, and the bytes of every edge are counted.
 #
 # Every process runs under `timeout`, in its own process group, and is killed by its PID on
 # exit. Exits non-zero on any failure. Needs the flower extra (scripts/bootstrap.sh with
 # ONESHOTFL_EXTRAS=dev,flower). Environment knobs: PYTHON_BIN (default .venv/bin), E2E_PORT
-# (first of 6 ports, default 19180), E2E_TIMEOUT (seconds per run, default 300), KEEP=1 keeps
+# (first of 11 ports, default 19180), E2E_TIMEOUT (seconds per run, default 300), KEEP=1 keeps
 # the work directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -93,12 +95,12 @@ log "local simulation (reference)"
 timeout 300 "$BIN/oneshotfl" run --config "$WORK/experiment.yaml" "cache_dir=$WORK/cache-local" \
   --out "$WORK/local" >"$WORK/logs/local.log" 2>&1 || fail "the local simulation failed"
 
-# flower_run NAME CONNECTION: submit the app, poll `flwr ls` (flwr run exits 0 even when the
-# run fails), require finished:completed, compare with the local result.
+# flower_run NAME CONNECTION [CONFIG LOCAL]: submit the app, poll `flwr ls` (flwr run exits 0
+# even when the run fails), require finished:completed, compare with the local result.
 flower_run() {
-  local name=$1 conn=$2 run_id status deadline
+  local name=$1 conn=$2 config=${3:-$WORK/experiment.yaml} local=${4:-$WORK/local} run_id status deadline
   "$BIN/flwr" run "$WORK/app" "$conn" --format json \
-    --run-config "config='$WORK/experiment.yaml' out='$WORK/$name' node-timeout=60.0 reply-timeout=240.0" \
+    --run-config "config='$config' out='$WORK/$name' node-timeout=60.0 reply-timeout=240.0" \
     >"$WORK/$name-submit.json" 2>"$WORK/logs/$name-submit.log" || fail "$name: flwr run failed"
   run_id=$(json_get "$WORK/$name-submit.json" "d['run-id']")
   log "$name: run $run_id submitted"
@@ -112,14 +114,14 @@ flower_run() {
     sleep 3
   done
   [ "$status" = "finished:completed" ] || fail "$name: run $run_id ended '$status'"
-  "$BIN/oneshotfl" compare "$WORK/local/result.json" "$WORK/$name/result.json" \
+  "$BIN/oneshotfl" compare "$local/result.json" "$WORK/$name/result.json" \
     || fail "$name: the result differs from the local simulation"
   log "$name: bytes on the wire (flwr ls): $(json_get "$WORK/$name-ls.json" "d['runs'][0]['network-traffic']")"
   log "$name: bytes we counted (uploads + downloads): $(json_get "$WORK/$name/result.json" \
-    "sum(sum(m['upload_bytes_per_client']) + m['download_bytes_per_client'] * 3 for m in d['methods'])")"
+    "sum(sum(m['upload_bytes_per_client']) + m['download_bytes_per_client'] * d['config']['clients'] for m in d['methods'])")"
 }
 
-node_config() { echo "partition-id=$1 num-partitions=3 cache-dir='$WORK/cache-node-$1'"; }
+node_config() { echo "partition-id=$1 num-partitions=${2:-3} cache-dir='$WORK/cache-node-$1'"; }
 
 # --- 1. insecure ------------------------------------------------------------------------------
 cat >"$FLWR_HOME/config.toml" <<EOF
@@ -232,4 +234,47 @@ grep -q "Failed to activate SuperNode" "$WORK/logs/node-unregistered.log" \
   || fail "tls: the unregistered SuperNode did not report a refused activation"
 log "tls: the unregistered SuperNode was refused"
 stop_all
-log "PASSED: insecure and TLS + node auth runs equal the local simulation"
+
+# --- 4. FOL on a 4-node ring ---------------------------------------------------------------------
+cat >"$WORK/ring.yaml" <<EOF
+dataset: digits
+clients: 4
+model: mlp
+local_epochs: 1
+batch_size: 32
+lr: 0.05
+alpha: 1.0
+min_samples: 5
+val_fraction: 0.2
+device: cpu
+graph: ring
+methods: ["fol:rounds=2:kd_epochs=1:weight_steps=20"]
+EOF
+timeout 300 "$BIN/oneshotfl" run --config "$WORK/ring.yaml" "cache_dir=$WORK/cache-ring" \
+  --out "$WORK/ring-local" >"$WORK/logs/ring-local.log" 2>&1 || fail "ring: the local simulation failed"
+RING_PORT=$((PORT + 6))
+log "ring: SuperLink on 127.0.0.1:$RING_PORT and 4 SuperNodes"
+start superlink-ring 600 flower-superlink --insecure --disable-runtime-dependency-installation \
+  --host 127.0.0.1 --port "$RING_PORT" --database "$WORK/ring.db"
+wait_port "$RING_PORT"
+for i in 0 1 2 3; do
+  start "node-ring-$i" 600 flower-supernode --insecure --superlink "127.0.0.1:$RING_PORT" \
+    --port $((PORT + 7 + i)) --node-config "$(node_config "$i" 4)"
+done
+cat >>"$FLWR_HOME/config.toml" <<EOF
+
+[superlink.ring]
+address = "127.0.0.1:$RING_PORT"
+insecure = true
+EOF
+flower_run ring ring "$WORK/ring.yaml" "$WORK/ring-local"
+same=$(json_get "$WORK/ring/result.json" "d['methods'][0]['client_personal_accuracy']")
+[ "$same" = "$(json_get "$WORK/ring-local/result.json" "d['methods'][0]['client_personal_accuracy']")" ] \
+  || fail "ring: per-client results differ from the local simulation"
+pairs=$(json_get "$WORK/ring/result.json" "sorted((s, r) for s, r, _ in d['methods'][0]['topology']['edges'])")
+[ "$pairs" = "[(0, 1), (0, 3), (1, 0), (1, 2), (2, 1), (2, 3), (3, 0), (3, 2)]" ] \
+  || fail "ring: expected the ring's 8 directed edges, got $pairs"
+log "ring: FOL per-client personal accuracy equals the local simulation: $same"
+log "ring: bytes per edge (sender, receiver, bytes): $(json_get "$WORK/ring/result.json" "sorted(tuple(e) for e in d['methods'][0]['topology']['edges'])")"
+stop_all
+log "PASSED: insecure and TLS + node auth runs, and FOL on a 4-node ring, equal the local simulation"

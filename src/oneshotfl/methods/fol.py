@@ -233,7 +233,9 @@ class Fol(PeerMethod[FolConfig], SendsTrainedModel[FolConfig]):
             }
             members = [candidates[i][1] for i in chosen]
             if c.distill:
-                current = self._distil(ctx, members, weights, current, e)
+                current, seconds[f"distil round {e + 1}"] = self._distil(
+                    ctx, members, weights, current, e
+                )
             else:
                 teacher = Ensemble(members, weights, combine=_logit_softmax)
             rounds.append(log)
@@ -265,8 +267,9 @@ class Fol(PeerMethod[FolConfig], SendsTrainedModel[FolConfig]):
         weights: torch.Tensor,
         current: nn.Module,
         round_index: int,
-    ) -> nn.Module:
-        """Stage 4 (cached): the student θ^(e)+ from θ^(e)- and the weighted ensemble."""
+    ) -> tuple[nn.Module, float]:
+        """Stage 4 (cached): the student θ^(e)+ from θ^(e)- and the weighted ensemble, and
+        the seconds its distillation took when it was computed."""
         c = self.config
         parts = {
             "members": [_fingerprint(m) for m in members],
@@ -277,6 +280,7 @@ class Fol(PeerMethod[FolConfig], SendsTrainedModel[FolConfig]):
         }
 
         def make() -> Payload:
+            start = time.perf_counter()
             logits = torch.stack([predict_logits(m, ctx.data.x, ctx.device) for m in members])
             teacher = torch.einsum("k,knc->nc", weights, logits)
             student = copy.deepcopy(current)
@@ -291,10 +295,12 @@ class Fol(PeerMethod[FolConfig], SendsTrainedModel[FolConfig]):
                 generator=gen,
                 device=ctx.device,
             )
-            return model_fields(student.cpu())
+            seconds = {"distil_seconds": time.perf_counter() - start}
+            return model_fields(student.cpu()).merged(Payload({}, seconds))
 
         stored = ctx.artefact("fol_student", parts, make, f"FOL student round {round_index + 1}")
-        return model_from_fields(stored, ctx.dims).to(ctx.device).eval()
+        model = model_from_fields(stored, ctx.dims).to(ctx.device).eval()
+        return model, float(stored.scalars["distil_seconds"])
 
 
 def _logit_softmax(logits: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

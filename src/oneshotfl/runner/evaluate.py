@@ -2,7 +2,8 @@
 
 For every outcome: ``accuracy`` on the global test set and ``personal_accuracy`` — a client's
 accuracy on its own test distribution, i.e. the per-class test accuracy re-weighted to the
-client's training label distribution, averaged over clients. Personalised outcomes (``local``,
+client's training label distribution, averaged over clients (a global model's is also listed
+per client, ``client_personal_accuracy``). Personalised outcomes (``local``,
 and every peer method, whose receivers each build their own model) are evaluated per client
 with :func:`client_metrics` — on the client itself in a peer run, so a Flower node computes
 exactly what the simulation does — and summarised by :func:`summarise_clients`: ``accuracy``
@@ -118,6 +119,7 @@ def evaluate_outcome(
         return {
             "accuracy": float((probs.argmax(1) == test.y).double().mean()),
             "personal_accuracy": float(np.nanmean(personal)),
+            "client_personal_accuracy": [float(p) for p in personal],
             "per_class_accuracy": [float(a) for a in class_acc],
         }
     if isinstance(outcome, Personalised):
