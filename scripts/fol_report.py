@@ -1,0 +1,242 @@
+"""Render FOL's tables (issue 14) from committed sweep results.
+
+Reads ``benchmarks/results/fol-fmnist`` (the server-free methods over ψ, two graphs and E),
+``fol-references`` (the global references on the same federations) and ``fol-ablation``, and
+splices between markers of ``docs/benchmarks.md``:
+
+* ``fol-table`` — the Tables 1/2 analogue, one table per graph: each method's personal
+  accuracy (its model on the test split re-weighted to each client's own label distribution)
+  as mean ± std over clients and seeds, per ψ; the global references repeat in both tables.
+* ``fol-order`` — how often the paper's ordering FOL-A > FOL > FOL-AN > FOL-N holds, per pair,
+  over every (graph, ψ, E, seed).
+* ``fol-clients`` — the per-client table (the paper's "Satellite #" columns) at ψ = 0.7 on
+  the ring: each client's personal accuracy, mean ± std over seeds.
+* ``fol-cost`` — bytes each client sends and receives, and the measured cost of FOL's stages
+  per client: seconds to align one received model (fine-tune, prune, post-tune) and to
+  distil one round (measured when the stage was computed; a cache hit repeats the figure).
+* ``fol-ablation-table`` — what each stage buys.
+
+It also writes ``docs/figures/fol-fmnist/fol_table.csv``. Usage:
+``python scripts/fol_report.py [RESULTS_ROOT] [MARKDOWN]``.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import re
+import statistics
+import sys
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from oneshotfl.runner.report import splice_markdown
+
+PSIS = (0.7, 0.5, 0.3, 0.1)
+GRAPHS = {"ring": "ring", "random:degree=3": "random degree-3 graph"}
+VARIANTS = (("fol-a", "FOL-A"), ("fol", "FOL"), ("fol-an", "FOL-AN"), ("fol-n", "FOL-N"))
+REFERENCES = (
+    ("dense", "DENSE"),
+    ("co_boosting", "Co-Boosting"),
+    ("fedavg", "FedAvg (E=1)"),
+    ("fedavg_rounds:rounds=2", "FedAvg (E=2)"),
+    ("fedavg_rounds:rounds=3", "FedAvg (E=3)"),
+    ("fedeov", "FedEOV"),
+    ("ensemble", "Ensemble"),
+)
+Doc = dict[str, Any]
+
+
+def load(directory: Path) -> list[Doc]:
+    return [json.loads(f.read_text()) for f in sorted(directory.glob("*/result.json"))]
+
+
+def label(key: str) -> str:
+    """A table row name for a method key."""
+    match = re.fullmatch(r"(fol(?:-an|-a|-n)?):rounds=(\d)", key)
+    if match:
+        name = dict(VARIANTS)[match.group(1)]
+        return f"{name} (E={match.group(2)})"
+    for prefix, name in REFERENCES:
+        if key == prefix or (key.startswith(prefix + ":") and prefix != "fedavg"):
+            return name
+    return {"local": "Local", "peer_ensemble": "Neighbourhood ensemble"}.get(key, key)
+
+
+def row_order() -> list[str]:
+    rows = ["Local"]
+    for _, name in VARIANTS:
+        rows += [f"{name} (E={e})" for e in (1, 2, 3)]
+    return rows + ["Neighbourhood ensemble"] + [name for _, name in REFERENCES]
+
+
+def personal(docs: Iterable[Doc]) -> dict[tuple[str, float, str], list[list[float]]]:
+    """(row, ψ, graph or "") → per seed, the clients' personal accuracies (%)."""
+    out: dict[tuple[str, float, str], list[list[float]]] = defaultdict(list)
+    for doc in docs:
+        cfg = doc["config"]
+        peer = any("topology" in m for m in doc["methods"])
+        graph = cfg["graph"] if peer else ""
+        for m in doc["methods"]:
+            values = m.get("client_personal_accuracy") or []
+            out[(label(m["key"]), float(cfg["psi"]), graph)].append([100 * v for v in values])
+    return out
+
+
+def cell(seeds: list[list[float]]) -> str:
+    pooled = [v for s in seeds for v in s]
+    if not pooled:
+        return "–"
+    spread = statistics.pstdev(pooled) if len(pooled) > 1 else 0.0
+    return f"{statistics.fmean(pooled):.2f} ± {spread:.2f} (n={len(seeds)})"
+
+
+def main_tables(peer: list[Doc], refs: list[Doc], csv_path: Path) -> str:
+    values = personal([*peer, *refs])
+    parts, records = [], []
+    for graph, title in GRAPHS.items():
+        lines = [
+            f"**{title}** — personal accuracy %, mean ± std over clients and seeds:",
+            "",
+            "| method | " + " | ".join(f"ψ = {p}" for p in PSIS) + " |",
+            "|---|" + "---:|" * len(PSIS),
+        ]
+        for row in row_order():
+            cells = []
+            for psi in PSIS:
+                seeds = values.get((row, psi, graph)) or values.get((row, psi, ""), [])
+                cells.append(cell(seeds))
+                pooled = [v for s in seeds for v in s]
+                if pooled:
+                    records.append([title, row, psi, statistics.fmean(pooled), len(seeds)])
+            if any(c != "–" for c in cells):
+                lines.append(f"| {row} | " + " | ".join(cells) + " |")
+        parts.append("\n".join(lines))
+    csv_path.parent.mkdir(parents=True, exist_ok=True)
+    with csv_path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["graph", "method", "psi", "personal_accuracy_mean", "seeds"])
+        writer.writerows(records)
+    return "\n\n".join(parts)
+
+
+def order_table(peer: list[Doc]) -> str:
+    """How often each adjacent pair of the paper's ordering holds (mean over clients)."""
+    wins: dict[tuple[str, str], list[bool]] = defaultdict(list)
+    full: list[bool] = []
+    for doc in peer:
+        acc = {m["key"]: statistics.fmean(m["client_personal_accuracy"]) for m in doc["methods"]}
+        for e in (1, 2, 3):
+            chain = [acc.get(f"{v}:rounds={e}") for v, _ in VARIANTS]
+            if None in chain:
+                continue
+            pairs = list(itertools.pairwise(chain))
+            for (a, b), (x, y) in zip(pairs, itertools.pairwise(VARIANTS), strict=True):
+                wins[(x[1], y[1])].append(a > b)
+            full.append(all(a > b for a, b in pairs))
+    lines = ["| pair | holds in | of |", "|---|---:|---:|"]
+    for (x, y), held in wins.items():
+        lines.append(f"| {x} > {y} | {sum(held)} | {len(held)} |")
+    lines.append(f"| the whole chain | {sum(full)} | {len(full)} |")
+    return "\n".join(lines)
+
+
+def clients_table(peer: list[Doc], refs: list[Doc], psi: float = 0.7, graph: str = "ring") -> str:
+    per: dict[str, list[list[float]]] = defaultdict(list)
+    for doc in [*peer, *refs]:
+        cfg = doc["config"]
+        peer_run = any("topology" in m for m in doc["methods"])
+        if float(cfg["psi"]) != psi or (peer_run and cfg["graph"] != graph):
+            continue
+        for m in doc["methods"]:
+            if m["key"] == "local" and not peer_run:
+                continue
+            per[label(m["key"])].append([100 * v for v in m["client_personal_accuracy"]])
+    if not per:
+        return "No results yet."
+    n = max(len(s) for seeds in per.values() for s in seeds)
+    lines = [
+        "| method | " + " | ".join(f"client {k}" for k in range(n)) + " |",
+        "|---|" + "---:|" * n,
+    ]
+    for row in row_order():
+        seeds = per.get(row)
+        if not seeds:
+            continue
+        cells = []
+        for k in range(n):
+            vals = [s[k] for s in seeds if len(s) > k]
+            spread = statistics.pstdev(vals) if len(vals) > 1 else 0.0
+            cells.append(f"{statistics.fmean(vals):.1f} ± {spread:.1f}")
+        lines.append(f"| {row} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def cost_table(peer: list[Doc], refs: list[Doc]) -> str:
+    sent: dict[str, list[float]] = defaultdict(list)
+    got: dict[str, list[float]] = defaultdict(list)
+    align: dict[str, list[float]] = defaultdict(list)
+    distil: dict[str, list[float]] = defaultdict(list)
+    for doc in [*peer, *refs]:
+        n = doc["config"]["clients"]
+        for m in doc["methods"]:
+            row = label(m["key"])
+            sent[row].append(sum(m["upload_bytes_per_client"]) / n / 1024)
+            received = m.get("received_bytes_per_client")
+            if received is None:  # a star method: the server's broadcast per client
+                received = [m["download_bytes_per_client"]] * n
+            got[row].append(sum(received) / n / 1024)
+            for diag in (m.get("diagnostics") or {}).values():
+                timings = diag.get("timings", {}) if isinstance(diag, dict) else {}
+                for name, seconds in timings.items():
+                    (align if name.startswith("align") else distil)[row].append(seconds)
+    lines = [
+        "| method | sent KiB / client | received KiB / client | s to align one model "
+        "| s to distil one round |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for row in row_order():
+        if row not in sent:
+            continue
+        a = f"{statistics.fmean(align[row]):.2f}" if align[row] else "–"
+        d = f"{statistics.fmean(distil[row]):.2f}" if distil[row] else "–"
+        lines.append(
+            f"| {row} | {statistics.fmean(sent[row]):.1f} | {statistics.fmean(got[row]):.1f} "
+            f"| {a} | {d} |"
+        )
+    return "\n".join(lines)
+
+
+def ablation_table(docs: list[Doc]) -> str:
+    if not docs:
+        return "No results yet (`make bench-fol`)."
+    per: dict[str, list[list[float]]] = defaultdict(list)
+    for doc in docs:
+        for m in doc["methods"]:
+            per[m["key"]].append([100 * v for v in m["client_personal_accuracy"]])
+    lines = ["| row | personal accuracy % (mean ± std over clients and seeds) |", "|---|---:|"]
+    for key, seeds in per.items():
+        lines.append(f"| `{key}` | {cell(seeds)} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> None:
+    root = Path(argv[1]) if len(argv) > 1 else Path("benchmarks/results")
+    markdown = Path(argv[2]) if len(argv) > 2 else Path("docs/benchmarks.md")
+    peer, refs = load(root / "fol-fmnist"), load(root / "fol-references")
+    if not peer:
+        raise SystemExit(f"fol_report: expected results under {root / 'fol-fmnist'}")
+    csv_path = Path("docs/figures/fol-fmnist/fol_table.csv")
+    splice_markdown(markdown, "fol-table", main_tables(peer, refs, csv_path))
+    splice_markdown(markdown, "fol-order", order_table(peer))
+    splice_markdown(markdown, "fol-clients", clients_table(peer, refs))
+    splice_markdown(markdown, "fol-cost", cost_table(peer, refs))
+    splice_markdown(markdown, "fol-ablation-table", ablation_table(load(root / "fol-ablation")))
+    print(f"fol_report: {len(peer)} peer runs, {len(refs)} reference runs → {markdown}")
+
+
+if __name__ == "__main__":
+    main(sys.argv)
