@@ -197,6 +197,20 @@ def test_a_configured_scaling_attacker_and_the_robust_mode(tiny_config: Any) -> 
     assert "malicious" not in attacked["clients"][1]
 
 
+def test_an_over_reporting_attacker_is_capped_by_clipped_weighting(tiny_config: Any) -> None:
+    overrides = {"clients": 5, "partition": "iid", "local_epochs": 3}
+    methods = ["fedavg:weighting=size", "fedavg:weighting=clipped"]
+    doc = run_experiment(
+        tiny_config(**overrides, methods=methods, malicious=1, attack="over_report")
+    )
+    exp = prepare(tiny_config(**overrides))
+    claims = [len(exp.client_context(c).data) for c in range(5)]
+    weights = {m["key"]: m["diagnostics"].get("weights") for m in doc["methods"]}
+    acc = {m["key"]: m["accuracy"] for m in doc["methods"]}
+    assert acc["fedavg:weighting=clipped"] > acc["fedavg:weighting=size"] + 0.05, (acc, weights)
+    assert exp.train_pool > 4 * max(claims)  # the claim is the whole pool, far above any shard
+
+
 def test_an_attack_that_does_not_fit_the_payload_is_refused_before_training(
     tiny_config: Any,
 ) -> None:

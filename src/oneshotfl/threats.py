@@ -16,6 +16,10 @@ only the aggregation rule stands between it and the result.
   rows drawn uniformly from the simplex.
 * ``wrong_predictions`` — its probability rows replaced by one-hot rows on the class after
   its own argmax (confident and wrong).
+* ``over_report`` — trains on flipped labels (``flip=true``, the default; ``false`` trains
+  honestly) and claims the largest training-set size the wire accepts (``n_examples`` =
+  N_max, the federation's whole training pool) to dominate size-weighted aggregation; the
+  bound caps the claim, ``weighting=clipped`` caps its weight.
 
 Three more send what the wire must refuse, to check that it does, on a Flower node as in the
 simulation (the run goes on without that client, who is named): ``garbage`` (every array
@@ -181,6 +185,32 @@ class WrongPredictions(Attack):
             wrong = (v.argmax(-1) + 1) % v.shape[-1]
             arrays[key] = np.eye(v.shape[-1], dtype=v.dtype)[wrong]
         return Payload(arrays, payload.scalars)
+
+
+@dataclass(frozen=True)
+class OverReportConfig(Params):
+    """Attributes: flip: train on flipped labels as well (a poisoned model with a big claim)."""
+
+    flip: bool = True
+
+
+@ATTACKS.register("over_report", "claims n_examples = N_max (the most the wire accepts)")
+class OverReport(Attack):
+    Config = OverReportConfig
+
+    def poison(self, data: LabelledData, num_classes: int) -> LabelledData:
+        return LabelledData(data.x, num_classes - 1 - data.y) if self.config.flip else data
+
+    def misfit(self, spec: PayloadSpec) -> str | None:
+        names = {scalar.name for scalar in spec.scalars}
+        return None if "n_examples" in names else "needs a payload that reports n_examples"
+
+    def tamper(
+        self, payload: Payload, spec: PayloadSpec, dims: WireDims, rng: np.random.Generator
+    ) -> Payload:
+        if dims.max_examples <= 0:
+            raise AttackError(f"attack {self.spec!r}: expected a known N_max, got none")
+        return Payload(payload.arrays, {**payload.scalars, "n_examples": dims.max_examples})
 
 
 def build_attack(spec: str) -> Attack:
