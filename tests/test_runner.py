@@ -180,3 +180,12 @@ def test_an_encoder_only_run_trains_no_full_client_model(tiny_config: Any, tmp_p
     assert {p.name for p in cache.iterdir()} == {"embeddings", "head"}
     local = doc["methods"][0]["local_test_accuracy"]  # the clients' heads on the encoder
     assert len(local) == 3 and all(0 <= a <= 1 for a in local)
+
+
+def test_every_party_bounds_self_reported_counts_by_the_same_n_max(tiny_config: Any) -> None:
+    exp = prepare(tiny_config(clients=4, graph="ring"))
+    assert exp.train_pool > 0
+    assert exp.server_context().dims.max_examples == exp.train_pool
+    assert exp.client_context(1).dims.max_examples == exp.train_pool
+    receiver = exp.receiver_context(1)
+    assert receiver.neighbours == (0, 2) and receiver.topology_seed == exp.cfg.data_seed

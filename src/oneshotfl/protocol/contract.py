@@ -226,6 +226,7 @@ class ServerContext:
         store: artefact cache.
         tracker: progress display.
         encoder: the shared frozen encoder, when the federation has one.
+        max_examples: ``N_max``, the most examples one client can hold (0: unknown).
     """
 
     task: TaskInfo
@@ -239,11 +240,12 @@ class ServerContext:
     store: ArtefactStore = field(default_factory=ArtefactStore)
     tracker: Tracker = field(default_factory=NullTracker)
     encoder: Encoder | None = None
+    max_examples: int = 0
 
     @property
     def dims(self) -> WireDims:
         """The wire dims payloads resolve against (``D`` when there is an encoder)."""
-        return wire_dims(self.task, self.public, self.encoder, self.client_archs)
+        return wire_dims(self.task, self.public, self.encoder, self.client_archs, self.max_examples)
 
 
 @dataclass(frozen=True)

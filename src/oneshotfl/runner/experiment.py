@@ -233,6 +233,7 @@ class Experiment:
             store=self.store.scoped("server"),
             tracker=self.tracker,
             encoder=self.encoder,
+            max_examples=self.train_pool,
         )
 
     def check(self, methods: Methods) -> None:
