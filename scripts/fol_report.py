@@ -73,21 +73,36 @@ def row_order() -> list[str]:
     return rows + ["Neighbourhood ensemble"] + [name for _, name in REFERENCES]
 
 
-def personal(docs: Iterable[Doc]) -> dict[tuple[str, float, str], list[list[float]]]:
+Seeds = list[dict[int, float]]
+"""Per seed, client id → personal accuracy (%)."""
+
+
+def by_client(method: Doc) -> dict[int, float]:
+    """A method's personal accuracy per client id (%); clients without one are left out."""
+    values = method.get("client_personal_accuracy") or []
+    clients = method.get("clients_used") or list(range(len(values)))
+    if len(clients) != len(values):  # a global model lists every client of the federation
+        clients = list(range(len(values)))
+    return {c: 100 * v for c, v in zip(clients, values, strict=True) if v == v}  # v == v: no NaN
+
+
+def is_peer(doc: Doc) -> bool:
+    return any("topology" in m for m in doc["methods"])
+
+
+def personal(docs: Iterable[Doc]) -> dict[tuple[str, float, str], Seeds]:
     """(row, ψ, graph or "") → per seed, the clients' personal accuracies (%)."""
-    out: dict[tuple[str, float, str], list[list[float]]] = defaultdict(list)
+    out: dict[tuple[str, float, str], Seeds] = defaultdict(list)
     for doc in docs:
         cfg = doc["config"]
-        peer = any("topology" in m for m in doc["methods"])
-        graph = cfg["graph"] if peer else ""
+        graph = cfg["graph"] if is_peer(doc) else ""
         for m in doc["methods"]:
-            values = m.get("client_personal_accuracy") or []
-            out[(label(m["key"]), float(cfg["psi"]), graph)].append([100 * v for v in values])
+            out[(label(m["key"]), float(cfg["psi"]), graph)].append(by_client(m))
     return out
 
 
-def cell(seeds: list[list[float]]) -> str:
-    pooled = [v for s in seeds for v in s]
+def cell(seeds: Seeds) -> str:
+    pooled = [v for s in seeds for v in s.values()]
     if not pooled:
         return "–"
     spread = statistics.pstdev(pooled) if len(pooled) > 1 else 0.0
@@ -109,7 +124,7 @@ def main_tables(peer: list[Doc], refs: list[Doc], csv_path: Path) -> str:
             for psi in PSIS:
                 seeds = values.get((row, psi, graph)) or values.get((row, psi, ""), [])
                 cells.append(cell(seeds))
-                pooled = [v for s in seeds for v in s]
+                pooled = [v for s in seeds for v in s.values()]
                 if pooled:
                     records.append([title, row, psi, statistics.fmean(pooled), len(seeds)])
             if any(c != "–" for c in cells):
@@ -128,7 +143,7 @@ def order_table(peer: list[Doc]) -> str:
     wins: dict[tuple[str, str], list[bool]] = defaultdict(list)
     full: list[bool] = []
     for doc in peer:
-        acc = {m["key"]: statistics.fmean(m["client_personal_accuracy"]) for m in doc["methods"]}
+        acc = {m["key"]: statistics.fmean(by_client(m).values()) for m in doc["methods"]}
         for e in (1, 2, 3):
             chain = [acc.get(f"{v}:rounds={e}") for v, _ in VARIANTS]
             if None in chain:
@@ -145,19 +160,18 @@ def order_table(peer: list[Doc]) -> str:
 
 
 def clients_table(peer: list[Doc], refs: list[Doc], psi: float = 0.7, graph: str = "ring") -> str:
-    per: dict[str, list[list[float]]] = defaultdict(list)
+    per: dict[str, Seeds] = defaultdict(list)
     for doc in [*peer, *refs]:
         cfg = doc["config"]
-        peer_run = any("topology" in m for m in doc["methods"])
-        if float(cfg["psi"]) != psi or (peer_run and cfg["graph"] != graph):
+        if float(cfg["psi"]) != psi or (is_peer(doc) and cfg["graph"] != graph):
             continue
         for m in doc["methods"]:
-            if m["key"] == "local" and not peer_run:
+            if m["key"] == "local" and not is_peer(doc):
                 continue
-            per[label(m["key"])].append([100 * v for v in m["client_personal_accuracy"]])
+            per[label(m["key"])].append(by_client(m))
     if not per:
         return "No results yet."
-    n = max(len(s) for seeds in per.values() for s in seeds)
+    n = 1 + max(c for seeds in per.values() for s in seeds for c in s)
     lines = [
         "| method | " + " | ".join(f"client {k}" for k in range(n)) + " |",
         "|---|" + "---:|" * n,
@@ -168,9 +182,9 @@ def clients_table(peer: list[Doc], refs: list[Doc], psi: float = 0.7, graph: str
             continue
         cells = []
         for k in range(n):
-            vals = [s[k] for s in seeds if len(s) > k]
+            vals = [s[k] for s in seeds if k in s]
             spread = statistics.pstdev(vals) if len(vals) > 1 else 0.0
-            cells.append(f"{statistics.fmean(vals):.1f} ± {spread:.1f}")
+            cells.append(f"{statistics.fmean(vals):.1f} ± {spread:.1f}" if vals else "–")
         lines.append(f"| {row} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -213,10 +227,10 @@ def cost_table(peer: list[Doc], refs: list[Doc]) -> str:
 def ablation_table(docs: list[Doc]) -> str:
     if not docs:
         return "No results yet (`make bench-fol`)."
-    per: dict[str, list[list[float]]] = defaultdict(list)
+    per: dict[str, Seeds] = defaultdict(list)
     for doc in docs:
         for m in doc["methods"]:
-            per[m["key"]].append([100 * v for v in m["client_personal_accuracy"]])
+            per[m["key"]].append(by_client(m))
     lines = ["| row | personal accuracy % (mean ± std over clients and seeds) |", "|---|---:|"]
     for key, seeds in per.items():
         lines.append(f"| `{key}` | {cell(seeds)} |")

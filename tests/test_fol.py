@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 import pytest
 import torch
+from torch import nn
 
 from helpers import prepare
 from oneshotfl.data.types import LabelledData
@@ -14,6 +16,7 @@ from oneshotfl.methods import build_method
 from oneshotfl.methods.fol import Fol, FolConfig
 from oneshotfl.methods.fol_stages import (
     align_prune,
+    alignment_scores,
     encounter_schedule,
     ensemble_weights,
     regularised_distillation,
@@ -26,6 +29,7 @@ from oneshotfl.runner.engine import RequirementError
 from oneshotfl.runner.experiment import run_experiment
 from oneshotfl.seeding import seeded_torch, torch_generator
 from oneshotfl.training.loop import TrainConfig
+from oneshotfl.training.structured import channel_groups
 
 FOL = "fol:rounds=2:kd_epochs=1:weight_steps=20"
 
@@ -40,8 +44,9 @@ def test_the_encounter_schedule_meets_each_neighbour_once_and_respects_q() -> No
     assert encounter_schedule(0, neighbours, 7, 1, 1, 1.0) == windows[:1]
     everyone = encounter_schedule(0, neighbours, 7, rounds=2, per_round=0, contact=1.0)
     assert everyone == (neighbours, ())
-    sparse = encounter_schedule(0, neighbours, 7, rounds=4, per_round=0, contact=0.3)
-    assert sum(len(w) for w in sparse) < len(neighbours) * 4
+    assert encounter_schedule(0, neighbours, 7, 3, 0, contact=1e-9) == ((), (), ())
+    sparse = encounter_schedule(0, neighbours, 7, rounds=2, per_round=0, contact=0.5)
+    assert 0 < len(sparse[0]) < len(neighbours)  # some neighbours out of range in round 1
 
 
 def test_top_k_ranks_by_validation_score_and_breaks_ties_by_cosine() -> None:
@@ -150,12 +155,69 @@ def test_fol_personalises_every_client_from_models_only(tiny_config: Any, monkey
     assert all(
         a["params_after"] < a["params_before"] for r in rounds for a in r["aligned"].values()
     )
-    assert sum(e[2] for e in fol["topology"]["edges"]) == sum(fol["upload_bytes_per_client"])
+    for receiver in range(4):  # the edges that carried bytes are the windows the receiver met
+        met = {s for r in fol["diagnostics"][str(receiver)]["rounds"] for s in r["met"]}
+        assert met == {s for s, r, _ in fol["topology"]["edges"] if r == receiver}
     an = doc["methods"][2]["diagnostics"]["0"]["rounds"]
     assert [len(r["met"]) for r in an] == [2, 0] and len(an[0]["top_k"]) == 3  # A: all; K=all
     assert "alignment" not in an[0]["aligned"]["1"]  # N: fine-tuned, not pruned
-    again = run_experiment(cfg)  # every stage is cached: identical results
+    again = run_experiment(cfg)  # every stage is cached: identical results, nothing recomputed
     assert again["methods"][1]["client_personal_accuracy"] == fol["client_personal_accuracy"]
+    assert again["cache"]["misses"] == 0
+    changed = run_experiment(dataclasses.replace(cfg, methods=(FOL + ":gamma=0.5",)))
+    assert changed["cache"]["misses"] >= 8  # a new pruning strength: every alignment anew
+
+
+def test_alignment_scores_and_pruning_single_out_the_units_foreign_to_the_own_model() -> None:
+    with seeded_torch(0, "fol", "align"):
+        own = create_model("mlp", 1, 4, 8)
+        x = torch.randn(128, 1, 8, 8)
+        y = torch.randint(0, 4, (128,))
+        foreign = torch.randn(50, 64) * 0.3
+    model = copy.deepcopy(own)
+    with torch.no_grad():
+        model.features[1].weight[:50] = foreign  # 50 hidden units no own unit resembles
+    groups = channel_groups(model)
+    scores = alignment_scores(model, own, groups, x)[0]
+    assert torch.all(scores[50:] > 0.999) and scores[:50].mean() < 0.8
+    _, keep, _ = align_prune(
+        model, own, LabelledData(x, y), TrainConfig(epochs=1, batch_size=32, lr=0.01),
+        gamma=0.0, lambda_p=50.0, ratio=0.25, probe=128,
+        generator=torch_generator(0, "a"), device=torch.device("cpu"),
+    )  # fmt: skip
+    removed = set(range(200)) - set(keep["features.1"].tolist())
+    assert len(removed & set(range(50))) >= 45
+
+
+def test_a_neighbour_that_fails_is_left_out_and_named(tiny_config: Any, monkeypatch: Any) -> None:
+    original = Fol._aligned
+
+    def failing(self: Fol, ctx: Any, sender: int, payload: Any, own: Any) -> Any:
+        if sender == 1:
+            raise FloatingPointError("training: loss became nan at step 3")
+        return original(self, ctx, sender, payload, own)
+
+    monkeypatch.setattr(Fol, "_aligned", failing)
+    cfg = tiny_config(methods=["fol-a:kd_epochs=1"], graph="ring", clients=4, val_fraction=0.2)
+    fol = run_experiment(cfg)["methods"][0]
+    assert fol["clients_used"] == [0, 1, 2, 3]
+    for receiver in (0, 2):
+        diagnostics = fol["diagnostics"][str(receiver)]
+        assert "loss became nan" in diagnostics["dropped"]["1"]
+        assert 1 not in diagnostics["rounds"][0]["candidates"]
+
+
+def test_a_candidate_with_non_finite_outputs_is_never_chosen(tiny_config: Any) -> None:
+    class Broken(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.full((len(x), 10), float("nan"))
+
+    exp = prepare(tiny_config(clients=3, graph="ring", val_fraction=0.2))
+    ctx = exp.receiver_context(0)
+    method = build_method("fol:top_k=0")
+    assert isinstance(method, Fol)
+    chosen, weights, _ = method._ensemble(ctx, [ctx.train(), Broken()])
+    assert chosen == [0] and weights.tolist() == [1.0]
 
 
 def test_fol_needs_a_validation_split(tiny_config: Any) -> None:

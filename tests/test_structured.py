@@ -101,3 +101,25 @@ def test_bad_keep_indices_are_refused() -> None:
         remove_groups(model, groups, {"features.1": torch.tensor([], dtype=torch.long)})
     with pytest.raises(StructureError, match="producer"):
         remove_groups(model, groups, {"head": torch.tensor([0])})
+
+
+def test_paths_a_removal_would_change_are_not_groups() -> None:
+    class NonAffine(nn.Module):  # a BatchNorm without weight or bias: nothing to zero
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv, self.bn = nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4, affine=False)
+            self.out = nn.Conv2d(4, 2, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.out(self.bn(self.conv(x)))
+
+    class Widthwise(nn.Module):  # a linear layer on an unflattened map acts on its width
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv, self.fc = nn.Conv2d(1, 4, 1), nn.Linear(4, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(self.conv(x))
+
+    assert channel_groups(NonAffine()) == []
+    assert channel_groups(Widthwise()) == []

@@ -23,7 +23,10 @@ Learning Framework" (the paper in ``shared/papers/fol--003``). Every client is a
    KL(softmax(A_w/T) ‖ softmax(f/T)) + λ ‖θ^(e)+ − θ^(e)-‖² on its training inputs
    (``temperature`` = T, ``kd_lambda`` = λ, ``kd_epochs``); θ^(e+1)- = θ^(e)+.
 
-The result is θ^(E)+ per client, evaluated on each client's own label distribution.
+The result is θ^(E)+ per client, evaluated on each client's own label distribution. A
+received model whose fine-tuning diverges is left out and named in ``diagnostics.dropped``;
+one that ``torch.fx`` cannot trace is used unpruned; a candidate with non-finite outputs is
+never chosen. A client too small to hold a validation split ranks on its training split.
 
 Variants (presets): ``fol-a`` collects from every neighbour in contact (``per_round=0``, no Q
 limit); ``fol-n`` skips the alignment-aware pruning (``prune=false``: fine-tuning only);
@@ -41,6 +44,7 @@ a T² factor, as written.
 from __future__ import annotations
 
 import copy
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -70,7 +74,9 @@ from oneshotfl.protocol.payload import Payload
 from oneshotfl.protocol.spec import WireDims, model_fields, model_from_fields
 from oneshotfl.seeding import torch_generator
 from oneshotfl.training.loop import TrainConfig, predict_logits, train_classifier
-from oneshotfl.training.structured import channel_groups, remove_groups
+from oneshotfl.training.structured import StructureError, channel_groups, remove_groups
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -120,7 +126,7 @@ def _fingerprint(model: nn.Module) -> str:
 
 
 def _pruned_fields(model: nn.Module, keep: Mapping[str, torch.Tensor]) -> Payload:
-    keep_arrays = {f"keep.{k}": v.numpy().astype(np.int64) for k, v in keep.items()}
+    keep_arrays = {f"keep.{k}": v.detach().cpu().numpy().astype(np.int64) for k, v in keep.items()}
     return model_fields(model).merged(Payload(keep_arrays))
 
 
@@ -171,6 +177,7 @@ class Fol(PeerMethod[FolConfig], SendsTrainedModel[FolConfig]):
                 *(torch.from_numpy(np.array(v)) for _, v in sorted(payload.arrays.items()))
             ),
             "own": _fingerprint(own),
+            "from": sender,  # the training streams are seeded by the sender's id
             "stage": [c.prune, c.gamma, c.lambda_p, c.prune_ratio, c.probe],
             "epochs": [c.finetune_epochs, c.prune_epochs, c.post_epochs],
             "train": ctx.train_config.as_dict(),
@@ -184,7 +191,7 @@ class Fol(PeerMethod[FolConfig], SendsTrainedModel[FolConfig]):
             train_classifier(model, ctx.data, tune, gen, ctx.device)
             keep: dict[str, torch.Tensor] = {}
             report: dict[str, float] = {}
-            if c.prune:
+            if c.prune and _prunable(model):
                 model, keep, report = align_prune(
                     model,
                     own,
@@ -208,7 +215,13 @@ class Fol(PeerMethod[FolConfig], SendsTrainedModel[FolConfig]):
     def aggregate_for(self, ctx: ClientContext, payloads: Mapping[int, Payload]) -> Outcome:
         c = self.config
         current = ctx.train()
+        if payloads and not ctx.neighbours:
+            raise ValueError(
+                f"fol on client {ctx.client_id}: expected a receiver context with its graph "
+                f"neighbours, got none with {len(payloads)} payload(s)"
+            )
         windows = self._schedule(ctx.client_id, ctx.neighbours, ctx.topology_seed)
+        dropped: dict[str, str] = {}
         pool: list[tuple[int, nn.Module]] = []
         rounds: list[dict[str, Any]] = []
         seconds: dict[str, float] = {}  # measured when computed (a cache hit repeats them)
@@ -217,13 +230,24 @@ class Fol(PeerMethod[FolConfig], SendsTrainedModel[FolConfig]):
             aligned = {}
             for sender in window:
                 if sender in payloads:
-                    model, report = self._aligned(ctx, sender, payloads[sender], current)
+                    try:
+                        model, report = self._aligned(ctx, sender, payloads[sender], current)
+                    except Exception as exc:
+                        # whatever one neighbour's model raises excludes that model only, named
+                        dropped[str(sender)] = f"{type(exc).__name__}: {exc}"
+                        log.warning(
+                            "client %d: left out the model of client %d: %s",
+                            ctx.client_id,
+                            sender,
+                            dropped[str(sender)],
+                        )
+                        continue
                     pool.append((sender, model))
                     seconds[f"align {sender}"] = report.pop("align_seconds")
                     aligned[str(sender)] = report
             candidates = [(ctx.client_id, current), *pool]
             chosen, weights, scores = self._ensemble(ctx, [m for _, m in candidates])
-            log = {
+            entry = {
                 "met": list(window),
                 "aligned": aligned,
                 "candidates": [s for s, _ in candidates],
@@ -238,8 +262,10 @@ class Fol(PeerMethod[FolConfig], SendsTrainedModel[FolConfig]):
                 )
             else:
                 teacher = Ensemble(members, weights, combine=_logit_softmax)
-            rounds.append(log)
+            rounds.append(entry)
         info = {"rounds": rounds, "senders": sorted(payloads), "timings": seconds}
+        if dropped:
+            info["dropped"] = dropped
         if teacher is not None:
             teacher.info = info
             return teacher
@@ -250,11 +276,13 @@ class Fol(PeerMethod[FolConfig], SendsTrainedModel[FolConfig]):
     ) -> tuple[list[int], torch.Tensor, torch.Tensor]:
         """Stage 3: the top-K candidates (indices), their simplex weights, every score."""
         c = self.config
-        if ctx.val is None:
-            raise ValueError("fol needs a private validation split: set val_fraction > 0")
-        val = torch.stack([predict_logits(m, ctx.val.x, ctx.device) for m in models])
-        scores = validation_scores(val, ctx.val.y)
-        chosen = top_k(scores, prediction_cosines(val, 0), c.top_k)
+        held = ctx.val if ctx.val is not None and len(ctx.val) else ctx.data  # too few to split
+        val = torch.stack([predict_logits(m, held.x, ctx.device) for m in models])
+        finite = torch.isfinite(val).flatten(1).all(1)
+        scores = torch.where(finite, validation_scores(val, held.y), torch.tensor(-1.0))
+        cosines = torch.nan_to_num(prediction_cosines(val, 0), nan=-1.0)
+        chosen = [i for i in top_k(scores, cosines, 0) if bool(finite[i])]
+        chosen = (chosen if c.top_k == 0 else chosen[: c.top_k]) or [0]  # own model at least
         if c.weights == "uniform" or len(chosen) == 1:
             return chosen, torch.full((len(chosen),), 1.0 / len(chosen)), scores
         train = torch.stack([predict_logits(models[i], ctx.data.x, ctx.device) for i in chosen])
@@ -301,6 +329,14 @@ class Fol(PeerMethod[FolConfig], SendsTrainedModel[FolConfig]):
         stored = ctx.artefact("fol_student", parts, make, f"FOL student round {round_index + 1}")
         model = model_from_fields(stored, ctx.dims).to(ctx.device).eval()
         return model, float(stored.scalars["distil_seconds"])
+
+
+def _prunable(model: nn.Module) -> bool:
+    """Whether the model has channel groups (an untraceable one is used unpruned)."""
+    try:
+        return bool(channel_groups(model))
+    except StructureError:
+        return False
 
 
 def _logit_softmax(logits: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

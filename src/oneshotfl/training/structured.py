@@ -132,6 +132,8 @@ def _follow(start: fx.Node, modules: Mapping[str, nn.Module]) -> ChannelGroup | 
         node = users[0]
         if node.op == "call_module":
             module = modules[str(node.target)]
+            if isinstance(module, _NORMS) and not module.affine:
+                return None  # nothing to zero: a removed unit would output -mean/σ
             if isinstance(module, _NORMS) or _is_depthwise(module):
                 followers.append(str(node.target))
             elif isinstance(module, _PASS_MODULES):
@@ -163,8 +165,9 @@ def _consumer_group(
         fan = 1
     elif isinstance(consumer, nn.Linear):
         inputs = consumer.in_features
-        if inputs % units or (inputs != units and not flattened):
-            return None
+        conv = isinstance(producer, nn.Conv2d)
+        if inputs % units or ((inputs != units or conv) and not flattened):
+            return None  # a linear layer reading an unflattened map acts on its width
         fan = inputs // units
     else:
         return None
@@ -236,13 +239,13 @@ def channel_responses(
             seen[k] = inp.reshape(inp.shape[0], units, -1).mean(2).detach().cpu()
 
         handles.append(modules[g.consumer].register_forward_pre_hook(hook))
+    was_training = model.training
     try:
-        was_training = model.training
         model.eval()
         with torch.no_grad():
             model(x)
-        model.train(was_training)
     finally:
+        model.train(was_training)
         for h in handles:
             h.remove()
     return [seen[k] for k in range(len(groups))]
@@ -274,7 +277,7 @@ def remove_groups(
         for name, idx in keep.items():
             g = by_producer[name]
             units = _units(modules[g.producer])
-            idx = torch.as_tensor(idx, dtype=torch.long)
+            idx = torch.as_tensor(idx, dtype=torch.long).cpu()
             ok = idx.dim() == 1 and len(idx) > 0 and bool((idx[1:] > idx[:-1]).all())
             if not ok or int(idx[0]) < 0 or int(idx[-1]) >= units:
                 raise StructureError(
@@ -326,10 +329,10 @@ def _slice_inputs(module: nn.Module, idx: torch.Tensor) -> None:
 
 def kept_units(norms: torch.Tensor, ratio: float) -> torch.Tensor:
     """The units a ratio-based cut keeps: drop the ``round(ratio · units)`` smallest norms
-    (zero norms first, ties by index), keep at least one; sorted indices."""
+    (zero norms first, ties by index), keep at least one; sorted CPU indices."""
     units = len(norms)
     drop = min(round(ratio * units), units - 1)
-    order = torch.argsort(norms, stable=True)
+    order = torch.argsort(norms.detach().cpu(), stable=True)
     return torch.sort(order[drop:]).values
 
 
