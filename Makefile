@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
 .PHONY: setup data demo test lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
-	bench-fedeov bench-fedeov-target bench-intactofl bench-fol bench-robust bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed \
+	bench-fedeov bench-fedeov-target bench-intactofl bench-fol bench-robust bench-membership bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed \
 	clean-cache
 VENV := .venv/bin
 
@@ -88,6 +88,11 @@ bench-fol: setup data
 ## each attack against each method with and without its robust mode.
 bench-robust: setup data
 	VENV=$(VENV) bash scripts/sweep_shards.sh robust-models robust-predictions
+
+## The membership-inference audit of issue 15 (docs/benchmarks.md): loss-threshold, shadow-model
+## and nearest-latent attacks against each upload kind; AUC and TPR at 1% FPR.
+bench-membership: setup data
+	OMP_NUM_THREADS=1 $(VENV)/python scripts/membership_audit.py benchmarks/membership.yaml
 
 ## The Flower figures of issue 5 (docs/benchmarks.md): bytes on the wire and wall time per
 ## method through 3 SuperNodes against the local simulation, then Flower's simulation engine at
