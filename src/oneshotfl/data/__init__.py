@@ -16,6 +16,7 @@ from oneshotfl.data.partition import (
     make_partitioner,
 )
 from oneshotfl.data.types import Dataset, LabelledData, UnlabelledData
+from oneshotfl.data.user import UserDataError, UserDataNotFoundError, is_user_spec
 
 __all__ = [
     "DATASETS",
@@ -27,7 +28,10 @@ __all__ = [
     "PartitionError",
     "Partitioner",
     "UnlabelledData",
+    "UserDataError",
+    "UserDataNotFoundError",
     "class_counts",
+    "is_user_spec",
     "list_datasets",
     "load_dataset",
     "make_partitioner",

@@ -23,6 +23,9 @@ location (only Fashion-MNIST has one: Debian's ``dataset-fashion-mnist`` package
 torchvision and common layouts use. Earlier directories win. Nothing is downloaded unless
 ``download=True``, which lets the matching torchvision class fetch the files into ``root``
 (else ``$ONESHOTFL_DATA``, else ``./data``) and then reads them with the readers here.
+
+Besides registered names, :func:`load_dataset` takes the user's own data as a spec,
+``folder:path=DIR`` (an image folder) or ``npz:path=FILE`` (see :mod:`oneshotfl.data.user`).
 """
 
 from __future__ import annotations
@@ -117,13 +120,14 @@ def search_dirs(spec: DatasetSpec, root: str | Path | None) -> list[Path]:
 
 
 def load_dataset(name: str, root: str | Path | None = None, download: bool = False) -> Dataset:
-    """Load a registered dataset into memory, normalised.
+    """Load a registered dataset, or the user's ``folder:path=DIR`` or ``npz:path=FILE``
+    (:mod:`oneshotfl.data.user`), into memory, normalised.
 
     Args:
-        name: registry name (see :func:`list_datasets`).
-        root: a directory to look in first (and to download into).
+        name: registry name (see :func:`list_datasets`), or a ``folder:``/``npz:`` spec.
+        root: a directory to look in first (and to download into); not used by a spec.
         download: when the files are nowhere, fetch them with torchvision (needs a network;
-            fashion_mnist, mnist, cifar10, cifar100, svhn and stl10 only).
+            fashion_mnist, mnist, cifar10, cifar100, svhn and stl10 only); not used by a spec.
 
     Returns:
         The train and test splits as ``float32`` ``[N, C, H, W]`` images and ``int64`` labels.
@@ -135,6 +139,10 @@ def load_dataset(name: str, root: str | Path | None = None, download: bool = Fal
         DatasetFormatError: (a ``ValueError``) when files exist but are corrupt; the message
             names the file, what was expected and what was found.
     """
+    from oneshotfl.data.user import is_user_spec, load_user_dataset  # it imports this module
+
+    if is_user_spec(name):
+        return load_user_dataset(name)
     spec = DATASETS.get(name)
     if root and spec.files and not download and not Path(root).expanduser().is_dir():
         raise DatasetNotFoundError(

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from oneshotfl.data.datasets import DATASETS
+from oneshotfl.data.user import is_user_spec, user_stats
 from oneshotfl.params import Params, coerce_params, require
 from oneshotfl.registry import Registry, parse_spec
 from oneshotfl.seeding import numpy_rng, torch_generator
@@ -189,7 +190,11 @@ def mixture_domains(n: int, clients: int, seed: int, split: str) -> np.ndarray:
 
 
 def dataset_stats(name: str) -> Stats | None:
-    """The normalisation of a registered dataset (None for one we do not know)."""
+    """The normalisation of a registered dataset, or the declared one of a ``folder:`` or
+    ``npz:`` spec (None for one we do not know)."""
+    if is_user_spec(name):
+        declared = user_stats(name)
+        return None if declared is None else Stats(*declared)
     if name not in DATASETS:
         return None
     spec = DATASETS.get(name)

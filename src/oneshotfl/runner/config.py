@@ -17,7 +17,9 @@ from typing import Any, Literal
 
 import yaml
 
+from oneshotfl.data.datasets import DATASETS
 from oneshotfl.data.partition import Partitioner, make_partitioner
+from oneshotfl.data.user import UserDataError, is_user_spec, parse_user_spec
 from oneshotfl.devices import DEVICE_CHOICES
 from oneshotfl.params import Params, coerce_params
 from oneshotfl.threats import AttackError, build_attack
@@ -34,7 +36,8 @@ class ExperimentConfig(Params):
 
     Attributes:
         methods: method specs to run on the same federation (they share client artefacts).
-        dataset: dataset registry name.
+        dataset: dataset registry name, or a user dataset ``folder:path=DIR`` or
+            ``npz:path=FILE`` (their options: ``oneshotfl.data.user``).
         data_root: where the dataset lies (else ``$ONESHOTFL_DATA`` and system paths).
         download: let torchvision download the dataset (needs a network).
         max_train: keep a seeded random subset of this many training examples (tiny runs).
@@ -130,6 +133,7 @@ class ExperimentConfig(Params):
     def validate(self) -> None:
         if not self.methods:
             raise ConfigError("methods: expected at least one method, got none")
+        self._validate_dataset()
         if self.clients < 1:
             raise ConfigError(f"clients: expected >= 1, got {self.clients}")
         if self.public_size < 0:
@@ -161,6 +165,20 @@ class ExperimentConfig(Params):
             raise ConfigError(f"device: expected auto, cpu, cuda or cuda:N, got {self.device!r}")
         self.client_train_config()
         self.server_train_config()
+
+    def _validate_dataset(self) -> None:
+        """A registered name, or a ``folder:``/``npz:`` spec whose options parse (its files
+        are read only when the data are loaded)."""
+        if is_user_spec(self.dataset):
+            try:
+                parse_user_spec(self.dataset)
+            except UserDataError as exc:
+                raise ConfigError(str(exc)) from None
+        elif self.dataset not in DATASETS:
+            raise ConfigError(
+                f"dataset: unknown {self.dataset!r}; expected one of: "
+                f"{', '.join(DATASETS.names())}, or folder:path=DIR or npz:path=FILE"
+            )
 
     @property
     def data_seed(self) -> int:
