@@ -16,7 +16,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from oneshotfl.data.datasets import DATASETS
+from oneshotfl.data.feature_skew import dataset_stats
 from oneshotfl.encoders.base import Encoder, preprocess_images
 
 
@@ -62,10 +62,12 @@ def invert(
 
 def to_unit_range(x: torch.Tensor, dataset: str) -> torch.Tensor:
     """Dataset-normalised images back to [0, 1] pixels (clamped)."""
-    spec = DATASETS.get(dataset)
+    stats = dataset_stats(dataset)
+    if stats is None:
+        raise ValueError(f"no normalisation known for dataset {dataset!r}")
     c = x.shape[1]
-    mean = torch.tensor(spec.mean).view(1, -1, 1, 1).expand(1, c, 1, 1)
-    std = torch.tensor(spec.std).view(1, -1, 1, 1).expand(1, c, 1, 1)
+    mean = torch.tensor(stats.mean).view(1, -1, 1, 1).expand(1, c, 1, 1)
+    std = torch.tensor(stats.std).view(1, -1, 1, 1).expand(1, c, 1, 1)
     return (x * std + mean).clamp(0, 1)
 
 

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from oneshotfl.artefacts import ArtefactStore
-from oneshotfl.data.datasets import DATASETS
+from oneshotfl.data.feature_skew import dataset_stats
 from oneshotfl.data.types import TaskInfo
 from oneshotfl.registry import Registry, parse_spec
 
@@ -56,9 +56,13 @@ def preprocess_images(x: torch.Tensor, pre: Preprocess, task: TaskInfo) -> torch
     """Undo the dataset normalisation when the encoder has its own, repeat grey channels,
     resize; returns a new tensor."""
     if pre.mean is not None and pre.std is not None:
-        spec = DATASETS.get(task.dataset)
+        stats = dataset_stats(task.dataset)
+        if stats is None:
+            raise EncoderError(f"no normalisation known for dataset {task.dataset!r}")
         channels = x.shape[1]
-        x = x * _channel_tensor(spec.std, channels) + _channel_tensor(spec.mean, channels)
+        x = x * _channel_tensor(tuple(stats.std), channels) + _channel_tensor(
+            tuple(stats.mean), channels
+        )
     if pre.channels is not None and x.shape[1] != pre.channels:
         if x.shape[1] != 1:
             raise EncoderError(
