@@ -8,7 +8,8 @@
 #      then a bad node (garbage, an oversize upload, another architecture) refused and named
 #      while the run completes, and a node that drops out (named; below the quorum the run fails);
 #   3. the same with TLS and CLI-managed SuperNode authentication: 3 registered nodes run,
-#      a 4th, unregistered node must be refused;
+#      a 4th, unregistered node must be refused; then, with the deployment's binding of node
+#      ids to client ids, a registered node claiming another node's client id is refused;
 #   4. FOL on a 4-node ring (insecure, 4 SuperNodes): per-client results equal the local
 #      simulation, and the bytes of every edge are counted.
 #
@@ -207,10 +208,13 @@ start superlink-tls 600 flower-superlink --disable-runtime-dependency-installati
   --ssl-keyfile "$WORK/certs/server.key" --enable-supernode-auth \
   --host 127.0.0.1 --port "$TLS_PORT" --database "$WORK/tls.db"
 wait_port "$TLS_PORT"
+NODE_IDS=()
 for i in 0 1 2; do
-  timeout 60 "$BIN/flwr" supernode register "$WORK/certs/node-$i.pub" tls \
-    >>"$WORK/logs/register.log" 2>&1 || fail "tls: flwr supernode register node-$i failed"
+  timeout 60 "$BIN/flwr" supernode register "$WORK/certs/node-$i.pub" tls --format json \
+    >"$WORK/register-$i.json" 2>>"$WORK/logs/register.log" || fail "tls: flwr supernode register node-$i failed"
+  NODE_IDS+=("$(json_get "$WORK/register-$i.json" "d['node-id']")")
 done
+log "tls: registered node ids ${NODE_IDS[*]}"
 for i in 0 1 2; do
   start "node-tls-$i" 600 flower-supernode --superlink "127.0.0.1:$TLS_PORT" \
     --root-certificates "$WORK/certs/ca.crt" --auth-supernode-private-key "$WORK/certs/node-$i" \
@@ -233,6 +237,36 @@ rc=0; wait "$pid" || rc=$?
 grep -q "Failed to activate SuperNode" "$WORK/logs/node-unregistered.log" \
   || fail "tls: the unregistered SuperNode did not report a refused activation"
 log "tls: the unregistered SuperNode was refused"
+
+# The deployment binds each registered node id (bound to its key by the SuperLink) to its
+# client id: node-tls-2 restarted with node 1's partition must be refused and named, and the
+# run completes with clients 0 and 1.
+binding="${NODE_IDS[0]}=0 ${NODE_IDS[1]}=1 ${NODE_IDS[2]}=2"
+kill -TERM -- "-$(cat "$WORK/logs/node-tls-2.pid")"
+sleep 3
+start node-tls-2-claims-1 600 flower-supernode --superlink "127.0.0.1:$TLS_PORT" \
+  --root-certificates "$WORK/certs/ca.crt" --auth-supernode-private-key "$WORK/certs/node-2" \
+  --port $((PORT + 4)) --node-config "$(node_config 1)"
+sleep 5
+"$BIN/flwr" run "$WORK/app" tls --format json --run-config \
+  "config='$WORK/experiment.yaml' overrides='methods=fedavg min_clients=2 cache_dir=$WORK/cache-bind' out='$WORK/bind' node-timeout=30.0 reply-timeout=120.0 node-clients='$binding'" \
+  >"$WORK/bind-submit.json" 2>>"$WORK/logs/bind-submit.log" || fail "bind: flwr run failed"
+run_id=$(json_get "$WORK/bind-submit.json" "d['run-id']")
+deadline=$((SECONDS + RUN_TIMEOUT))
+while :; do
+  timeout 60 "$BIN/flwr" ls tls --run-id "$run_id" --format json >"$WORK/bind-ls.json" \
+    2>>"$WORK/logs/bind-submit.log" || fail "bind: flwr ls failed"
+  status=$(json_get "$WORK/bind-ls.json" "d['runs'][0]['status']")
+  case "$status" in finished:*) break ;; esac
+  [ "$SECONDS" -lt "$deadline" ] || fail "bind: run still '$status' after ${RUN_TIMEOUT}s"
+  sleep 3
+done
+[ "$status" = "finished:completed" ] || fail "bind: run ended $status"
+used=$(json_get "$WORK/bind/result.json" "d['methods'][0]['clients_used']")
+refused=$(json_get "$WORK/bind/result.json" "[w for w in d['methods'][0]['no_reply'].values() if 'binds it to client 2' in w]")
+[ "$used" = "[0, 1]" ] || fail "bind: expected clients [0, 1] aggregated, got $used"
+[ "$refused" != "[]" ] || fail "bind: expected node ${NODE_IDS[2]}'s claim refused and named, got $(json_get "$WORK/bind/result.json" "d['methods'][0]['no_reply']")"
+log "bind: node ${NODE_IDS[2]} (bound to client 2) claimed client 1 and was refused: $refused"
 stop_all
 
 # --- 4. FOL on a 4-node ring ---------------------------------------------------------------------

@@ -373,3 +373,29 @@ def test_fol_on_flower_equals_the_local_simulation(tiny_config: Any, tmp_path: P
     a, b = local["methods"][0], flower["methods"][0]
     for name in ("client_accuracy", "client_personal_accuracy", "topology"):
         assert a[name] == b[name], name
+
+
+def test_a_node_bound_to_one_client_cannot_answer_for_another(
+    tiny_config: Any, tmp_path: Path
+) -> None:
+    cfg = tiny_config(methods=["fedavg"], clients=3, min_clients=1)
+    grid = FakeGrid(3)
+    grid.node_config[101]["partition-id"] = 2  # a registered node claims client 2's shard
+    config = tmp_path / "out.yaml"
+    config.write_text(yaml.safe_dump(cfg.to_dict()))
+    run_config = {
+        "config": str(config),
+        "out": str(tmp_path / "out"),
+        "node-timeout": 1.0,
+        "node-clients": "100=0 101=1",  # node 102 is not part of this deployment
+    }
+    doc = run_server(grid, run_config, "test")
+    method = doc["methods"][0]
+    assert method["clients_used"] == [0]
+    assert "binds it to client 1: refused" in method["no_reply"]["node 101 (client 1)"]
+    assert 102 not in {m.metadata.dst_node_id for m in grid.sent}  # a stranger: never addressed
+    assert doc["flower"]["binding"] == {"100": 0, "101": 1}
+    with pytest.raises(ConfigError, match="NODE=CLIENT"):
+        run_server(grid, {**run_config, "node-clients": "100=x"}, "test")
+    with pytest.raises(ConfigError, match="twice"):
+        run_server(grid, {**run_config, "node-clients": "100=0 101=0"}, "test")

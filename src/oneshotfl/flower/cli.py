@@ -54,6 +54,9 @@ out = ""
 # Seconds to wait for `clients` nodes to connect, and for one round's replies.
 node-timeout = 60.0
 reply-timeout = 600.0
+# The binding of node ids to client ids ("NODE=CLIENT ..."; "" = none): a node may only
+# answer for its own client id (with SuperNode authentication, node ids are bound to keys).
+node-clients = ""
 """
 
 

@@ -21,7 +21,12 @@ Run config keys (``[tool.flwr.app.config]``, overridable with ``flwr run --run-c
 * ``overrides``: space-separated ``key=value`` config overrides;
 * ``out``: the results directory on the server ("" = ``runs/flower-<timestamp>``);
 * ``node-timeout``: seconds to wait for ``clients`` nodes to connect;
-* ``reply-timeout``: seconds to wait for the replies of one round.
+* ``reply-timeout``: seconds to wait for the replies of one round;
+* ``node-clients``: the deployment's binding of node ids to client ids, space-separated
+  ``NODE=CLIENT`` ("" = none). With CLI-managed SuperNode authentication a node id is bound
+  to the key it registered (``flwr supernode register`` prints it), so with a binding a
+  registered node cannot claim another node's client id: a reply for any other client is
+  refused and named, and a node outside the binding is never addressed.
 """
 
 from __future__ import annotations
@@ -77,6 +82,7 @@ class ServerSettings:
         out: results directory.
         node_timeout: seconds to wait for the nodes to connect.
         reply_timeout: seconds to wait for one round's replies.
+        node_clients: node id → the client id it is bound to (empty: no binding).
     """
 
     config: str | None
@@ -84,6 +90,7 @@ class ServerSettings:
     out: Path
     node_timeout: float = 60.0
     reply_timeout: float = 600.0
+    node_clients: Mapping[int, int] = field(default_factory=dict)
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> ServerSettings:
@@ -92,7 +99,7 @@ class ServerSettings:
         Raises:
             ConfigError: for a value of the wrong type or a non-positive timeout.
         """
-        text = {k: run_config.get(k, "") for k in ("config", "overrides", "out")}
+        text = {k: run_config.get(k, "") for k in ("config", "overrides", "out", "node-clients")}
         for key, value in text.items():
             if not isinstance(value, str):
                 raise ConfigError(f"run config {key}: expected a string, got {value!r}")
@@ -109,7 +116,25 @@ class ServerSettings:
             out=Path(text["out"] or f"runs/flower-{stamp}"),
             node_timeout=timeouts["node-timeout"],
             reply_timeout=timeouts["reply-timeout"],
+            node_clients=parse_binding(text["node-clients"]),
         )
+
+
+def parse_binding(text: str) -> dict[int, int]:
+    """``"NODE=CLIENT NODE=CLIENT"`` → node id → client id (each node and client once).
+
+    Raises:
+        ConfigError: for a malformed pair, or a node or client named twice.
+    """
+    binding: dict[int, int] = {}
+    for pair in text.split():
+        node, _, client = pair.partition("=")
+        if not (node.isdigit() and client.isdigit()):
+            raise ConfigError(f"run config node-clients: expected NODE=CLIENT ids, got {pair!r}")
+        if int(node) in binding or int(client) in binding.values():
+            raise ConfigError(f"run config node-clients: {pair!r} names a node or client twice")
+        binding[int(node)] = int(client)
+    return binding
 
 
 def wait_for_nodes(grid: GridLike, wanted: int, timeout: float, poll: float = 0.5) -> list[int]:
@@ -138,6 +163,8 @@ class GridTransport:
         specs: method key → the method spec nodes build the method from.
         node_clients: node id → client id, learnt from update replies (for the result file
             and to address a peer method's receivers).
+        binding: the deployment's node id → client id (empty: none); a reply for another
+            client than its node's is refused.
     """
 
     grid: GridLike
@@ -146,6 +173,7 @@ class GridTransport:
     timeout: float
     specs: dict[str, str] = field(default_factory=dict)
     node_clients: dict[int, int] = field(default_factory=dict)
+    binding: Mapping[int, int] = field(default_factory=dict)
 
     def upload(
         self, key: str, method: Method[Any], round_index: int, broadcast: bytes | None
@@ -159,6 +187,13 @@ class GridTransport:
                 reply = read_reply(answer.content)
             except MessageError as exc:
                 missing[self._name(node)] = f"malformed reply: {exc}"
+                continue
+            bound = self.binding.get(node, reply.client_id)
+            if bound != reply.client_id:
+                missing[f"node {node} (client {bound})"] = (
+                    f"claims client {reply.client_id}, but the deployment binds it to client "
+                    f"{bound}: refused"
+                )
                 continue
             self.node_clients.setdefault(node, reply.client_id)
             replies.append(reply)
@@ -268,7 +303,12 @@ def run_server(grid: GridLike, run_config: Mapping[str, Any], mode: str) -> dict
     def connect(exp: Experiment, methods: Methods) -> GridTransport:
         """After the checks, before any message: wait for the nodes, open the transport."""
         nodes = wait_for_nodes(grid, cfg.clients, settings.node_timeout)
-        transport = GridTransport(grid, cfg, nodes, settings.reply_timeout)
+        binding = settings.node_clients
+        strangers = [n for n in nodes if binding and n not in binding]
+        for node in strangers:
+            log.warning("node %d is not in the deployment's node-clients: not addressed", node)
+        nodes = [n for n in nodes if n not in strangers]
+        transport = GridTransport(grid, cfg, nodes, settings.reply_timeout, binding=binding)
         transport.specs = dict(zip([k for k, _ in methods], cfg.methods, strict=True))
         log.info("running %d method(s) over %d Flower nodes", len(methods), len(nodes))
         connected.append(transport)
@@ -282,6 +322,7 @@ def run_server(grid: GridLike, run_config: Mapping[str, Any], mode: str) -> dict
         "node_clients": {str(n): c for n, c in sorted(transport.node_clients.items())},
         "no_reply": {m["key"]: m["no_reply"] for m in doc["methods"] if m.get("no_reply")},
         "reply_timeout_s": settings.reply_timeout,
+        "binding": {str(n): c for n, c in sorted(settings.node_clients.items())},
     }
     write_result(settings.out, doc, title_suffix=" (Flower)")
     log.info("results: %s", settings.out / "result.json")
