@@ -200,7 +200,7 @@ log "quorum: the run failed as it must"
 stop_all
 
 # --- 2. TLS + CLI-managed SuperNode authentication ----------------------------------------------
-"$BIN/oneshotfl" flower certs "$WORK/certs" --nodes 4 >/dev/null
+"$BIN/oneshotfl" flower certs "$WORK/certs" --nodes 5 >/dev/null
 TLS_PORT=$((PORT + 1))
 log "tls: SuperLink on 127.0.0.1:$TLS_PORT with TLS and --enable-supernode-auth"
 start superlink-tls 600 flower-superlink --disable-runtime-dependency-installation \
@@ -238,15 +238,17 @@ grep -q "Failed to activate SuperNode" "$WORK/logs/node-unregistered.log" \
   || fail "tls: the unregistered SuperNode did not report a refused activation"
 log "tls: the unregistered SuperNode was refused"
 
-# The deployment binds each registered node id (bound to its key by the SuperLink) to its
-# client id: node-tls-2 restarted with node 1's partition must be refused and named, and the
-# run completes with clients 0 and 1.
-binding="${NODE_IDS[0]}=0 ${NODE_IDS[1]}=1 ${NODE_IDS[2]}=2"
-kill -TERM -- "-$(cat "$WORK/logs/node-tls-2.pid")"
-sleep 3
-start node-tls-2-claims-1 600 flower-supernode --superlink "127.0.0.1:$TLS_PORT" \
-  --root-certificates "$WORK/certs/ca.crt" --auth-supernode-private-key "$WORK/certs/node-2" \
-  --port $((PORT + 4)) --node-config "$(node_config 1)"
+# The deployment binds each registered node id (bound to its key by the SuperLink) to a
+# client id. A 4th registered node (node-4) serves node 1's partition; bound to client 2 it
+# must be refused and named, node-tls-2 (outside the binding) is not addressed, and the run
+# completes with clients 0 and 1.
+timeout 60 "$BIN/flwr" supernode register "$WORK/certs/node-4.pub" tls --format json \
+  >"$WORK/register-4.json" 2>>"$WORK/logs/register.log" || fail "bind: flwr supernode register node-4 failed"
+NODE_IDS+=("$(json_get "$WORK/register-4.json" "d['node-id']")")
+binding="${NODE_IDS[0]}=0 ${NODE_IDS[1]}=1 ${NODE_IDS[3]}=2"
+start node-4-claims-1 600 flower-supernode --superlink "127.0.0.1:$TLS_PORT" \
+  --root-certificates "$WORK/certs/ca.crt" --auth-supernode-private-key "$WORK/certs/node-4" \
+  --port $((PORT + 5)) --node-config "$(node_config 1)"
 sleep 5
 "$BIN/flwr" run "$WORK/app" tls --format json --run-config \
   "config='$WORK/experiment.yaml' overrides='methods=fedavg min_clients=2 cache_dir=$WORK/cache-bind' out='$WORK/bind' node-timeout=30.0 reply-timeout=120.0 node-clients='$binding'" \
@@ -264,9 +266,11 @@ done
 [ "$status" = "finished:completed" ] || fail "bind: run ended $status"
 used=$(json_get "$WORK/bind/result.json" "d['methods'][0]['clients_used']")
 refused=$(json_get "$WORK/bind/result.json" "[w for w in d['methods'][0]['no_reply'].values() if 'binds it to client 2' in w]")
+addressed=$(json_get "$WORK/bind/result.json" "sorted(d['flower']['node_clients'].values())")
 [ "$used" = "[0, 1]" ] || fail "bind: expected clients [0, 1] aggregated, got $used"
-[ "$refused" != "[]" ] || fail "bind: expected node ${NODE_IDS[2]}'s claim refused and named, got $(json_get "$WORK/bind/result.json" "d['methods'][0]['no_reply']")"
-log "bind: node ${NODE_IDS[2]} (bound to client 2) claimed client 1 and was refused: $refused"
+[ "$refused" != "[]" ] || fail "bind: expected node ${NODE_IDS[3]}'s claim refused and named, got $(json_get "$WORK/bind/result.json" "d['methods'][0]['no_reply']")"
+[ "$addressed" = "[0, 1]" ] || fail "bind: expected only the bound nodes of clients 0 and 1 to answer, got $addressed"
+log "bind: node ${NODE_IDS[3]} (bound to client 2) claimed client 1 and was refused: $refused"
 stop_all
 
 # --- 4. FOL on a 4-node ring ---------------------------------------------------------------------
