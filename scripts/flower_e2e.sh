@@ -96,13 +96,12 @@ log "local simulation (reference)"
 timeout 300 "$BIN/oneshotfl" run --config "$WORK/experiment.yaml" "cache_dir=$WORK/cache-local" \
   --out "$WORK/local" >"$WORK/logs/local.log" 2>&1 || fail "the local simulation failed"
 
-# flower_run NAME CONNECTION [CONFIG LOCAL]: submit the app, poll `flwr ls` (flwr run exits 0
-# even when the run fails), require finished:completed, compare with the local result.
-flower_run() {
-  local name=$1 conn=$2 config=${3:-$WORK/experiment.yaml} local=${4:-$WORK/local} run_id status deadline
-  "$BIN/flwr" run "$WORK/app" "$conn" --format json \
-    --run-config "config='$config' out='$WORK/$name' node-timeout=60.0 reply-timeout=240.0" \
-    >"$WORK/$name-submit.json" 2>"$WORK/logs/$name-submit.log" || fail "$name: flwr run failed"
+# submit NAME CONNECTION RUN-CONFIG: submit the app, poll `flwr ls` (flwr run exits 0 even when
+# the run fails) until it finishes; the final status goes to $WORK/NAME-status.
+submit() {
+  local name=$1 conn=$2 run_id status deadline
+  "$BIN/flwr" run "$WORK/app" "$conn" --format json --run-config "$3" \
+    >"$WORK/$name-submit.json" 2>>"$WORK/logs/$name-submit.log" || fail "$name: flwr run failed"
   run_id=$(json_get "$WORK/$name-submit.json" "d['run-id']")
   log "$name: run $run_id submitted"
   deadline=$((SECONDS + RUN_TIMEOUT))
@@ -114,7 +113,16 @@ flower_run() {
     [ "$SECONDS" -lt "$deadline" ] || fail "$name: run $run_id still '$status' after ${RUN_TIMEOUT}s"
     sleep 3
   done
-  [ "$status" = "finished:completed" ] || fail "$name: run $run_id ended '$status'"
+  echo "$status" >"$WORK/$name-status"
+}
+
+# flower_run NAME CONNECTION [CONFIG LOCAL]: submit, require finished:completed, compare with
+# the local result.
+flower_run() {
+  local name=$1 conn=$2 config=${3:-$WORK/experiment.yaml} local=${4:-$WORK/local} status
+  submit "$name" "$conn" "config='$config' out='$WORK/$name' node-timeout=60.0 reply-timeout=240.0"
+  status=$(cat "$WORK/$name-status")
+  [ "$status" = "finished:completed" ] || fail "$name: run ended '$status'"
   "$BIN/oneshotfl" compare "$local/result.json" "$WORK/$name/result.json" \
     || fail "$name: the result differs from the local simulation"
   log "$name: bytes on the wire (flwr ls): $(json_get "$WORK/$name-ls.json" "d['runs'][0]['network-traffic']")"
@@ -151,21 +159,7 @@ edges=$(json_get "$WORK/insecure/result.json" "sorted((s, r) for m in d['methods
 log "relay: peer_ensemble crossed exactly the edges of the directed ring: $edges"
 
 submit_dropout() {  # submit_dropout NAME MIN_CLIENTS [OVERRIDES] -> final status in $WORK/NAME-status
-  local name=$1 min=$2 extra=${3:-} run_id status
-  "$BIN/flwr" run "$WORK/app" insecure --format json --run-config \
-    "config='$WORK/experiment.yaml' overrides='methods=fedavg min_clients=$min cache_dir=$WORK/cache-drop $extra' out='$WORK/$name' node-timeout=5.0 reply-timeout=30.0" \
-    >"$WORK/$name-submit.json" 2>>"$WORK/logs/$name-submit.log" || fail "$name: flwr run failed"
-  run_id=$(json_get "$WORK/$name-submit.json" "d['run-id']")
-  local deadline=$((SECONDS + RUN_TIMEOUT))
-  while :; do
-    timeout 60 "$BIN/flwr" ls insecure --run-id "$run_id" --format json >"$WORK/$name-ls.json" \
-      2>>"$WORK/logs/$name-submit.log" || fail "$name: flwr ls failed"
-    status=$(json_get "$WORK/$name-ls.json" "d['runs'][0]['status']")
-    case "$status" in finished:*) break ;; esac
-    [ "$SECONDS" -lt "$deadline" ] || fail "$name: run still '$status' after ${RUN_TIMEOUT}s"
-    sleep 3
-  done
-  echo "$status" >"$WORK/$name-status"
+  submit "$1" insecure "config='$WORK/experiment.yaml' overrides='methods=fedavg min_clients=$2 cache_dir=$WORK/cache-drop ${3:-}' out='$WORK/$1' node-timeout=5.0 reply-timeout=30.0"
 }
 # A bad SuperNode: node 0 sends what the wire must refuse (garbage, an oversize upload, another
 # architecture than configured, each made on the node by the `attack` setting); the run must
@@ -250,19 +244,8 @@ start node-4-claims-1 600 flower-supernode --superlink "127.0.0.1:$TLS_PORT" \
   --root-certificates "$WORK/certs/ca.crt" --auth-supernode-private-key "$WORK/certs/node-4" \
   --port $((PORT + 5)) --node-config "$(node_config 1)"
 sleep 5
-"$BIN/flwr" run "$WORK/app" tls --format json --run-config \
-  "config='$WORK/experiment.yaml' overrides='methods=fedavg min_clients=2 cache_dir=$WORK/cache-bind' out='$WORK/bind' node-timeout=30.0 reply-timeout=120.0 node-clients='$binding'" \
-  >"$WORK/bind-submit.json" 2>>"$WORK/logs/bind-submit.log" || fail "bind: flwr run failed"
-run_id=$(json_get "$WORK/bind-submit.json" "d['run-id']")
-deadline=$((SECONDS + RUN_TIMEOUT))
-while :; do
-  timeout 60 "$BIN/flwr" ls tls --run-id "$run_id" --format json >"$WORK/bind-ls.json" \
-    2>>"$WORK/logs/bind-submit.log" || fail "bind: flwr ls failed"
-  status=$(json_get "$WORK/bind-ls.json" "d['runs'][0]['status']")
-  case "$status" in finished:*) break ;; esac
-  [ "$SECONDS" -lt "$deadline" ] || fail "bind: run still '$status' after ${RUN_TIMEOUT}s"
-  sleep 3
-done
+submit bind tls "config='$WORK/experiment.yaml' overrides='methods=fedavg min_clients=2 cache_dir=$WORK/cache-bind' out='$WORK/bind' node-timeout=30.0 reply-timeout=120.0 node-clients='$binding'"
+status=$(cat "$WORK/bind-status")
 [ "$status" = "finished:completed" ] || fail "bind: run ended $status"
 used=$(json_get "$WORK/bind/result.json" "d['methods'][0]['clients_used']")
 refused=$(json_get "$WORK/bind/result.json" "[w for w in d['methods'][0]['no_reply'].values() if 'binds it to client 2' in w]")

@@ -55,6 +55,7 @@ import torch
 from torch import nn
 
 from oneshotfl.artefacts import tensor_fingerprint
+from oneshotfl.functional import weighted_logit_mean
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import SendsTrainedModel
 from oneshotfl.methods.fol_stages import (
@@ -65,6 +66,7 @@ from oneshotfl.methods.fol_stages import (
     regularised_distillation,
     top_k,
     validation_scores,
+    weighted_logits,
 )
 from oneshotfl.models import create_model
 from oneshotfl.params import Params, is_int, require
@@ -261,7 +263,7 @@ class Fol(PeerMethod[FolConfig], SendsTrainedModel[FolConfig]):
                     ctx, members, weights, current, e
                 )
             else:
-                teacher = Ensemble(members, weights, combine=_logit_softmax)
+                teacher = Ensemble(members, weights, combine=weighted_logit_mean)
             rounds.append(entry)
         info = {"rounds": rounds, "senders": sorted(payloads), "timings": seconds}
         if dropped:
@@ -310,7 +312,7 @@ class Fol(PeerMethod[FolConfig], SendsTrainedModel[FolConfig]):
         def make() -> Payload:
             start = time.perf_counter()
             logits = torch.stack([predict_logits(m, ctx.data.x, ctx.device) for m in members])
-            teacher = torch.einsum("k,knc->nc", weights, logits)
+            teacher = weighted_logits(logits, weights)
             student = copy.deepcopy(current)
             gen = torch_generator(ctx.seed, "fol", "distil", ctx.client_id, round_index)
             regularised_distillation(
@@ -337,11 +339,6 @@ def _prunable(model: nn.Module) -> bool:
         return bool(channel_groups(model))
     except StructureError:
         return False
-
-
-def _logit_softmax(logits: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """The no-KD model: softmax(A_w(x)) of the weighted logit ensemble."""
-    return torch.softmax(torch.einsum("k,knc->nc", weights.to(logits), logits), -1)
 
 
 @dataclass(frozen=True)
