@@ -7,6 +7,7 @@
 #   2. a SuperLink and 3 SuperNodes, insecure: flwr run, status from `flwr ls`, result compared;
 #      then a bad node (garbage, an oversize upload, another architecture) refused and named
 #      while the run completes, and a node that drops out (named; below the quorum the run fails);
+#      then that node back with its own npz dataset, booked from what it reports;
 #   3. the same with TLS and CLI-managed SuperNode authentication: 3 registered nodes run,
 #      a 4th, unregistered node must be refused; then, with the deployment's binding of node
 #      ids to client ids, a registered node claiming another node's client id is refused;
@@ -191,6 +192,30 @@ log "dropout: node 2 stopped, min_clients=3 (below the quorum)"
 submit_dropout quorum 3
 [ "$(cat "$WORK/quorum-status")" = "finished:failed" ] || fail "quorum: expected finished:failed, got $(cat "$WORK/quorum-status")"
 log "quorum: the run failed as it must"
+
+# Own data: node 2 comes back with its own npz (40 digits of classes 1 and 4) instead of a
+# carved shard; the server books its size and labels from the node's report, never from its
+# own copy of the data (which would give client 2 a shard of every class).
+"$BIN/python" - "$WORK/own.npz" <<'PY'
+import sys
+
+import numpy as np
+from sklearn.datasets import load_digits
+
+d = load_digits()
+keep = np.concatenate([np.flatnonzero(d.target == c)[:20] for c in (1, 4)])
+np.savez(sys.argv[1], x=(d.images[keep] / 16).astype(np.float32), y=d.target[keep])
+PY
+start node-2-own 600 flower-supernode --insecure --superlink "127.0.0.1:$PORT" \
+  --port $((PORT + 4)) \
+  --node-config "$(node_config 2) dataset='npz:path=$WORK/own.npz:classes=10:mean=0.3:std=0.38'"
+submit own-data insecure "config='$WORK/experiment.yaml' overrides='methods=fedavg min_clients=3 max_client_examples=900 cache_dir=$WORK/cache-drop' out='$WORK/own-data' node-timeout=60.0 reply-timeout=120.0"
+[ "$(cat "$WORK/own-data-status")" = "finished:completed" ] || fail "own-data: run ended $(cat "$WORK/own-data-status")"
+used=$(json_get "$WORK/own-data/result.json" "d['methods'][0]['clients_used']")
+row=$(json_get "$WORK/own-data/result.json" "(d['clients'][2]['train_size'], [c for c, n in enumerate(d['clients'][2]['label_histogram']) if n])")
+[ "$used" = "[0, 1, 2]" ] || fail "own-data: expected clients [0, 1, 2] aggregated, got $used"
+[ "$row" = "(40, [1, 4])" ] || fail "own-data: expected client 2 booked as it reported (40 examples of classes 1 and 4), got $row"
+log "own-data: node 2 brought its own npz; the server booked (examples, classes) = $row"
 stop_all
 
 # --- 2. TLS + CLI-managed SuperNode authentication ----------------------------------------------

@@ -22,8 +22,8 @@ from oneshotfl.protocol.contract import (
     Requires,
     Topology,
 )
+from oneshotfl.protocol.fields import model_fields
 from oneshotfl.protocol.payload import Payload
-from oneshotfl.protocol.spec import model_fields
 from oneshotfl.runner.config import ConfigError
 from oneshotfl.runner.engine import QuorumError
 from oneshotfl.runner.experiment import run_experiment

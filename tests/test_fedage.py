@@ -15,8 +15,9 @@ from oneshotfl.methods import build_method
 from oneshotfl.methods.fedage import FedAGEConfig
 from oneshotfl.methods.fedage_server import kd_loss
 from oneshotfl.models import create_model
+from oneshotfl.protocol.fields import model_fields
 from oneshotfl.protocol.payload import Payload
-from oneshotfl.protocol.spec import PayloadError, WireDims, model_fields, validate_payload
+from oneshotfl.protocol.spec import PayloadError, WireDims, validate_payload
 from oneshotfl.runner.engine import RequirementError
 from oneshotfl.runner.experiment import resolve_methods
 
@@ -213,7 +214,7 @@ def _separated_toy() -> tuple[Any, dict[int, Payload], Any]:
     from helpers import make_server_context
     from oneshotfl.data.types import TaskInfo, UnlabelledData
     from oneshotfl.encoders import build_encoder
-    from oneshotfl.protocol.spec import model_fields
+    from oneshotfl.protocol.fields import model_fields
 
     task = TaskInfo("toy", 3, 4, 1)
     encoder = build_encoder("identity", task, 0)

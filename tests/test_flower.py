@@ -5,7 +5,6 @@ equality with the local simulation are tested without starting Flower's runtime.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +14,11 @@ import yaml
 
 flwr = pytest.importorskip("flwr")
 
-from flwr.app import Array, ArrayRecord, Context, Error, Message, RecordDict  # noqa: E402
-from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
+from flwr.app import Array, ArrayRecord, Error, Message, RecordDict  # noqa: E402
 
 import toys  # noqa: E402
+from fakegrid import FakeGrid, Tamper, core, run_on_grid, task_identity  # noqa: E402, F401
 from helpers import prepare, registered  # noqa: E402
-from oneshotfl.flower.app import client_main  # noqa: E402
 from oneshotfl.flower.messages import (  # noqa: E402
     PAYLOADS,
     REPLY,
@@ -38,69 +36,10 @@ from oneshotfl.flower.node import (  # noqa: E402
 )
 from oneshotfl.flower.server import ServerSettings, run_server  # noqa: E402
 from oneshotfl.protocol.payload import Payload, decode, encode  # noqa: E402
-from oneshotfl.runner.config import ConfigError, ExperimentConfig  # noqa: E402
+from oneshotfl.runner.config import ConfigError  # noqa: E402
 from oneshotfl.runner.engine import QuorumError  # noqa: E402
 from oneshotfl.runner.experiment import run_experiment  # noqa: E402
 from oneshotfl.runner.transport import ClientReply  # noqa: E402
-
-Tamper = Callable[[int, Message, Message], Message | None]
-
-
-@pytest.fixture(autouse=True)
-def task_identity() -> Iterator[None]:
-    """Flower stamps messages with the running task's identity; the runtime sets it."""
-    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
-    yield
-    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
-
-
-class FakeGrid:
-    """Nodes ``100 + partition id``, each answering with the real ClientApp handler.
-
-    ``tamper(node, instruction, reply)`` may replace a reply or drop it (``None``: the node
-    is silent).
-    """
-
-    def __init__(self, clients: int, tamper: Tamper | None = None) -> None:
-        self.node_config = {100 + p: {"partition-id": p} for p in range(clients)}
-        self.tamper = tamper
-        self.sent: list[Message] = []
-        self.replies: list[Message] = []
-
-    def get_node_ids(self) -> Iterable[int]:
-        return list(self.node_config)
-
-    def send_and_receive(
-        self, messages: Iterable[Message], *, timeout: float | None = None
-    ) -> Iterable[Message]:
-        replies = []
-        for message in messages:
-            message.metadata.__dict__["_message_id"] = f"m{len(self.sent)}"  # as Grids do
-            self.sent.append(message)
-            node = message.metadata.dst_node_id
-            ctx = Context(1, node, self.node_config[node], RecordDict(), {})
-            reply: Message | None = client_main(message, ctx)
-            if self.tamper is not None and reply is not None:
-                reply = self.tamper(node, message, reply)
-            if reply is not None:
-                replies.append(reply)
-        self.replies.extend(replies)
-        return replies
-
-
-def _core(doc: dict[str, Any]) -> list[tuple[Any, ...]]:
-    return [
-        (m["key"], m["accuracy"], m["personal_accuracy"], m["upload_bytes_per_client"])
-        for m in doc["methods"]
-    ]
-
-
-def _run(tmp_path: Path, cfg: ExperimentConfig, grid: FakeGrid, name: str = "out") -> Any:
-    config = tmp_path / f"{name}.yaml"
-    config.write_text(yaml.safe_dump(cfg.to_dict()))
-    run_config = {"config": str(config), "out": str(tmp_path / name), "node-timeout": 1.0}
-    return run_server(grid, run_config, "test")
 
 
 def test_flower_gives_the_local_simulation_result(tiny_config: Any, tmp_path: Path) -> None:
@@ -108,8 +47,10 @@ def test_flower_gives_the_local_simulation_result(tiny_config: Any, tmp_path: Pa
     local = run_experiment(cfg)
     grid = FakeGrid(cfg.clients)
     # a cache of its own: the nodes train their models again rather than reuse the local ones
-    flower = _run(tmp_path, dataclasses.replace(cfg, cache_dir=str(tmp_path / "nodes")), grid)
-    assert _core(flower) == _core(local)
+    flower = run_on_grid(
+        tmp_path, dataclasses.replace(cfg, cache_dir=str(tmp_path / "nodes")), grid
+    )
+    assert core(flower) == core(local)
     assert flower["clients"] == local["clients"]
     assert flower["flower"]["node_clients"] == {"100": 0, "101": 1, "102": 2}
     assert flower["flower"]["no_reply"] == {}
@@ -124,7 +65,7 @@ def test_a_silent_node_is_named_and_the_quorum_still_aggregates(
 ) -> None:
     cfg = tiny_config(methods=["fedavg"], min_clients=2)
     grid = FakeGrid(cfg.clients, tamper=lambda node, _, reply: None if node == 101 else reply)
-    doc = _run(tmp_path, cfg, grid)
+    doc = run_on_grid(tmp_path, cfg, grid)
     method = doc["methods"][0]
     assert method["clients_used"] == [0, 2]
     assert method["upload_bytes_per_client"][1] == 0
@@ -145,7 +86,7 @@ def test_below_the_quorum_the_run_fails_naming_the_missing_nodes(
         return error
 
     with pytest.raises(QuorumError, match=r"expected at least 3.*node 102.*out of memory"):
-        _run(tmp_path, cfg, FakeGrid(cfg.clients, tamper=fail))
+        run_on_grid(tmp_path, cfg, FakeGrid(cfg.clients, tamper=fail))
     assert not (tmp_path / "out" / "result.json").exists()
 
 
@@ -163,10 +104,12 @@ def test_an_invalid_payload_is_rejected_like_in_simulation(
             k: np.full_like(v, np.nan) if v.dtype.kind == "f" else v
             for k, v in payload.arrays.items()
         }
-        bad = ClientReply(1, encode(Payload(arrays, payload.scalars)), parsed.wall_s)
+        bad = ClientReply(
+            1, encode(Payload(arrays, payload.scalars)), parsed.wall_s, shard=parsed.shard
+        )
         return Message(reply_content(bad), reply_to=instruction)
 
-    doc = _run(tmp_path, cfg, FakeGrid(cfg.clients, tamper=nan_weights))
+    doc = run_on_grid(tmp_path, cfg, FakeGrid(cfg.clients, tamper=nan_weights))
     method = doc["methods"][0]
     assert method["clients_used"] == [0, 2]
     assert "client 1" in method["rejected"]["1"] and "finite" in method["rejected"]["1"]
@@ -245,8 +188,10 @@ def test_a_peer_method_is_relayed_and_equals_the_local_simulation(
         cfg = tiny_config(methods=["peer_ensemble", "toy_average"], graph="ring:k=1", clients=4)
         local = run_experiment(cfg)
         grid = FakeGrid(cfg.clients)
-        flower = _run(tmp_path, dataclasses.replace(cfg, cache_dir=str(tmp_path / "nodes")), grid)
-    assert _core(flower) == _core(local)
+        flower = run_on_grid(
+            tmp_path, dataclasses.replace(cfg, cache_dir=str(tmp_path / "nodes")), grid
+        )
+    assert core(flower) == core(local)
     for a, b in zip(local["methods"], flower["methods"], strict=True):
         for name in ("client_accuracy", "client_personal_accuracy", "topology", "rejected"):
             assert a[name] == b[name], name
@@ -285,7 +230,7 @@ def test_a_peer_node_failing_its_update_is_named_and_never_relayed_to(
 ) -> None:
     cfg = tiny_config(methods=["peer_ensemble"], graph="complete", clients=4)
     grid = FakeGrid(cfg.clients, tamper=_fail_at(102, "update"))
-    result = _run(tmp_path, cfg, grid)["methods"][0]
+    result = run_on_grid(tmp_path, cfg, grid)["methods"][0]
     assert result["clients_used"] == [0, 1, 3]
     assert "broken in update" in result["no_reply"]["node 102"]
     assert all(2 not in (s, r) for s, r, _ in result["topology"]["edges"])
@@ -297,7 +242,7 @@ def test_a_peer_node_failing_its_receipt_is_named_and_the_others_report(
     tiny_config: Any, tmp_path: Path
 ) -> None:
     cfg = tiny_config(methods=["peer_ensemble"], graph="complete", clients=4)
-    result = _run(tmp_path, cfg, FakeGrid(cfg.clients, tamper=_fail_at(101, "receive")))
+    result = run_on_grid(tmp_path, cfg, FakeGrid(cfg.clients, tamper=_fail_at(101, "receive")))
     method = result["methods"][0]
     assert method["clients_used"] == [0, 2, 3] and len(method["client_accuracy"]) == 3
     assert "broken in receive" in method["no_reply"]["node 101 (client 1)"]
@@ -318,7 +263,7 @@ def test_a_malformed_or_misattributed_report_is_refused(tiny_config: Any, tmp_pa
             content.config_records["oneshotfl.report"]["receiver"] = 0
         return Message(content, reply_to=instruction)
 
-    method = _run(tmp_path, cfg, FakeGrid(cfg.clients, tamper=tamper))["methods"][0]
+    method = run_on_grid(tmp_path, cfg, FakeGrid(cfg.clients, tamper=tamper))["methods"][0]
     assert method["clients_used"] == [0]
     assert "malformed report" in method["no_reply"]["node 101 (client 1)"]
     assert "reported for client 0" in method["no_reply"]["node 102 (client 2)"]
@@ -332,8 +277,8 @@ def test_the_open_set_methods_on_flower_equal_the_local_simulation(
     cfg = open_set_config(tiny_config)
     local = run_experiment(cfg)
     nodes = dataclasses.replace(cfg, cache_dir=str(tmp_path / "nodes"))
-    flower = _run(tmp_path, nodes, FakeGrid(cfg.clients))
-    assert _core(flower) == _core(local)
+    flower = run_on_grid(tmp_path, nodes, FakeGrid(cfg.clients))
+    assert core(flower) == core(local)
     assert flower["clients"] == local["clients"]
 
 
@@ -343,8 +288,8 @@ def test_a_feature_skewed_federation_on_flower_equals_the_local_simulation(
     cfg = tiny_config(methods=["fedavg", "ensemble"], feature_skew="color")
     local = run_experiment(cfg)
     nodes = dataclasses.replace(cfg, cache_dir=str(tmp_path / "nodes"))
-    flower = _run(tmp_path, nodes, FakeGrid(cfg.clients))
-    assert _core(flower) == _core(local)
+    flower = run_on_grid(tmp_path, nodes, FakeGrid(cfg.clients))
+    assert core(flower) == core(local)
 
 
 def test_the_data_free_methods_on_flower_equal_the_local_simulation(
@@ -358,8 +303,8 @@ def test_the_data_free_methods_on_flower_equal_the_local_simulation(
     cfg = tiny_config(methods=[*VARIANTS, *DISTIL, *INVERT, *ECHO], public_size=100)
     local = run_experiment(cfg)
     nodes = dataclasses.replace(cfg, cache_dir=str(tmp_path / "nodes"))
-    flower = _run(tmp_path, nodes, FakeGrid(cfg.clients))
-    assert _core(flower) == _core(local)
+    flower = run_on_grid(tmp_path, nodes, FakeGrid(cfg.clients))
+    assert core(flower) == core(local)
 
 
 def test_fol_on_flower_equals_the_local_simulation(tiny_config: Any, tmp_path: Path) -> None:
@@ -368,8 +313,8 @@ def test_fol_on_flower_equals_the_local_simulation(tiny_config: Any, tmp_path: P
     cfg = tiny_config(methods=[FOL], graph="ring", clients=4, val_fraction=0.2)
     local = run_experiment(cfg)
     nodes = dataclasses.replace(cfg, cache_dir=str(tmp_path / "nodes"))
-    flower = _run(tmp_path, nodes, FakeGrid(cfg.clients))
-    assert _core(flower) == _core(local)
+    flower = run_on_grid(tmp_path, nodes, FakeGrid(cfg.clients))
+    assert core(flower) == core(local)
     a, b = local["methods"][0], flower["methods"][0]
     for name in ("client_accuracy", "client_personal_accuracy", "topology"):
         assert a[name] == b[name], name

@@ -23,8 +23,9 @@ from oneshotfl.functional import client_weights
 from oneshotfl.methods import build_method
 from oneshotfl.models import create_model
 from oneshotfl.protocol import wire
+from oneshotfl.protocol.fields import model_fields
 from oneshotfl.protocol.payload import Payload, WireError, encode
-from oneshotfl.protocol.spec import PayloadError, WireDims, model_fields
+from oneshotfl.protocol.spec import PayloadError, WireDims
 from oneshotfl.runner import engine, results
 from oneshotfl.runner.experiment import Experiment
 from oneshotfl.runner.transport import ClientReply, LocalTransport, Missing

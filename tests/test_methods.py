@@ -14,9 +14,9 @@ from oneshotfl.functional import weighted_average, weighted_softmax_mean
 from oneshotfl.methods import build_method, parse_method_spec
 from oneshotfl.models import create_model
 from oneshotfl.protocol.contract import ServerContext
+from oneshotfl.protocol.fields import model_fields
 from oneshotfl.protocol.outcome import Ensemble, GlobalModel
 from oneshotfl.protocol.payload import Payload
-from oneshotfl.protocol.spec import model_fields
 
 TASK = TaskInfo("digits", 10, 1, 8)
 

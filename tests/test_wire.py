@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from oneshotfl.models import create_model, list_models
+from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.protocol.payload import Payload, WireError, decode, encode
 from oneshotfl.protocol.spec import (
     ArraySpec,
@@ -17,8 +18,6 @@ from oneshotfl.protocol.spec import (
     PayloadSpec,
     ScalarSpec,
     WireDims,
-    model_fields,
-    model_from_fields,
     validate_payload,
 )
 from oneshotfl.protocol.wire import receive, transmit

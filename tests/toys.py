@@ -23,9 +23,9 @@ from oneshotfl.protocol.contract import (
     ServerContext,
     Topology,
 )
+from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
 from oneshotfl.protocol.payload import Payload
-from oneshotfl.protocol.spec import model_fields, model_from_fields
 from oneshotfl.seeding import seeded_torch, torch_generator
 from oneshotfl.training.synthesis import (
     BatchNormStatistics,

@@ -43,8 +43,8 @@ from oneshotfl.functional import kl_to_student
 from oneshotfl.methods.common import encoded_head, head_from_payload
 from oneshotfl.params import Params, is_int, require
 from oneshotfl.protocol.contract import ClientContext, Method
+from oneshotfl.protocol.fields import model_from_fields
 from oneshotfl.protocol.payload import Payload
-from oneshotfl.protocol.spec import model_from_fields
 from oneshotfl.seeding import numpy_rng, torch_generator
 from oneshotfl.training.distill import distil
 from oneshotfl.training.loop import predict_logits

@@ -41,8 +41,9 @@ import numpy as np
 from oneshotfl.data.types import LabelledData
 from oneshotfl.models import MODELS, create_model
 from oneshotfl.params import Params, coerce_params, require
+from oneshotfl.protocol.fields import model_fields
 from oneshotfl.protocol.payload import Payload
-from oneshotfl.protocol.spec import PayloadSpec, WireDims, model_fields
+from oneshotfl.protocol.spec import PayloadSpec, WireDims
 from oneshotfl.registry import Registry, parse_spec
 
 

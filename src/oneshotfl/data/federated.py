@@ -76,9 +76,60 @@ class FederatedData:
                 return shard
         raise KeyError(f"client {client_id}: not among the shards held here")
 
-    def only(self, client_id: int) -> FederatedData:
-        """This data with only client ``client_id``'s shard (a node's view)."""
-        return FederatedData(self.task, (self.shard(client_id),), self.public, self.test)
+    def only(self, client_id: int, shard: ClientShard | None = None) -> FederatedData:
+        """This data with only client ``client_id``'s shard (a node's view); ``shard``: the
+        node's own shard instead of the carved one (:func:`own_shard`)."""
+        own = self.shard(client_id) if shard is None else shard
+        return FederatedData(self.task, (own,), self.public, self.test)
+
+
+class OwnDataError(ValueError):
+    """A node's own dataset that does not fit the federation's task."""
+
+
+def own_shard(
+    dataset: Dataset,
+    task: TaskInfo,
+    client_id: int,
+    *,
+    val_fraction: float,
+    seed: int,
+    by_name: bool,
+) -> ClientShard:
+    """A node's shard from its own dataset (every example of it, its train and test parts
+    alike), with the validation split held out as for a carved shard.
+
+    Labels map onto the task's classes by name when ``by_name`` (an image folder's class
+    subfolders must each be a class of the task), else by index (each must be below the
+    task's classes). Images must have the task's channels and side.
+
+    Raises:
+        OwnDataError: naming what the task expects and what the dataset has.
+    """
+    shape = (dataset.in_channels, dataset.image_size)
+    if shape != (task.in_channels, task.image_size):
+        raise OwnDataError(
+            f"{dataset.name}: expected images of {task.in_channels} channel(s) and side "
+            f"{task.image_size} (the task's), got {shape[0]} and {shape[1]}"
+        )
+    x = torch.cat([dataset.train.x, dataset.test.x])
+    y = torch.cat([dataset.train.y, dataset.test.y])
+    if by_name:
+        unknown = sorted(set(dataset.class_names) - set(task.class_names))
+        if unknown:
+            raise OwnDataError(
+                f"{dataset.name}: expected classes among the task's {list(task.class_names)}, "
+                f"got {unknown}"
+            )
+        index = torch.tensor([task.class_names.index(c) for c in dataset.class_names])
+        y = index[y]
+    elif len(y) and int(y.max()) >= task.num_classes:
+        raise OwnDataError(
+            f"{dataset.name}: expected labels 0..{task.num_classes - 1} (the task's classes), "
+            f"got {int(y.max())}"
+        )
+    data = LabelledData(x, y)
+    return _make_shard(data, client_id, np.arange(len(data)), val_fraction, seed)
 
 
 def carve_federated_data(

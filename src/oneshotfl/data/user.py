@@ -146,8 +146,9 @@ def user_stats(spec: str) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
     return (opts.mean,) * channels, (opts.std,) * channels
 
 
-def load_user_dataset(spec: str) -> Dataset:
-    """Load a ``folder:`` or ``npz:`` dataset, normalised as declared; its name is ``spec``.
+def load_user_dataset(spec: str, need_test: bool = True) -> Dataset:
+    """Load a ``folder:`` or ``npz:`` dataset, normalised as declared; its name is ``spec``
+    (``need_test=False``: an empty test split is fine, as for a node's own data, used whole).
 
     Raises:
         UserDataNotFoundError: when the path does not exist.
@@ -163,7 +164,7 @@ def load_user_dataset(spec: str) -> Dataset:
         raise _error(spec, f"expected {what} at {path}, got {got}")
     read = _read_folder if kind == "folder" else _read_npz
     x, y, x_test, y_test, names = read(spec, path, opts)
-    if not len(y_test):
+    if need_test and not len(y_test):
         raise _error(
             spec,
             "expected at least one test image, got none (a carved split keeps "

@@ -17,8 +17,9 @@ Message flow (one message per node per step, one reply):
   aggregates them — and the receiving node validates each with the same ``receive``.
 * **reply to update** (node → server): ``oneshotfl.payloads`` with the node's bytes under
   ``"client-<id>"`` and ``oneshotfl.reply`` (a ConfigRecord: client id, the seconds spent in
-  ``client_update``, the local model's accuracies as JSON). The facts go into the result
-  file only; a receiver sees only validated payloads.
+  ``client_update``, the local model's accuracies as JSON, and in round 0 its shard report:
+  training and validation sizes and label counts, the server's only source for them). The
+  facts go into the result file only; a receiver sees only validated payloads.
 * **reply to receive** (node → server): ``oneshotfl.report`` (a ConfigRecord: the receiver,
   its own model's accuracy globally and on its own distribution, the senders it refused and
   why, its seconds and diagnostics as JSON). No model leaves the node.
@@ -36,9 +37,9 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 from oneshotfl.flower.node import sender
 from oneshotfl.protocol.payload import WireError
 from oneshotfl.runner.evaluate import ClientMetrics
-from oneshotfl.runner.transport import ClientReply, PeerReport
+from oneshotfl.runner.transport import ClientReply, PeerReport, ShardReport
 
-PROTOCOL = 2
+PROTOCOL = 3
 INSTRUCTION = "oneshotfl.instruction"
 REPLY = "oneshotfl.reply"
 REPORT = "oneshotfl.report"
@@ -46,6 +47,8 @@ STEPS = ("update", "receive")
 PAYLOADS = "oneshotfl.payloads"
 BYTES_STYPE = "oneshotfl.safetensors"
 SERVER = "server"
+#: The longest shard report accepted (JSON characters): room for 100 000 classes' counts.
+MAX_SHARD_JSON = 2_000_000
 
 
 class MessageError(WireError):
@@ -155,6 +158,7 @@ def reply_content(reply: ClientReply) -> RecordDict:
         "client_id": reply.client_id,
         "wall_s": reply.wall_s,
         "facts": json.dumps(reply.facts, sort_keys=True),
+        "shard": "" if reply.shard is None else json.dumps(reply.shard.to_dict()),
     }
     content[REPLY] = ConfigRecord(facts)
     return content
@@ -187,7 +191,44 @@ def read_reply(content: RecordDict) -> ClientReply:
         blobs[sender(cid)],
         float(fields["wall_s"]),
         {str(k): float(v) for k, v in stats.items()},
+        read_shard(record.get("shard", "")),
     )
+
+
+def read_shard(text: object) -> ShardReport | None:
+    """A reply's shard report (``""``: none), checked for form only; its bounds (classes,
+    ``N_max``) are the engine's (:func:`~oneshotfl.runner.transport.shard_problem`).
+
+    Raises:
+        MessageError: for a report that is not a JSON object of two sizes and a list of
+            integer counts, or is longer than :data:`MAX_SHARD_JSON`.
+    """
+    if not isinstance(text, str) or len(text) > MAX_SHARD_JSON:
+        got = type(text).__name__ if not isinstance(text, str) else f"{len(text)} characters"
+        raise MessageError(
+            f"{REPLY}.shard: expected a JSON string of at most {MAX_SHARD_JSON} characters, "
+            f"got {got}"
+        )
+    if not text:
+        return None
+    doc = _json(text, f"{REPLY}.shard")
+    keys = ("train_size", "val_size", "label_histogram")
+    counts = doc.get("label_histogram") if isinstance(doc, dict) else None
+    if (
+        not isinstance(doc, dict)
+        or set(doc) != set(keys)
+        or not isinstance(counts, list)
+        or not all(_integer(v) for v in (doc["train_size"], doc["val_size"], *counts))
+    ):
+        raise MessageError(
+            f"{REPLY}.shard: expected {{train_size, val_size, label_histogram}} of integers, "
+            f"got {text[:80]!r}"
+        )
+    return ShardReport(doc["train_size"], doc["val_size"], tuple(counts))
+
+
+def _integer(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def report_content(report: PeerReport) -> RecordDict:

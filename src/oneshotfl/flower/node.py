@@ -6,12 +6,19 @@ A node learns which client it is from its node config (``--node-config``):
 * ``num-partitions`` (optional): when given, must equal the experiment's ``clients``;
 * ``data-root`` (optional): where this node's copy of the dataset lies (else the config's
   ``data_root``, ``$ONESHOTFL_DATA`` and system paths);
-* ``cache-dir`` (optional): this node's artefact cache (else the config's ``cache_dir``).
+* ``cache-dir`` (optional): this node's artefact cache (else the config's ``cache_dir``);
+* ``dataset`` (optional): the node's own data, ``npz:path=FILE`` or ``folder:path=DIR``
+  (options in :mod:`oneshotfl.data.user`), used whole as its shard instead of a carved one.
 
 It loads the dataset from its own disk and carves the federation with the experiment's
 partition seed exactly as the simulation does, and gives the method only its own shard
 (plus the public pool and test split, which every party may have): no other client's data
-ever crosses the network, and the client code sees none. The same steps as in the
+ever crosses the network, and the client code sees none. A node with its own ``dataset``
+takes every example of it as its shard (labels by class name for a folder, by index for
+npz; the task's image shape; at most ``N_max`` examples, so set the config's
+``max_client_examples``), holds out its validation split as a carved shard would, and
+reports its sizes and label counts with its first reply, as every node does: the server
+counts nothing itself. The same steps as in the
 simulation run the method: :func:`~oneshotfl.runner.transport.client_step` for an update,
 :func:`~oneshotfl.runner.transport.peer_step` for a peer method's receipt (the node
 validates its neighbours' bytes, builds its own model and evaluates it itself).
@@ -26,8 +33,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from oneshotfl.data.datasets import load_dataset
+from oneshotfl.data.datasets import DatasetFormatError, DatasetNotFoundError, load_dataset
+from oneshotfl.data.federated import ClientShard, OwnDataError, own_shard
 from oneshotfl.data.types import Dataset
+from oneshotfl.data.user import UserDataError, is_user_spec, load_user_dataset, parse_user_spec
 from oneshotfl.protocol.contract import Method, PeerMethod
 from oneshotfl.protocol.payload import Payload
 from oneshotfl.runner.config import ConfigError, make_config
@@ -68,6 +77,7 @@ class NodeIdentity:
     num_partitions: int | None = None
     data_root: str | None = None
     cache_dir: str | None = None
+    dataset: str | None = None
 
 
 def node_identity(node_config: Mapping[str, Any]) -> NodeIdentity:
@@ -89,7 +99,18 @@ def node_identity(node_config: Mapping[str, Any]) -> NodeIdentity:
     for name, value in (("data-root", root), ("cache-dir", cache)):
         if value is not None and not isinstance(value, str):
             raise ConfigError(f"node config: {name} must be a path string, got {value!r}")
-    return NodeIdentity(pid, num, root or None, cache or None)
+    own = node_config.get("dataset") or None
+    if own is not None and not (isinstance(own, str) and is_user_spec(own)):
+        raise ConfigError(
+            f"node config: dataset must be the node's own data, npz:path=FILE or "
+            f"folder:path=DIR, got {own!r}"
+        )
+    if own is not None:
+        try:
+            parse_user_spec(own)
+        except UserDataError as exc:
+            raise ConfigError(f"node config: {exc}") from None
+    return NodeIdentity(pid, num, root or None, cache or None, own)
 
 
 @dataclass(frozen=True)
@@ -122,7 +143,7 @@ def node_state(config: Mapping[str, Any], identity: NodeIdentity) -> NodeState:
         values["data_root"] = identity.data_root
     if identity.cache_dir is not None:
         values["cache_dir"] = identity.cache_dir
-    key = json.dumps(values, sort_keys=True)
+    key = json.dumps([values, identity.dataset], sort_keys=True)
     cfg = make_config(values)
     if identity.num_partitions is not None and identity.num_partitions != cfg.clients:
         raise ConfigError(
@@ -141,9 +162,42 @@ def node_state(config: Mapping[str, Any], identity: NodeIdentity) -> NodeState:
         _STATES.clear()
         dataset = _dataset(cfg.dataset, cfg.data_root, cfg.download)
         _EXPERIMENTS[key] = Experiment.prepare(cfg, dataset=dataset)
-    own = _EXPERIMENTS[key].only(identity.partition_id)
+    exp = _EXPERIMENTS[key]
+    shard = None if identity.dataset is None else _own_shard(exp, identity)
+    own = exp.only(identity.partition_id, shard)
     _STATES[key, identity.partition_id] = NodeState(key, own, identity.partition_id)
     return _STATES[key, identity.partition_id]
+
+
+def _own_shard(exp: Experiment, identity: NodeIdentity) -> ClientShard:
+    """The node's shard from its own dataset (see the module docs).
+
+    Raises:
+        ConfigError: for data that cannot be read or does not fit the task or ``N_max``.
+    """
+    spec, cfg = identity.dataset, exp.cfg
+    assert spec is not None
+    if cfg.feature_skew:
+        raise ConfigError(f"node config: dataset {spec!r} cannot take the config's feature_skew")
+    try:
+        shard = own_shard(
+            load_user_dataset(spec, need_test=False),
+            exp.data.task,
+            identity.partition_id,
+            val_fraction=cfg.val_fraction,
+            seed=cfg.data_seed,
+            by_name=spec.strip().startswith("folder"),
+        )
+    except (DatasetNotFoundError, DatasetFormatError, OwnDataError) as exc:
+        raise ConfigError(f"node config: {exc}") from None
+    held = len(shard.train) + (0 if shard.val is None else len(shard.val))
+    if held > exp.train_pool:
+        raise ConfigError(
+            f"node config: dataset {spec!r}: expected at most N_max = {exp.train_pool} examples "
+            f"(set max_client_examples), got {held}"
+        )
+    log.info("client %d: its own dataset %s, %d examples", identity.partition_id, spec, held)
+    return shard
 
 
 _DATASETS: dict[tuple[str, str | None, bool], Dataset] = {}  # one entry
@@ -185,7 +239,7 @@ def run_update(
     exp = state.experiment
     broadcast: Payload | None = receive_broadcast(method, payloads.get("server"), exp.dims)
     ctx = exp.client_context(state.client_id).for_round(round_index, broadcast)
-    reply = client_step(method, ctx, exp.data.test)
+    reply = client_step(method, ctx, exp.data.test, exp.shard_report(state.client_id))
     log.info(
         "client %d: %s round %d: %d bytes", ctx.client_id, method_spec, round_index, len(reply.data)
     )

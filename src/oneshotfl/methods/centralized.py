@@ -22,15 +22,10 @@ from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import initial_model
 from oneshotfl.params import Params
 from oneshotfl.protocol.contract import ClientContext, Method, ServerContext
+from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
 from oneshotfl.protocol.payload import Payload
-from oneshotfl.protocol.spec import (
-    ArraySpec,
-    PayloadSpec,
-    WireDims,
-    model_fields,
-    model_from_fields,
-)
+from oneshotfl.protocol.spec import ArraySpec, PayloadSpec, WireDims
 from oneshotfl.seeding import torch_generator
 from oneshotfl.training.loop import train_classifier
 

@@ -21,16 +21,9 @@ from oneshotfl.encoders.base import EncodedClassifier
 from oneshotfl.functional import Weighting, client_weights, weighted_average
 from oneshotfl.models import create_model
 from oneshotfl.protocol.contract import ClientContext, ConfigT, Method, ServerContext
+from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.protocol.payload import Payload
-from oneshotfl.protocol.spec import (
-    ArraySpec,
-    ModelSpec,
-    PayloadSpec,
-    WireDims,
-    model_fields,
-    model_from_fields,
-    n_examples_spec,
-)
+from oneshotfl.protocol.spec import ArraySpec, ModelSpec, PayloadSpec, WireDims, n_examples_spec
 from oneshotfl.robust import (
     Aggregation,
     coordinate_median,

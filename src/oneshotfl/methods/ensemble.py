@@ -23,10 +23,10 @@ from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import SendsTrainedModel
 from oneshotfl.params import Params, require
 from oneshotfl.protocol.contract import ServerContext
+from oneshotfl.protocol.fields import model_from_fields
 from oneshotfl.protocol.outcome import Ensemble as EnsembleOutcome
 from oneshotfl.protocol.outcome import Outcome
 from oneshotfl.protocol.payload import Payload
-from oneshotfl.protocol.spec import model_from_fields
 from oneshotfl.robust import robust_probability_mean
 
 

@@ -96,16 +96,10 @@ from oneshotfl.models import MODELS, create_model
 from oneshotfl.params import Params, require
 from oneshotfl.privacy import gaussian_release, latent_privacy_report, randomized_response
 from oneshotfl.protocol.contract import ClientContext, Method, Requires, ServerContext
+from oneshotfl.protocol.fields import model_fields
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
 from oneshotfl.protocol.payload import Payload
-from oneshotfl.protocol.spec import (
-    ArraySpec,
-    ModelSpec,
-    PayloadSpec,
-    ScalarSpec,
-    WireDims,
-    model_fields,
-)
+from oneshotfl.protocol.spec import ArraySpec, ModelSpec, PayloadSpec, ScalarSpec, WireDims
 from oneshotfl.seeding import seeded_torch, torch_generator
 
 Reading = Literal["paper", "authors"]

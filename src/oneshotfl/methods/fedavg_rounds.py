@@ -31,15 +31,10 @@ from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import SendsTrainedModel, average_models, initial_model
 from oneshotfl.params import Params, require
 from oneshotfl.protocol.contract import ClientContext, Requires, ServerContext
+from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
 from oneshotfl.protocol.payload import Payload
-from oneshotfl.protocol.spec import (
-    ModelSpec,
-    PayloadSpec,
-    WireDims,
-    model_fields,
-    model_from_fields,
-)
+from oneshotfl.protocol.spec import ModelSpec, PayloadSpec, WireDims
 from oneshotfl.seeding import torch_generator
 from oneshotfl.training.loop import train_classifier
 

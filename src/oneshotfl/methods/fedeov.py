@@ -61,15 +61,10 @@ from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import SendsTrainedModel
 from oneshotfl.params import Params, require
 from oneshotfl.protocol.contract import ClientContext, ServerContext
+from oneshotfl.protocol.fields import model_from_fields
 from oneshotfl.protocol.outcome import Combiner, Ensemble, Outcome
 from oneshotfl.protocol.payload import Payload
-from oneshotfl.protocol.spec import (
-    ModelSpec,
-    PayloadSpec,
-    WireDims,
-    model_from_fields,
-    n_examples_spec,
-)
+from oneshotfl.protocol.spec import ModelSpec, PayloadSpec, WireDims, n_examples_spec
 from oneshotfl.training.components import ComponentSpec
 from oneshotfl.training.loop import TrainConfig
 from oneshotfl.training.negatives import NegativesConfig

@@ -57,9 +57,10 @@ from oneshotfl.methods.common import (
 )
 from oneshotfl.params import Params, require
 from oneshotfl.protocol.contract import ClientContext, Requires, ServerContext
+from oneshotfl.protocol.fields import model_from_fields
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
 from oneshotfl.protocol.payload import Payload
-from oneshotfl.protocol.spec import PayloadSpec, WireDims, model_from_fields
+from oneshotfl.protocol.spec import PayloadSpec, WireDims
 from oneshotfl.seeding import torch_generator
 from oneshotfl.training.distill import distil
 from oneshotfl.training.loop import predict_logits

@@ -71,9 +71,10 @@ from oneshotfl.methods.fol_stages import (
 from oneshotfl.models import create_model
 from oneshotfl.params import Params, is_int, require
 from oneshotfl.protocol.contract import ClientContext, PeerMethod, Requires, Topology
+from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.protocol.outcome import Ensemble, GlobalModel, Outcome
 from oneshotfl.protocol.payload import Payload
-from oneshotfl.protocol.spec import WireDims, model_fields, model_from_fields
+from oneshotfl.protocol.spec import WireDims
 from oneshotfl.seeding import torch_generator
 from oneshotfl.training.loop import TrainConfig, predict_logits, train_classifier
 from oneshotfl.training.structured import StructureError, channel_groups, remove_groups

@@ -45,16 +45,10 @@ from oneshotfl.models import MODELS, create_model
 from oneshotfl.params import Params, require
 from oneshotfl.privacy import latent_privacy_report
 from oneshotfl.protocol.contract import ClientContext, Method, Requires, ServerContext
+from oneshotfl.protocol.fields import model_fields
 from oneshotfl.protocol.outcome import Ensemble, GlobalModel, Outcome
 from oneshotfl.protocol.payload import Payload
-from oneshotfl.protocol.spec import (
-    ArraySpec,
-    ModelSpec,
-    PayloadSpec,
-    WireDims,
-    model_fields,
-    n_examples_spec,
-)
+from oneshotfl.protocol.spec import ArraySpec, ModelSpec, PayloadSpec, WireDims, n_examples_spec
 from oneshotfl.seeding import seeded_torch, torch_generator
 from oneshotfl.training.loop import train_classifier
 

@@ -84,9 +84,9 @@ from oneshotfl.methods.common import SendsTrainedModel
 from oneshotfl.models.generator import ImageGenerator, input_statistics
 from oneshotfl.params import require
 from oneshotfl.protocol.contract import Requires, ServerContext
+from oneshotfl.protocol.fields import model_from_fields
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
 from oneshotfl.protocol.payload import Payload
-from oneshotfl.protocol.spec import model_from_fields
 from oneshotfl.seeding import derive_seed, seeded_torch, torch_generator
 from oneshotfl.training.synthesis import (
     NoAugmentation,

@@ -47,17 +47,10 @@ from oneshotfl.methods.common import SendsTrainedModel
 from oneshotfl.models import create_model
 from oneshotfl.params import Params, require
 from oneshotfl.protocol.contract import ClientContext, Requires, ServerContext
+from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
 from oneshotfl.protocol.payload import Payload
-from oneshotfl.protocol.spec import (
-    ArraySpec,
-    ModelSpec,
-    PayloadSpec,
-    WireDims,
-    model_fields,
-    model_from_fields,
-    n_examples_spec,
-)
+from oneshotfl.protocol.spec import ArraySpec, ModelSpec, PayloadSpec, WireDims, n_examples_spec
 from oneshotfl.seeding import torch_generator
 
 

@@ -26,9 +26,9 @@ from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import SendsTrainedModel
 from oneshotfl.params import Params
 from oneshotfl.protocol.contract import ClientContext, PeerMethod
+from oneshotfl.protocol.fields import model_from_fields
 from oneshotfl.protocol.outcome import Ensemble, Outcome
 from oneshotfl.protocol.payload import Payload
-from oneshotfl.protocol.spec import model_from_fields
 
 
 @dataclass(frozen=True)

@@ -37,15 +37,10 @@ from oneshotfl.artefacts import ArtefactStore, tensor_fingerprint
 from oneshotfl.data.types import LabelledData, TaskInfo, UnlabelledData
 from oneshotfl.encoders.base import Encoder
 from oneshotfl.params import Params
+from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.protocol.outcome import Outcome
 from oneshotfl.protocol.payload import Payload
-from oneshotfl.protocol.spec import (
-    PayloadSpec,
-    WireDims,
-    model_fields,
-    model_from_fields,
-    task_dims,
-)
+from oneshotfl.protocol.spec import PayloadSpec, WireDims, task_dims
 from oneshotfl.threats import Attack
 from oneshotfl.training.loop import TrainConfig
 from oneshotfl.training.progress import NullTracker, Tracker

@@ -43,6 +43,9 @@ class ExperimentConfig(Params):
         max_train: keep a seeded random subset of this many training examples (tiny runs).
         public_size: examples carved from train as the unlabelled public pool (0 = none).
         val_fraction: fraction of each client's data held out as its validation split.
+        max_client_examples: ``N_max``, the most examples (train + validation) one client may
+            hold and report; 0: the federation's own pool (the clients' examples together).
+            Set it where nodes bring their own data, which the server cannot count.
         partition: partitioner registry name.
         alpha: Dirichlet concentration (``dirichlet``, ``dirichlet_client``).
         classes_per_client: #C of the ``pathological`` partitioner (the dominant classes of
@@ -92,6 +95,7 @@ class ExperimentConfig(Params):
     max_train: int | None = None
     public_size: int = 0
     val_fraction: float = 0.0
+    max_client_examples: int = 0
     partition: str = "dirichlet"
     alpha: float = 0.5
     classes_per_client: int = 2
@@ -142,6 +146,10 @@ class ExperimentConfig(Params):
             raise ConfigError(f"val_fraction: expected in [0, 1), got {self.val_fraction}")
         if self.max_train is not None and self.max_train < 1:
             raise ConfigError(f"max_train: expected >= 1 or None, got {self.max_train}")
+        if self.max_client_examples < 0:
+            raise ConfigError(
+                f"max_client_examples: expected >= 0 (0: the pool), got {self.max_client_examples}"
+            )
         if not 0 <= self.malicious <= self.clients:
             raise ConfigError(
                 f"malicious: expected between 0 and clients={self.clients}, got {self.malicious}"

@@ -35,7 +35,7 @@ from oneshotfl.protocol.wire import receive
 from oneshotfl.runner.config import ConfigError
 from oneshotfl.runner.evaluate import evaluate_outcome, inference_cost, summarise_clients
 from oneshotfl.runner.results import MethodResult
-from oneshotfl.runner.transport import ClientReply, Missing, Transport
+from oneshotfl.runner.transport import ClientReply, Missing, Transport, shard_problem
 
 if TYPE_CHECKING:
     from oneshotfl.runner.experiment import Experiment
@@ -89,6 +89,16 @@ def admit_replies(
     return admitted, named
 
 
+def admit_shard(exp: Experiment, reply: ClientReply) -> str | None:
+    """Round 0: check a client's shard report (its sizes and label counts, bounded by the
+    classes and ``N_max``) and enter its first valid report in the experiment's ledger;
+    returns why the report cannot be used, if it cannot (the client is then refused)."""
+    problem = shard_problem(reply.shard, exp.data.task.num_classes, exp.train_pool)
+    if problem is None and reply.shard is not None:
+        exp.ledger.setdefault(reply.client_id, reply.shard)
+    return None if problem is None else f"client {reply.client_id}: {problem}"
+
+
 def collect_round(
     key: str,
     method: Method[Any],
@@ -113,6 +123,11 @@ def collect_round(
         if reply.facts:
             traffic.facts[cid] = reply.facts
         traffic.upload_bytes[cid] = len(reply.data) if method.communicates else 0
+        problem = admit_shard(exp, reply) if round_index == 0 else None
+        if problem is not None:
+            log.warning("%s: round 0: refused %s", key, problem)
+            traffic.rejected[cid] = problem
+            continue
         try:
             traffic.received[cid] = receive(reply.data, spec, dims, cid)
         except (WireError, PayloadError) as exc:
@@ -184,7 +199,6 @@ def _facts(facts: Mapping[int, Mapping[str, float]], clients: int) -> dict[str, 
 def _run_star(key: str, method: Method[Any], exp: Experiment, transport: Transport) -> MethodResult:
     """A star method's rounds: broadcast, the clients' updates, the server's aggregate."""
     n, test = exp.cfg.clients, exp.data.test
-    histograms = exp.data.label_histograms()
     rounds = method.num_rounds()
     upload = np.zeros(n, dtype=np.int64)
     client_wall = np.zeros(n)
@@ -208,6 +222,7 @@ def _run_star(key: str, method: Method[Any], exp: Experiment, transport: Transpo
         start = time.perf_counter()
         outcome = method.aggregate(traffic.received, exp.server_context(method.requires))
         server_wall += time.perf_counter() - start
+        histograms = exp.label_histograms()  # as the clients reported them in round 0
         if rounds > 1:
             metrics = evaluate_outcome(outcome, test, histograms, exp.device)
             history.append(
@@ -255,6 +270,13 @@ def _run_peer(
     n, graph = exp.cfg.clients, exp.graph
     replies, silent = transport.upload(key, method, 0, None)
     admitted, missing = admit_replies(key, replies, n, silent)
+    refused: dict[str, str] = {}
+    for cid in sorted(admitted):
+        problem = admit_shard(exp, admitted[cid])
+        if problem is not None:
+            log.warning("%s: refused %s", key, problem)
+            refused[str(cid)] = problem
+            del admitted[cid]
     routes: dict[int, dict[int, bytes]] = {}
     for r in sorted(admitted):
         senders = method.senders_for(r, graph.senders(r), exp.cfg.data_seed)
@@ -274,8 +296,14 @@ def _run_peer(
     missing.update(unanswered)
     reports = sorted(reports, key=lambda p: p.receiver)
     rejected = {f"{s}->{p.receiver}": why for p in reports for s, why in p.rejected.items()}
-    refused = {s for p in reports for s in p.rejected}
-    check_quorum(key, method, exp, len(set(admitted) - refused), rejected, missing)
+    check_quorum(
+        key,
+        method,
+        exp,
+        len(set(admitted) - {s for p in reports for s in p.rejected}),
+        {**refused, **rejected},
+        missing,
+    )
     if not reports:
         raise QuorumError(f"{key}: no receiver reported a model; no reply: {dict(missing)}")
     wall, receiver_wall = [0.0] * n, [0.0] * n
@@ -296,7 +324,7 @@ def _run_peer(
         server_wall_s=0.0,
         clients_used=[p.receiver for p in reports],
         diagnostics={str(p.receiver): p.diagnostics for p in reports if p.diagnostics},
-        rejected=rejected,
+        rejected={**refused, **rejected},
         no_reply=missing,
         topology={"graph": graph.spec, "edges": edges},
         received_bytes_per_client=received,

@@ -52,6 +52,12 @@ def label_weighted(class_acc: np.ndarray, histogram: np.ndarray) -> float:
     return float((p * class_acc[mask]).sum())
 
 
+def _nanmean(values: Sequence[float]) -> float:
+    """The mean of the values that are not NaN (NaN when none is)."""
+    known = [v for v in values if not np.isnan(v)]
+    return float(np.mean(known)) if known else float("nan")
+
+
 def label_histogram(y: torch.Tensor, num_classes: int) -> np.ndarray:
     """A client's ``[classes]`` training-label counts."""
     return np.bincount(y.numpy(), minlength=num_classes)
@@ -87,7 +93,7 @@ def summarise_clients(metrics: Sequence[ClientMetrics]) -> dict[str, Any]:
         "accuracy": float(np.mean(accs)),
         "accuracy_best": float(np.max(accs)),
         "accuracy_worst": float(np.min(accs)),
-        "personal_accuracy": float(np.nanmean(personal)),
+        "personal_accuracy": _nanmean(personal),
         "client_accuracy": accs,
         "client_personal_accuracy": personal,
     }
@@ -110,16 +116,17 @@ def inference_cost(outcome: Outcome, x: torch.Tensor, device: torch.device) -> d
 def evaluate_outcome(
     outcome: Outcome, test: LabelledData, histograms: np.ndarray, device: torch.device
 ) -> dict[str, Any]:
-    """Metrics of an outcome; ``histograms`` is the ``[clients, classes]`` label count matrix."""
+    """Metrics of an outcome; ``histograms`` is the ``[clients, classes]`` label count matrix
+    (a NaN row: a client whose counts are not known; its personal accuracy is ``None``)."""
     num_classes = histograms.shape[1]
     if isinstance(outcome, GlobalModel | Ensemble):
         probs = outcome.predict_proba(test.x, device)
         class_acc = per_class_accuracy(probs, test.y, num_classes)
-        personal = [label_weighted(class_acc, h) for h in histograms]
+        personal = [label_weighted(class_acc, h) for h in histograms]  # NaN: no histogram
         return {
             "accuracy": float((probs.argmax(1) == test.y).double().mean()),
-            "personal_accuracy": float(np.nanmean(personal)),
-            "client_personal_accuracy": [float(p) for p in personal],
+            "personal_accuracy": _nanmean(personal),
+            "client_personal_accuracy": [None if np.isnan(p) else float(p) for p in personal],
             "per_class_accuracy": [float(a) for a in class_acc],
         }
     if isinstance(outcome, Personalised):

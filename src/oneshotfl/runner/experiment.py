@@ -15,19 +15,20 @@ import logging
 import platform
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 import oneshotfl
 from oneshotfl.artefacts import ArtefactStore
 from oneshotfl.data.datasets import load_dataset
 from oneshotfl.data.feature_skew import FeatureSkewError, build_feature_skew, dataset_stats
-from oneshotfl.data.federated import FederatedData, carve_federated_data
+from oneshotfl.data.federated import ClientShard, FederatedData, carve_federated_data
 from oneshotfl.data.types import Dataset
 from oneshotfl.devices import resolve_device
 from oneshotfl.encoders import Encoder, EncoderError, build_encoder
@@ -46,7 +47,7 @@ from oneshotfl.protocol.spec import WireDims
 from oneshotfl.runner.config import ConfigError, ExperimentConfig, client_architectures
 from oneshotfl.runner.engine import RequirementError, run_method
 from oneshotfl.runner.results import MethodResult
-from oneshotfl.runner.transport import LocalTransport, Transport
+from oneshotfl.runner.transport import LocalTransport, ShardReport, Transport
 from oneshotfl.threats import Attack, build_attack
 from oneshotfl.training.progress import NullTracker, Tracker
 
@@ -86,8 +87,12 @@ class Experiment:
         store: artefact cache.
         tracker: progress display.
         encoder: the shared frozen encoder, when configured.
-        train_pool: the examples the federation's clients hold together (train and
-            validation): the most one client can claim (``N_max`` on the wire).
+        train_pool: ``N_max`` on the wire, the most examples one client can claim: the
+            config's ``max_client_examples``, else the examples the federation's clients
+            hold together (train and validation).
+        ledger: the clients' :class:`~oneshotfl.runner.transport.ShardReport` s, by client
+            id, as the engine admitted them (the first valid report of each client): the
+            server's only source for client sizes and label histograms.
 
     The neighbour graph (:attr:`graph`) is built only when a peer method runs — checked by
     :meth:`check` before any training — so star runs and Flower nodes never need it.
@@ -101,6 +106,7 @@ class Experiment:
     tracker: Tracker
     encoder: Encoder | None = None
     train_pool: int = 0
+    ledger: dict[int, ShardReport] = field(default_factory=dict, compare=False)
 
     @classmethod
     def prepare(
@@ -149,7 +155,13 @@ class Experiment:
                 )
             except EncoderError as exc:
                 raise ConfigError(str(exc)) from None
-        pool = sum(len(s.train) + (0 if s.val is None else len(s.val)) for s in data.clients)
+        sizes = [len(s.train) + (0 if s.val is None else len(s.val)) for s in data.clients]
+        pool = cfg.max_client_examples or sum(sizes)
+        if max(sizes) > pool:
+            raise ConfigError(
+                f"max_client_examples: expected at least the largest client's {max(sizes)} "
+                f"examples, got {pool}"
+            )
         return cls(cfg, data, archs, device, store, tracker or NullTracker(), encoder, pool)
 
     @cached_property
@@ -164,9 +176,23 @@ class Experiment:
         except GraphError as exc:
             raise ConfigError(f"graph: {exc}") from None
 
-    def only(self, client_id: int) -> Experiment:
-        """This experiment as one node sees it: its own shard only."""
-        return replace(self, data=self.data.only(client_id))
+    def only(self, client_id: int, shard: ClientShard | None = None) -> Experiment:
+        """This experiment as one node sees it: its own shard only (``shard``: the node's own
+        data instead of the carved shard)."""
+        return replace(self, data=self.data.only(client_id, shard), ledger={})
+
+    def shard_report(self, client_id: int) -> ShardReport:
+        """What client ``client_id`` reports about its own (clean) shard."""
+        shard = self.data.shard(client_id)
+        return ShardReport.of(shard.train, shard.val, self.data.task.num_classes)
+
+    def label_histograms(self) -> np.ndarray:
+        """``[clients, classes]`` label counts as the clients reported them (:attr:`ledger`);
+        NaN rows for clients that have not."""
+        out = np.full((self.cfg.clients, self.data.task.num_classes), np.nan)
+        for cid, report in self.ledger.items():
+            out[cid] = report.label_histogram
+        return out
 
     @property
     def dims(self) -> WireDims:
@@ -328,19 +354,22 @@ class Experiment:
         return doc
 
     def client_rows(self) -> list[dict[str, Any]]:
-        """Per client: architecture, data sizes and label histogram."""
-        histograms = self.data.label_histograms()
-        return [
-            {
-                "client": shard.client_id,
-                "arch": self.archs[shard.client_id],
-                "train_size": len(shard.train),
-                "val_size": 0 if shard.val is None else len(shard.val),
-                "label_histogram": histograms[i].tolist(),
-                **({"malicious": self.cfg.attack} if shard.client_id < self.cfg.malicious else {}),
-            }
-            for i, shard in enumerate(self.data.clients)
-        ]
+        """Per client: architecture, and the data sizes and label histogram it reported
+        (``reported: false`` and zeros for a client whose report never arrived)."""
+        rows = []
+        classes = self.data.task.num_classes
+        for cid, arch in enumerate(self.archs):
+            report = self.ledger.get(cid)
+            rows.append(
+                {
+                    "client": cid,
+                    "arch": arch,
+                    **(report or ShardReport(0, 0, (0,) * classes)).to_dict(),
+                    **({} if report else {"reported": False}),
+                    **({"malicious": self.cfg.attack} if cid < self.cfg.malicious else {}),
+                }
+            )
+        return rows
 
 
 Connect = Callable[[Experiment, Methods], Transport]

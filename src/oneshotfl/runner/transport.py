@@ -43,6 +43,57 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
+class ShardReport:
+    """What a client says about its own data, in round 0: the server's bookkeeping (client
+    sizes and label histograms in the result file, the label distribution personal accuracy
+    is weighted by) comes from these reports, never from a copy of the data. Self-reported:
+    :func:`shard_problem` bounds it before anything is allocated or used.
+
+    Attributes:
+        train_size: training examples.
+        val_size: validation examples.
+        label_histogram: training examples per class, ``[classes]``.
+    """
+
+    train_size: int
+    val_size: int
+    label_histogram: tuple[int, ...]
+
+    @classmethod
+    def of(cls, train: LabelledData, val: LabelledData | None, num_classes: int) -> ShardReport:
+        """The report of a shard (its clean labels)."""
+        counts = label_histogram(train.y, num_classes)
+        return cls(len(train), 0 if val is None else len(val), tuple(int(c) for c in counts))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (the result file's client row fields)."""
+        return {
+            "train_size": self.train_size,
+            "val_size": self.val_size,
+            "label_histogram": list(self.label_histogram),
+        }
+
+
+def shard_problem(report: ShardReport | None, num_classes: int, max_examples: int) -> str | None:
+    """Why a shard report cannot be used (``None``: it can): one count per class, integers
+    ``>= 0`` summing to ``train_size``, and ``train_size + val_size <= N_max`` (when known)."""
+    if report is None:
+        return "sent no shard report (its training-set size and label counts)"
+    counts = report.label_histogram
+    if len(counts) != num_classes:
+        return f"shard report: expected {num_classes} label counts, got {len(counts)}"
+    sizes = (report.train_size, report.val_size, *counts)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in sizes):
+        return "shard report: expected integer sizes and label counts >= 0"
+    if sum(counts) != report.train_size:
+        return f"shard report: label counts sum to {sum(counts)}, train_size is {report.train_size}"
+    total = report.train_size + report.val_size
+    if max_examples > 0 and total > max_examples:
+        return f"shard report: {total} examples, above N_max = {max_examples}"
+    return None
+
+
+@dataclass(frozen=True)
 class ClientReply:
     """One client's answer to one round, as it leaves the client.
 
@@ -53,12 +104,14 @@ class ClientReply:
         facts: result-file facts of round 0, never an input to any receiver: the
             ``local_test_accuracy`` / ``local_val_accuracy`` of the model the method's client
             trained (absent when it trains none) and the method's own ``client_facts``.
+        shard: round 0: the client's report on its own data (:class:`ShardReport`).
     """
 
     client_id: int
     data: bytes
     wall_s: float
     facts: dict[str, float] = field(default_factory=dict)
+    shard: ShardReport | None = None
 
 
 @dataclass(frozen=True)
@@ -104,9 +157,15 @@ def local_stats(
     return {k: float(v) for k, v in payload.scalars.items()}
 
 
-def client_step(method: Method[Any], ctx: ClientContext, test: LabelledData | None) -> ClientReply:
-    """The client side of one round: ``client_update`` (timed), serialisation, and the local
-    model's accuracies. The same function runs in the simulation and in a Flower ClientApp."""
+def client_step(
+    method: Method[Any],
+    ctx: ClientContext,
+    test: LabelledData | None,
+    shard: ShardReport | None = None,
+) -> ClientReply:
+    """The client side of one round: ``client_update`` (timed), serialisation, and in round 0
+    the local model's accuracies and the client's ``shard`` report. The same function runs in
+    the simulation and in a Flower ClientApp."""
     start = time.perf_counter()
     payload = method.client_update(ctx)
     if ctx.attack is not None:  # a simulated malicious client tampers with its own message
@@ -114,10 +173,10 @@ def client_step(method: Method[Any], ctx: ClientContext, test: LabelledData | No
         payload = ctx.attack.tamper(payload, method.payload_spec(ctx.dims), ctx.dims, rng)
     wall = time.perf_counter() - start
     data = encode(payload)  # what crosses the network; counted even if rejected
-    facts: dict[str, float] = {}
-    if ctx.round == 0:
-        facts = {**local_stats(method.local_model(ctx), ctx, test), **method.client_facts(ctx)}
-    return ClientReply(ctx.client_id, data, wall, facts)
+    if ctx.round > 0:
+        return ClientReply(ctx.client_id, data, wall)
+    facts = {**local_stats(method.local_model(ctx), ctx, test), **method.client_facts(ctx)}
+    return ClientReply(ctx.client_id, data, wall, facts, shard)
 
 
 def peer_step(
@@ -208,7 +267,8 @@ class LocalTransport:
         missing: Missing = {}
         for shard in exp.data.clients:
             ctx = exp.client_context(shard.client_id).for_round(round_index, received)
-            step = functools.partial(client_step, method, ctx, exp.data.test)
+            report = exp.shard_report(shard.client_id)
+            step = functools.partial(client_step, method, ctx, exp.data.test, report)
             reply = attempt(ctx.client_id, "update", step, missing)
             if reply is not None:
                 replies.append(reply)

@@ -1,0 +1,76 @@
+"""A test double for Flower's Grid that answers with the real ClientApp handler, and the
+fixture Flower's message stamping needs (shared by the Flower tests)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from flwr.app import Context, Message, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
+
+from oneshotfl.flower.app import client_main
+from oneshotfl.flower.server import run_server
+from oneshotfl.runner.config import ExperimentConfig
+
+Tamper = Callable[[int, Message, Message], Message | None]
+
+
+@pytest.fixture(autouse=True)
+def task_identity() -> Iterator[None]:
+    """Flower stamps messages with the running task's identity; the runtime sets it."""
+    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
+    yield
+    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
+
+
+class FakeGrid:
+    """Nodes ``100 + partition id``, each answering with the real ClientApp handler.
+
+    ``tamper(node, instruction, reply)`` may replace a reply or drop it (``None``: the node
+    is silent).
+    """
+
+    def __init__(self, clients: int, tamper: Tamper | None = None) -> None:
+        self.node_config = {100 + p: {"partition-id": p} for p in range(clients)}
+        self.tamper = tamper
+        self.sent: list[Message] = []
+        self.replies: list[Message] = []
+
+    def get_node_ids(self) -> Iterable[int]:
+        return list(self.node_config)
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> Iterable[Message]:
+        replies = []
+        for message in messages:
+            message.metadata.__dict__["_message_id"] = f"m{len(self.sent)}"  # as Grids do
+            self.sent.append(message)
+            node = message.metadata.dst_node_id
+            ctx = Context(1, node, self.node_config[node], RecordDict(), {})
+            reply: Message | None = client_main(message, ctx)
+            if self.tamper is not None and reply is not None:
+                reply = self.tamper(node, message, reply)
+            if reply is not None:
+                replies.append(reply)
+        self.replies.extend(replies)
+        return replies
+
+
+def core(doc: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return [
+        (m["key"], m["accuracy"], m["personal_accuracy"], m["upload_bytes_per_client"])
+        for m in doc["methods"]
+    ]
+
+
+def run_on_grid(tmp_path: Path, cfg: ExperimentConfig, grid: FakeGrid, name: str = "out") -> Any:
+    config = tmp_path / f"{name}.yaml"
+    config.write_text(yaml.safe_dump(cfg.to_dict()))
+    run_config = {"config": str(config), "out": str(tmp_path / name), "node-timeout": 1.0}
+    return run_server(grid, run_config, "test")
