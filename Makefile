@@ -1,11 +1,11 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
-.PHONY: setup data demo test lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
+.PHONY: setup data demo test docs check-wheel lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
 	bench-fedeov bench-fedeov-target bench-intactofl bench-fol bench-robust bench-membership bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed \
 	clean-cache
 VENV := .venv/bin
 
 setup:
-	@ONESHOTFL_EXTRAS=dev,flower bash scripts/bootstrap.sh
+	@ONESHOTFL_EXTRAS=dev,flower,docs,track,flwr-datasets bash scripts/bootstrap.sh
 
 data:
 	@bash scripts/ensure_fashion_mnist.sh
@@ -17,11 +17,21 @@ demo: setup data
 ## Lint, type-check, the whole test suite (slow end-to-end tests included), then Flower end
 ## to end on loopback: a SuperLink and 3 SuperNodes, insecure and with TLS + node auth.
 test: setup data
-	$(VENV)/ruff check src tests
-	$(VENV)/ruff format --check src tests
+	$(VENV)/ruff check src tests examples
+	$(VENV)/ruff format --check src tests examples
 	$(VENV)/mypy
+	$(MAKE) docs
 	$(VENV)/python -m pytest -q
 	bash scripts/flower_e2e.sh
+
+## The documentation site (mkdocs.yml) into site/; --strict: a broken link or reference fails.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/mkdocs build --strict --site-dir site
+
+## Packaging (issue 16): build the wheel; install it into clean venvs without extras and with
+## the flower extra; `oneshotfl --version`, a tiny digits run, `import oneshotfl.flower.app`.
+check-wheel:
+	bash scripts/check_wheel.sh
 
 ## The committed core benchmark (see docs/benchmarks.md).
 bench-core: setup data

@@ -5,8 +5,6 @@ only. The encoder research commands live in :mod:`oneshotfl.encoders.cli`, the F
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
 import json
 import logging
 import sys
@@ -25,6 +23,7 @@ from oneshotfl.cli_support import (
     console,
     err_console,
     fail,
+    results_table,
     setup_logging,
     with_options,
     writable_dir,
@@ -32,6 +31,7 @@ from oneshotfl.cli_support import (
 from oneshotfl.data.datasets import DATASETS, load_dataset
 from oneshotfl.data.federated import carve_federated_data
 from oneshotfl.data.partition import PARTITIONERS
+from oneshotfl.describe import describe_method
 from oneshotfl.methods import METHODS
 from oneshotfl.models import MODELS
 from oneshotfl.plots import partition_heatmap
@@ -40,10 +40,11 @@ from oneshotfl.registry import Registry, RegistryError
 from oneshotfl.runner.compare import compare_trees, read_result, result_differences
 from oneshotfl.runner.config import ConfigError, ExperimentConfig, load_config, make_config
 from oneshotfl.runner.experiment import run_experiment
-from oneshotfl.runner.report import human_bytes, setting_label, splice_markdown, write_report
+from oneshotfl.runner.report import splice_markdown, write_report
 from oneshotfl.runner.results import atomic_write_text, write_result
 from oneshotfl.runner.sweep import load_sweep, select_seeds, select_shard
 from oneshotfl.threats import ATTACKS
+from oneshotfl.tracking import log_result, tracked
 from oneshotfl.training.components import COMPONENTS
 from oneshotfl.training.progress import RichTracker
 
@@ -72,6 +73,15 @@ def root(
     """One-shot federated learning: run methods, sweeps and reports."""
 
 
+TrackOption = Annotated[
+    list[str] | None,
+    typer.Option(help="log the run to tensorboard or mlflow (repeatable; the track extra)"),
+]
+TrackDirOption = Annotated[
+    Path | None,
+    typer.Option(help="tracking directory (default runs/tensorboard, mlruns)"),
+]
+
 RUN_OPTIONS = config_options(
     ExperimentConfig, names={"methods": ("--method", "--methods")}, skip=("cache_dir",)
 )
@@ -89,6 +99,8 @@ def run(
     ] = False,
     cache_dir: Annotated[str | None, typer.Option(help="artefact cache directory")] = None,
     out: Annotated[Path | None, typer.Option(help="results directory")] = None,
+    track: TrackOption = None,
+    track_dir: TrackDirOption = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
     **options: Any,
 ) -> None:
@@ -109,49 +121,20 @@ def run(
         if (out_dir / "result.json").exists():
             raise ConfigError(f"{out_dir}/result.json exists; choose another --out")
         writable_dir(out_dir)
-        with RichTracker(err_console) as tracker:
+        with (
+            RichTracker(err_console) as progress,
+            tracked(track or [], "oneshotfl", out_dir.name, track_dir, progress) as (tracker, logs),
+        ):
             doc = run_experiment(cfg, tracker)
+            path = write_result(out_dir, doc)
+            log_result(logs, doc, out_dir)
     except USER_ERRORS as exc:
         fail(exc)
-    path = write_result(out_dir, doc)
     console.print(results_table(doc))
     console.print(
         f"results: {path}  (cache: {doc['cache']['hits']} hits, "
         f"{doc['cache']['misses']} misses; {doc['wall_time_s']:.1f} s)"
     )
-
-
-def results_table(doc: dict[str, Any]) -> Table:
-    """The per-method summary as a rich table."""
-    c = doc["config"]
-    title = f"{c['dataset']} · {setting_label(c)} · {c['clients']} clients · seed {c['seed']}"
-    table = Table(title=title)
-    for name in (
-        "method",
-        "accuracy",
-        "best/worst",
-        "personal",
-        "upload/client",
-        "client s",
-        "server s",
-    ):
-        table.add_column(name, justify="left" if name == "method" else "right")
-    for r in doc["methods"]:
-        extremes = (
-            f"{100 * r['accuracy_best']:.2f}/{100 * r['accuracy_worst']:.2f}"
-            if "accuracy_best" in r
-            else ""
-        )
-        table.add_row(
-            r["key"],
-            f"{100 * r['accuracy']:.2f}%",
-            extremes,
-            f"{100 * r['personal_accuracy']:.2f}%",
-            human_bytes(r["upload_bytes_mean"]),
-            f"{r['client_wall_s_mean']:.2f}",
-            f"{r['server_wall_s']:.2f}",
-        )
-    return table
 
 
 @app.command()
@@ -241,20 +224,9 @@ def list_(
 def describe(method: Annotated[str, typer.Argument(help="a registered method name")]) -> None:
     """Print a method's paper, deviations and choices, requirements and hyper-parameters."""
     try:
-        cls = METHODS.get(method)
+        typer.echo(describe_method(method))
     except RegistryError as exc:
         fail(exc)
-        return
-    module = inspect.getmodule(cls)
-    typer.echo(inspect.cleandoc(module.__doc__ or "") if module else "")
-    typer.echo(f"\nrequires: {cls.requires}")
-    typer.echo("hyper-parameters (set as --method NAME:key=value):")
-    config = cls.Config()
-    resolved = config.resolved() if hasattr(config, "resolved") else {}
-    for f in dataclasses.fields(cls.Config):
-        default = f.default if f.default is not dataclasses.MISSING else "(required)"
-        effective = f"   (by default: {resolved[f.name]!r})" if f.name in resolved else ""
-        typer.echo(f"  {f.name} = {default!r}{effective}")
 
 
 @app.command()
@@ -270,9 +242,12 @@ def sweep(
         str | None,
         typer.Option(help="run only shard K/N of the grid points (parallel processes)"),
     ] = None,
+    track: TrackOption = None,
+    track_dir: TrackDirOption = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
-    """Run every point of a sweep grid; finished runs are skipped (resume)."""
+    """Run every point of a sweep grid; finished runs are skipped (resume). With ``--track``
+    each point is one tracked run, grouped under the sweep's name."""
     setup_logging(verbose)
     try:
         spec = load_sweep(file)
@@ -293,11 +268,18 @@ def sweep(
             continue
         log.info("[%d/%d] %s", i, len(runs), point.run_id)
         try:
-            with RichTracker(err_console) as tracker:
+            with (
+                RichTracker(err_console) as progress,
+                tracked(track or [], spec.name, point.run_id, track_dir, progress) as (
+                    tracker,
+                    logs,
+                ),
+            ):
                 doc = run_experiment(point.config, tracker)
+                write_result(run_dir, doc)
+                log_result(logs, doc, run_dir)
         except USER_ERRORS as exc:
             fail(exc)
-        write_result(run_dir, doc)
         done += 1
         console.print(results_table(doc))
     elapsed = time.perf_counter() - start

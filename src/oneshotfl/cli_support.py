@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.markup import escape
+from rich.table import Table
 
 from oneshotfl.data.datasets import DatasetFormatError, DatasetNotFoundError
 from oneshotfl.data.partition import PartitionError
@@ -25,6 +26,7 @@ from oneshotfl.params import literal_options
 from oneshotfl.registry import RegistryError
 from oneshotfl.runner.config import ConfigError
 from oneshotfl.runner.engine import QuorumError
+from oneshotfl.runner.report import human_bytes, setting_label
 
 # Off a terminal (pipes, CI logs) rich would wrap tables at 80 columns; give them room.
 console = Console(width=None if sys.stdout.isatty() else 140)
@@ -148,3 +150,36 @@ def with_options(params: list[inspect.Parameter]) -> Callable[[Callable[..., Any
         return func
 
     return decorate
+
+
+def results_table(doc: dict[str, Any]) -> Table:
+    """The per-method summary as a rich table."""
+    c = doc["config"]
+    title = f"{c['dataset']} · {setting_label(c)} · {c['clients']} clients · seed {c['seed']}"
+    table = Table(title=title)
+    for name in (
+        "method",
+        "accuracy",
+        "best/worst",
+        "personal",
+        "upload/client",
+        "client s",
+        "server s",
+    ):
+        table.add_column(name, justify="left" if name == "method" else "right")
+    for r in doc["methods"]:
+        extremes = (
+            f"{100 * r['accuracy_best']:.2f}/{100 * r['accuracy_worst']:.2f}"
+            if "accuracy_best" in r
+            else ""
+        )
+        table.add_row(
+            r["key"],
+            f"{100 * r['accuracy']:.2f}%",
+            extremes,
+            f"{100 * r['personal_accuracy']:.2f}%",
+            human_bytes(r["upload_bytes_mean"]),
+            f"{r['client_wall_s_mean']:.2f}",
+            f"{r['server_wall_s']:.2f}",
+        )
+    return table

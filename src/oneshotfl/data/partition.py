@@ -300,7 +300,9 @@ class DirichletClient(Partitioner):
 
 
 def make_partitioner(name: str, **options: Any) -> Partitioner:
-    """Build the partitioner ``name`` from those ``options`` its dataclass declares.
+    """Build the partitioner ``name`` from those ``options`` its dataclass declares; a name
+    ``flwr:ClassName[:key=value...]`` builds a Flower Datasets partitioner
+    (:mod:`oneshotfl.data.flwr_partition`).
 
     Options it does not declare are ignored, so callers may pass every partition option
     (``alpha``, ``classes_per_client``, ``min_samples``, ``max_retries``) at once; ``None``
@@ -314,6 +316,10 @@ def make_partitioner(name: str, **options: Any) -> Partitioner:
         RegistryError: for an unknown name.
         ValueError: when a required option is missing or a value is invalid.
     """
+    if name.startswith("flwr:"):  # a Flower Datasets partitioner (the flwr-datasets extra)
+        from oneshotfl.data.flwr_partition import FlowerPartitioner
+
+        return FlowerPartitioner.from_spec(name, options.get("alpha"))
     cls = PARTITIONERS.get(name)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {k: v for k, v in options.items() if k in fields and v is not None}

@@ -46,9 +46,10 @@ class ExperimentConfig(Params):
         max_client_examples: ``N_max``, the most examples (train + validation) one client may
             hold and report; 0: the federation's own pool (the clients' examples together).
             Set it where nodes bring their own data, which the server cannot count.
-        partition: partitioner registry name.
+        partition: partitioner registry name, or a Flower Datasets partitioner
+            ``flwr:ClassName[:key=value...]`` (the flwr-datasets extra).
         alpha: Dirichlet concentration (``dirichlet``, ``dirichlet_client``).
-        classes_per_client: #C of the ``pathological`` partitioner (the dominant classes of
+        classes_per_client: ``#C`` of the ``pathological`` partitioner (the dominant classes of
             ``skew``).
         psi: ψ of the ``skew`` partitioner: the fraction of a client's data from its
             dominant classes (FOL).

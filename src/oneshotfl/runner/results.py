@@ -9,7 +9,7 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,8 +119,38 @@ class MethodResult:
                 data["client_wall_s_mean"] = self.client_wall_s_mean
         return data
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MethodResult:
+        """Read one entry of ``result.json``'s ``methods`` back (the inverse of
+        :meth:`to_dict`: ``MethodResult.from_dict(r.to_dict()) == r``).
+
+        The two means :meth:`to_dict` adds are derived, so they are not read. Entries written
+        by older versions are read too: one without ``rounds`` or ``download_bytes_per_client``
+        (before multi-round methods) ran one round and downloaded nothing; keys this version
+        does not know (such as the old ``client_train_s_mean``) are left out.
+
+        Raises:
+            ValueError: when a field every version writes is missing.
+        """
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {**_LEGACY_DEFAULTS, **{k: v for k, v in data.items() if k in known}}
+        required = [
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        ]
+        missing = [name for name in required if name not in values]
+        if missing:
+            raise ValueError(
+                f"method entry {data.get('key', '?')!r}: expected the fields {missing}, "
+                "got an entry without them"
+            )
+        return cls(**values)
+
 
 _OMIT_EMPTY = ("no_reply", "rounds_history")
+_LEGACY_DEFAULTS: dict[str, Any] = {"rounds": 1, "download_bytes_per_client": 0}
+"""What result files written before multi-round methods left out."""
 
 
 def local_rows(methods: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ from torch import nn
 
 from oneshotfl.data.types import LabelledData
 from oneshotfl.params import Params, require
-from oneshotfl.training.progress import NullTracker, Tracker
+from oneshotfl.training.progress import NullTracker, Tracker, report_scalar
 
 Batch = tuple[torch.Tensor, ...]
 LossFn = Callable[[nn.Module, Batch], torch.Tensor]
@@ -150,6 +150,7 @@ def fit(
         for epoch in range(cfg.epochs):
             if hooks.epoch_start is not None:
                 hooks.epoch_start(epoch)
+            epoch_loss, epoch_steps = 0.0, 0
             for idx in batch_indices(n, cfg.batch_size, generator):
                 batch = tuple(t[idx].to(device, non_blocking=True) for t in tensors)
                 optimizer.zero_grad(set_to_none=True)
@@ -165,7 +166,9 @@ def fit(
                     hooks.step_end()
                 steps += 1
                 loss_value = float(loss.detach())
+                epoch_loss, epoch_steps = epoch_loss + loss_value, epoch_steps + 1
                 advance(1)
+            report_scalar(tracker, f"loss/{description}", epoch, epoch_loss / epoch_steps)
             if hooks.epoch_end is not None:
                 hooks.epoch_end(epoch)
     model.eval()

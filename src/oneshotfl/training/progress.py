@@ -1,13 +1,16 @@
 """Progress reporting that library code can call without knowing about the terminal.
 
-The CLI passes a :class:`RichTracker`; tests and library users get :class:`NullTracker`.
+The CLI passes a :class:`RichTracker`; tests and library users get :class:`NullTracker`. A
+tracker that also has ``scalar(tag, step, value)`` (a :class:`ScalarSink`, such as the
+experiment tracking of :mod:`oneshotfl.tracking`) receives the training layer's per-epoch
+losses through :func:`report_scalar`; others ignore them.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from rich.console import Console
 from rich.progress import (
@@ -28,6 +31,21 @@ class Tracker(Protocol):
     def task(self, description: str, total: int) -> contextlib.AbstractContextManager[Advance]:
         """A context manager yielding ``advance(n)`` for one task of ``total`` steps."""
         ...
+
+
+@runtime_checkable
+class ScalarSink(Protocol):
+    """A tracker that records named series of numbers (losses per epoch)."""
+
+    def scalar(self, tag: str, step: int, value: float) -> None:
+        """Record ``value`` at ``step`` of the series ``tag``."""
+        ...
+
+
+def report_scalar(tracker: Tracker | None, tag: str, step: int, value: float) -> None:
+    """Hand one point of a series to ``tracker`` if it records series (else nothing)."""
+    if isinstance(tracker, ScalarSink):
+        tracker.scalar(tag, step, value)
 
 
 class NullTracker:

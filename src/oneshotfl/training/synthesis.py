@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from oneshotfl.training.loop import TrainConfig, make_optimizer
-from oneshotfl.training.progress import NullTracker, Tracker
+from oneshotfl.training.progress import NullTracker, Tracker, report_scalar
 from oneshotfl.training.synthesis_config import SynthesisBudget, SynthesisConfig
 from oneshotfl.training.synthesis_terms import BatchNormStatistics, reinitialise
 
@@ -321,6 +321,8 @@ def synthesise(
                 pool = _grow(pool, (problem.augment(x, rng).detach(), y), cfg)
             problem.pool_grew(*pool, rng)
             learn_hist.append(_learner_round(learner, problem, learn_opt, pool, cfg, rng, where))
+            report_scalar(tracker, f"loss/{description}: generator", t, loss)
+            report_scalar(tracker, f"loss/{description}: learner", t, learn_hist[-1])
             if schedule is not None:
                 schedule.step()
             advance(1)

@@ -1,0 +1,355 @@
+"""The Python API: run an experiment or a sweep from Python and get typed results.
+
+The same runs as the ``oneshotfl run`` and ``oneshotfl sweep`` commands, with the same
+configuration (:class:`~oneshotfl.runner.config.ExperimentConfig`), the same result files
+and the same errors (:class:`~oneshotfl.runner.config.ConfigError` with a one-line
+message for a bad setting or method name)::
+
+    import oneshotfl
+
+    result = oneshotfl.run(dataset="digits", clients=3, model="mlp", methods=["fedavg"])
+    result.method("fedavg").accuracy        # one method's record (a MethodResult)
+    result.accuracy                         # {"fedavg": <test accuracy>}
+    oneshotfl.Result.load("benchmarks/results/core-fmnist/<run>/result.json")
+
+A :class:`Result` has the fields of ``result.json`` and reads any result file back
+(:meth:`Result.load`); :meth:`Result.to_dict` is the JSON document again.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from oneshotfl.cli_support import writable_dir
+from oneshotfl.runner.compare import read_result, result_differences
+from oneshotfl.runner.config import ConfigError, ExperimentConfig, load_config, make_config
+from oneshotfl.runner.experiment import run_experiment
+from oneshotfl.runner.results import (
+    METHOD_COLUMNS,
+    RESULT_FILE,
+    MethodResult,
+    _json_default,
+    write_result,
+)
+from oneshotfl.runner.sweep import Sweep, load_sweep, parse_sweep, select_seeds, select_shard
+from oneshotfl.training.progress import Tracker
+
+__all__ = ["ConfigError", "Result", "SweepResult", "run", "sweep"]
+
+log = logging.getLogger(__name__)
+
+ConfigLike = ExperimentConfig | Mapping[str, Any] | str | Path
+"""What :func:`run` takes as its configuration."""
+
+_DOCUMENT_KEYS = (
+    "oneshotfl_version",
+    "started",
+    "wall_time_s",
+    "environment",
+    "config",
+    "data",
+    "clients",
+    "methods",
+    "cache",
+)
+"""The keys every version's ``result.json`` has (``encoder`` and ``graph`` came later)."""
+
+
+@dataclass(frozen=True)
+class Result:
+    """One run: the fields of its ``result.json``, typed.
+
+    Attributes:
+        config: the experiment configuration (settings a result file predates take their
+            defaults, which reproduce what that version ran).
+        methods: one record per method, in run order (``result.json``'s ``methods``).
+        clients: per client: id, architecture, data sizes and label histogram.
+        data: the dataset facts (name, classes, input shape, split sizes).
+        environment: Python and torch versions, device and thread count of the run.
+        cache: artefact-cache ``hits`` and ``misses``.
+        oneshotfl_version: the version that ran it.
+        started: when it started (ISO 8601, UTC).
+        wall_time_s: how long it took, in seconds.
+        encoder: the shared encoder's spec and fingerprint, if the run had one.
+        graph: the neighbour graph, if a peer method ran.
+        path: the ``result.json`` this result was read from or written to, if any (not part
+            of the document).
+    """
+
+    config: ExperimentConfig
+    methods: tuple[MethodResult, ...]
+    clients: tuple[dict[str, Any], ...]
+    data: dict[str, Any]
+    environment: dict[str, Any]
+    cache: dict[str, Any]
+    oneshotfl_version: str
+    started: str
+    wall_time_s: float
+    encoder: dict[str, Any] | None = None
+    graph: dict[str, Any] | None = None
+    path: Path | None = field(default=None, compare=False)
+    _document: dict[str, Any] | None = field(default=None, init=False, compare=False, repr=False)
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any], path: Path | None = None) -> Result:
+        """The result a ``result.json`` document describes (written by any version).
+
+        Args:
+            doc: the parsed document.
+            path: where it was read from, if anywhere.
+
+        Raises:
+            ValueError: when ``doc`` is not a result document.
+            ConfigError: when its config does not parse with this version.
+        """
+        missing = [k for k in _DOCUMENT_KEYS if k not in doc]
+        if missing:
+            raise ValueError(f"expected a result document, got one without {missing}")
+        try:
+            config = make_config(doc["config"])
+        except ConfigError as exc:
+            where = f" {path}" if path is not None else ""
+            raise ConfigError(f"result{where}: its config does not parse: {exc}") from None
+        result = cls(
+            config=config,
+            methods=tuple(MethodResult.from_dict(m) for m in doc["methods"]),
+            clients=tuple(copy.deepcopy(c) for c in doc["clients"]),
+            data=copy.deepcopy(dict(doc["data"])),
+            environment=copy.deepcopy(dict(doc["environment"])),
+            cache=copy.deepcopy(dict(doc["cache"])),
+            oneshotfl_version=str(doc["oneshotfl_version"]),
+            started=str(doc["started"]),
+            wall_time_s=float(doc["wall_time_s"]),
+            encoder=copy.deepcopy(doc.get("encoder")),
+            graph=copy.deepcopy(doc.get("graph")),
+            path=path,
+        )
+        object.__setattr__(result, "_document", copy.deepcopy(dict(doc)))
+        return result
+
+    @classmethod
+    def load(cls, path: str | Path) -> Result:
+        """Read a ``result.json`` (or the run folder holding one).
+
+        Raises:
+            ValueError: when there is no result document there.
+        """
+        file = Path(path)
+        file = file / RESULT_FILE if file.is_dir() else file
+        return cls.from_dict(read_result(file), path=file)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``result.json`` document: the one this result was read from, as it was
+        written (older versions wrote fewer fields), unless this result differs from it."""
+        if self._document is not None and Result.from_dict(self._document) == self:
+            return copy.deepcopy(self._document)
+        doc: dict[str, Any] = {
+            "oneshotfl_version": self.oneshotfl_version,
+            "started": self.started,
+            "wall_time_s": self.wall_time_s,
+            "environment": copy.deepcopy(self.environment),
+            "config": self.config.to_dict(),
+            "encoder": copy.deepcopy(self.encoder),
+            "data": copy.deepcopy(self.data),
+            "clients": [copy.deepcopy(c) for c in self.clients],
+            "methods": [m.to_dict() for m in self.methods],
+            "cache": copy.deepcopy(self.cache),
+        }
+        if self.graph is not None:
+            doc["graph"] = copy.deepcopy(self.graph)
+        return doc
+
+    def save(self, out: str | Path) -> Path:
+        """Write ``result.json`` and its CSV views into the folder ``out``, as a run does;
+        returns the JSON path."""
+        return write_result(Path(out), self.to_dict())
+
+    def method(self, key: str) -> MethodResult:
+        """The record of the method run as ``key`` (``fedavg``, ``ensemble:weighting=size``),
+        or of the only method of that name.
+
+        Raises:
+            KeyError: when no (or more than one) method matches.
+        """
+        for m in self.methods:
+            if m.key == key:
+                return m
+        named = [m for m in self.methods if m.method == key]
+        if len(named) == 1:
+            return named[0]
+        raise KeyError(f"expected one of the methods {list(self.keys)}, got {key!r}")
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The methods' keys, in run order."""
+        return tuple(m.key for m in self.methods)
+
+    @property
+    def accuracy(self) -> dict[str, float]:
+        """Test accuracy (global model or ensemble; mean over clients when personalised),
+        by method key."""
+        return {m.key: m.accuracy for m in self.methods}
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per method with the columns of ``methods.csv``."""
+        rows = []
+        for m in self.methods:
+            values = m.to_dict()
+            rows.append({c: values.get(c) for c in METHOD_COLUMNS})
+        return rows
+
+    def differences(self, other: Result, labels: Sequence[str] = ("this", "other")) -> list[str]:
+        """What differs from ``other`` in what two runs of one experiment must share — every
+        method's metrics, bytes and clients (see :mod:`oneshotfl.runner.compare`); empty when
+        ``other`` reproduces this run."""
+        return result_differences(self.to_dict(), other.to_dict(), labels)
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """The runs of a sweep (or of the shard or seeds asked for).
+
+    Attributes:
+        name: the sweep's name.
+        root: the folder holding one sub-folder per run.
+        results: every run's result by run id, in sweep order (runs finished before are read
+            back from their ``result.json``).
+        ran: the ids of the runs this call ran (the others were finished already).
+    """
+
+    name: str
+    root: Path
+    results: Mapping[str, Result]
+    ran: tuple[str, ...] = ()
+
+    def __getitem__(self, run_id: str) -> Result:
+        return self.results[run_id]
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per run and method: the run id, then the columns of ``methods.csv``."""
+        return [{"run": rid, **row} for rid, r in self.results.items() for row in r.table()]
+
+
+def resolve_config(config: ConfigLike | None = None, /, **overrides: Any) -> ExperimentConfig:
+    """The configuration :func:`run` runs: defaults < ``config`` < ``overrides``.
+
+    Args:
+        config: an :class:`ExperimentConfig`, a mapping of config keys, or a YAML file.
+        **overrides: config keys (``local_epochs=1``; values as YAML or as the field's type).
+
+    Raises:
+        ConfigError: for an unknown key, a bad value or a missing file.
+    """
+    if config is None:
+        return make_config(overrides)
+    if isinstance(config, ExperimentConfig):
+        return make_config({**config.to_dict(), **overrides}) if overrides else config
+    if isinstance(config, str | Path):
+        return load_config(config, (), overrides)
+    if isinstance(config, Mapping):
+        return make_config({**config, **overrides})
+    raise ConfigError(
+        f"config: expected an ExperimentConfig, a mapping or a YAML path, "
+        f"got {type(config).__name__}"
+    )
+
+
+def run(
+    config: ConfigLike | None = None,
+    /,
+    out: str | Path | None = None,
+    *,
+    tracker: Tracker | None = None,
+    **overrides: Any,
+) -> Result:
+    """Run every configured method on one federation, like ``oneshotfl run``.
+
+    Args:
+        config: an :class:`ExperimentConfig`, a mapping of config keys, or a YAML file
+            (``None``: the defaults).
+        out: a folder to write ``result.json``, the CSV views and the partition heatmap into,
+            as the command does (``None``: write nothing). It must not hold a result yet.
+        tracker: shows progress (default: nothing shown).
+        **overrides: config keys applied on top of ``config`` (``methods=["fedavg"]``).
+
+    Returns:
+        The run's typed result (with ``path`` set when ``out`` is given).
+
+    Raises:
+        ConfigError: for a bad setting, method or model name, or an unusable ``out``.
+    """
+    cfg = resolve_config(config, **overrides)
+    out_dir = None if out is None else Path(out)
+    if out_dir is not None:  # checked before any training, as the command does
+        if (out_dir / RESULT_FILE).exists():
+            raise ConfigError(f"{out_dir}/{RESULT_FILE} exists; choose another out")
+        writable_dir(out_dir)
+    doc = _json_document(run_experiment(cfg, tracker))
+    path = write_result(out_dir, doc) if out_dir is not None else None
+    return Result.from_dict(doc, path=path)
+
+
+def sweep(
+    path_or_sweep: str | Path | Sweep | Mapping[str, Any],
+    out: str | Path,
+    shard: str | tuple[int, int] | None = None,
+    *,
+    seeds: str | Sequence[int] | None = None,
+    force: bool = False,
+    tracker: Tracker | None = None,
+) -> SweepResult:
+    """Run every point of a sweep grid into ``out``, like ``oneshotfl sweep``: one folder per
+    run, and a run whose ``result.json`` exists is read back rather than run again (resume).
+
+    Args:
+        path_or_sweep: a sweep YAML file, its parsed mapping, or a
+            :class:`~oneshotfl.runner.sweep.Sweep`.
+        out: the results root.
+        shard: run only shard ``K/N`` of the grid points (``"0/2"`` or ``(0, 2)``).
+        seeds: run only these seeds (``"0,1"`` or ``[0, 1]``).
+        force: run finished runs again.
+        tracker: shows progress (default: nothing shown).
+
+    Raises:
+        ConfigError: for a bad sweep file, shard or seed list, or an unusable ``out``.
+    """
+    if isinstance(path_or_sweep, Sweep):
+        spec = path_or_sweep
+    elif isinstance(path_or_sweep, Mapping):
+        spec = parse_sweep(path_or_sweep)
+    else:
+        spec = load_sweep(path_or_sweep)
+    if seeds is not None and not isinstance(seeds, str):
+        seeds = ",".join(str(s) for s in seeds)
+    if isinstance(shard, tuple):
+        shard = f"{shard[0]}/{shard[1]}"
+    runs = select_shard(select_seeds(spec.runs, seeds), shard)
+    root = writable_dir(Path(out))
+    results: dict[str, Result] = {}
+    ran: list[str] = []
+    for i, point in enumerate(runs, 1):
+        run_dir = root / point.run_id
+        if (run_dir / RESULT_FILE).exists() and not force:
+            log.info("[%d/%d] %s: done already, read back", i, len(runs), point.run_id)
+            results[point.run_id] = Result.load(run_dir)
+            continue
+        log.info("[%d/%d] %s", i, len(runs), point.run_id)
+        doc = _json_document(run_experiment(point.config, tracker))
+        results[point.run_id] = Result.from_dict(doc, path=write_result(run_dir, doc))
+        ran.append(point.run_id)
+    return SweepResult(spec.name, root, results, tuple(ran))
+
+
+def _json_document(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` as ``result.json`` holds it (arrays as lists, tuples as lists)."""
+    plain: dict[str, Any] = json.loads(json.dumps(doc, default=_json_default))
+    return plain

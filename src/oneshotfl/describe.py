@@ -1,0 +1,159 @@
+"""What ``oneshotfl describe NAME`` prints, as text and as a documentation page — one source.
+
+A method is described by its module's docstring (the paper, deviations and choices), its
+``requires`` declaration and the hyper-parameters of its ``Config`` with their defaults.
+:func:`describe_method` returns the text the command prints; :func:`method_page` renders the
+same text as the Markdown page of the documentation site (``scripts/mkdocs_hooks.py``
+generates one per registered method), and :func:`methods_table` the index of every method.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+from dataclasses import dataclass
+
+from oneshotfl.methods import METHODS
+
+__all__ = [
+    "MethodDescription",
+    "describe",
+    "describe_method",
+    "docstring_markdown",
+    "method_page",
+    "methods_table",
+]
+
+
+@dataclass(frozen=True)
+class MethodDescription:
+    """One registered method, described.
+
+    Attributes:
+        name: the registered name.
+        summary: the registry's one-line description (``oneshotfl list methods``).
+        doc: the method module's docstring, cleaned (``inspect.cleandoc``).
+        settings: the ``requires: ...`` line, the ``hyper-parameters ...`` header and one line
+            per ``Config`` field, ``  name = default`` (plus the effective value where the
+            config resolves ``None`` defaults).
+    """
+
+    name: str
+    summary: str
+    doc: str
+    settings: tuple[str, ...]
+
+    def text(self) -> str:
+        """The text ``oneshotfl describe NAME`` prints, without the final newline."""
+        return "\n".join((self.doc, "", *self.settings))
+
+
+def describe(name: str) -> MethodDescription:
+    """Describe the method registered under ``name``.
+
+    Raises:
+        oneshotfl.registry.RegistryError: for an unknown name (the message lists the known).
+    """
+    cls = METHODS.get(name)
+    summary = next(e.description for e in METHODS.entries() if e.name == name)
+    module = inspect.getmodule(cls)
+    doc = inspect.cleandoc(module.__doc__ or "") if module else ""
+    settings = [
+        f"requires: {cls.requires}",
+        "hyper-parameters (set as --method NAME:key=value):",
+    ]
+    config = cls.Config()
+    resolved = config.resolved() if hasattr(config, "resolved") else {}
+    for f in dataclasses.fields(cls.Config):
+        default = f.default if f.default is not dataclasses.MISSING else "(required)"
+        effective = f"   (by default: {resolved[f.name]!r})" if f.name in resolved else ""
+        settings.append(f"  {f.name} = {default!r}{effective}")
+    return MethodDescription(name, summary, doc, tuple(settings))
+
+
+def describe_method(name: str) -> str:
+    """The text ``oneshotfl describe NAME`` prints (without the final newline).
+
+    The method module's docstring, a blank line, ``requires: ...``, then the hyper-parameters
+    of its ``Config`` with their defaults, one per line.
+
+    Args:
+        name: a registered method name (``oneshotfl list methods``).
+
+    Raises:
+        oneshotfl.registry.RegistryError: for an unknown name.
+    """
+    return describe(name).text()
+
+
+_ROLE = re.compile(r":(?:mod|func|class|meth|attr|data|obj|exc):`(~?)([^`]+)`")
+_TABLE_RULE = re.compile(r"^=+(?:[ ]+=+)+[ ]*$")
+
+
+def _role(match: re.Match[str]) -> str:
+    target = match.group(2)
+    return f"`{target.rsplit('.', 1)[-1] if match.group(1) else target}`"
+
+
+def docstring_markdown(doc: str) -> str:
+    """Render a docstring (reStructuredText-flavoured prose) as Markdown.
+
+    The prose reads as Markdown already (paragraphs, ``*`` and ``1.`` lists, ``**bold**``,
+    double-backtick literals); cross-reference roles such as ``:func:`~a.b``` become inline
+    code (``b``), and a simple reStructuredText table (``====  ====`` rules) becomes a
+    preformatted block, exactly as typed.
+    """
+    out: list[str] = []
+    rules = 0
+    for line in doc.splitlines():
+        if _TABLE_RULE.match(line):
+            if rules == 0:
+                out.append("```text")
+            out.append(line)
+            rules += 1
+            if rules == 3:
+                out.append("```")
+                rules = 0
+        elif rules:
+            out.append(line)
+        else:
+            out.append(_ROLE.sub(_role, line))
+    if rules:
+        out.append("```")
+    return "\n".join(out)
+
+
+def method_page(name: str) -> str:
+    """The documentation page of one method: :func:`describe_method`'s text as Markdown.
+
+    The docstring is rendered by :func:`docstring_markdown`; the requirements and
+    hyper-parameters follow verbatim in a preformatted block.
+    """
+    d = describe(name)
+    settings = "\n".join(d.settings)
+    return (
+        f"# {d.name}\n\n"
+        f"*{d.summary}*\n\n"
+        f"This page is what `oneshotfl describe {d.name}` prints.\n\n"
+        f"{docstring_markdown(d.doc)}\n\n"
+        "## Requirements and hyper-parameters\n\n"
+        f"```text\n{settings}\n```\n"
+    )
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def methods_table(link: str = "{name}.md") -> str:
+    """A Markdown table of every registered method and its one-line description.
+
+    Args:
+        link: the link target of each name, formatted with ``name``.
+    """
+    rows = [
+        f"| [`{e.name}`]({link.format(name=e.name)}) | {_cell(e.description)} |"
+        for e in METHODS.entries()
+    ]
+    return "\n".join(["| method | description |", "|---|---|", *rows])

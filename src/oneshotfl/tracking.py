@@ -1,0 +1,268 @@
+"""Experiment tracking: a run's settings, results and training curves in TensorBoard or MLflow.
+
+``oneshotfl run --track tensorboard`` (or ``mlflow``; both may be given) and the same option of
+``oneshotfl sweep`` log, per run:
+
+* **parameters** — the resolved experiment config and the data facts (``data.*``);
+* **training curves, live** — every per-epoch loss of the one training layer and every
+  synthesis round's generator and learner loss (``loss/<what was trained>``: the server's
+  distillation, pseudo-label and synthesis losses and the clients' training);
+* **results** — per method ``<key>/accuracy``, ``personal_accuracy``, best/worst client,
+  ``upload_bytes_mean``, ``download_bytes_per_client``, client and server seconds, accuracy per
+  round of multi-round methods and each client's personal accuracy (step = client id); per
+  client ``clients/train_size`` and ``clients/val_size`` (step = client id);
+* **artefacts** — the run's result files: ``result.json``, the CSVs and the PNG plots
+  (TensorBoard: the PNGs as images, the tables as text).
+
+A sweep logs one run per grid point, grouped under the sweep's name (an MLflow experiment; a
+TensorBoard directory). Backends are a registry (:data:`TRACKING`); the libraries are the
+``track`` extra (``pip install 'oneshotfl[track]'``) and are imported only when asked for.
+
+* ``tensorboard`` writes event files with ``torch.utils.tensorboard.SummaryWriter`` (the
+  ``tensorboard`` package's format) to ``DIR/<group>/<run>`` (``DIR`` default
+  ``runs/tensorboard``); view with ``tensorboard --logdir runs/tensorboard``.
+* ``mlflow`` writes a local store with no server: ``DIR/mlflow.db`` (SQLite) and
+  ``DIR/artifacts`` (``DIR`` default ``mlruns``); view with ``mlflow ui
+  --backend-store-uri sqlite:///mlruns/mlflow.db``. (MLflow 3 refuses its plain-file store
+  unless told otherwise; SQLite is its supported local backend.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from oneshotfl.registry import Registry
+from oneshotfl.runner.config import ConfigError
+from oneshotfl.training.progress import Advance, NullTracker, Tracker
+
+#: The default directory of each backend.
+DEFAULT_DIRS = {"tensorboard": Path("runs/tensorboard"), "mlflow": Path("mlruns")}
+_PER_METHOD = (
+    "accuracy",
+    "personal_accuracy",
+    "accuracy_best",
+    "accuracy_worst",
+    "upload_bytes_mean",
+    "download_bytes_per_client",
+    "client_wall_s_mean",
+    "server_wall_s",
+)
+
+
+class RunLog(Protocol):
+    """One tracked run of one backend."""
+
+    def scalar(self, tag: str, step: int, value: float) -> None:
+        """Record ``value`` at ``step`` of the series ``tag``."""
+        ...
+
+    def params(self, values: Mapping[str, str]) -> None:
+        """Record the run's parameters."""
+        ...
+
+    def files(self, paths: Sequence[Path]) -> None:
+        """Attach the run's result files."""
+        ...
+
+    def close(self, failed: bool = False) -> None:
+        """End the run (``failed``: it raised)."""
+        ...
+
+
+Backend = Callable[[Path, str, str], RunLog]
+"""A backend: ``(directory, group, run name) -> RunLog``."""
+
+TRACKING: Registry[Backend] = Registry("tracking backend")
+
+
+def _missing(backend: str, module: str) -> ConfigError:
+    return ConfigError(
+        f"--track {backend}: expected the {module!r} package (pip install 'oneshotfl[track]'), "
+        "got none installed"
+    )
+
+
+@TRACKING.register("tensorboard", "TensorBoard event files, one directory per run")
+class TensorBoardLog:
+    """Event files in ``root/group/run``."""
+
+    def __init__(self, root: Path, group: str, run: str) -> None:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:  # torch's writer needs the tensorboard package
+            raise _missing("tensorboard", "tensorboard") from None
+        self.dir = root / _path_part(group) / _path_part(run)
+        self.writer = SummaryWriter(log_dir=str(self.dir))
+
+    def scalar(self, tag: str, step: int, value: float) -> None:
+        self.writer.add_scalar(tag, value, step)
+
+    def params(self, values: Mapping[str, str]) -> None:
+        rows = "\n".join(f"| {k} | {v} |" for k, v in values.items())
+        self.writer.add_text("config", f"| setting | value |\n|---|---|\n{rows}")
+
+    def files(self, paths: Sequence[Path]) -> None:
+        import numpy as np
+        from PIL import Image
+
+        for path in paths:
+            if path.suffix == ".png":
+                image = np.asarray(Image.open(path).convert("RGB"))
+                self.writer.add_image(path.stem, image, dataformats="HWC")
+            elif path.suffix == ".csv":
+                self.writer.add_text(path.stem, _markdown_table(path.read_text()))
+
+    def close(self, failed: bool = False) -> None:
+        self.writer.close()
+
+
+@TRACKING.register("mlflow", "a local MLflow store (SQLite + artifacts), no server")
+class MlflowLog:
+    """One MLflow run in the experiment ``group`` of the store in ``root``."""
+
+    def __init__(self, root: Path, group: str, run: str) -> None:
+        try:
+            from mlflow.tracking import MlflowClient
+        except ImportError:
+            raise _missing("mlflow", "mlflow-skinny") from None
+        root = root.resolve()
+        root.mkdir(parents=True, exist_ok=True)
+        self.client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+        found = self.client.get_experiment_by_name(group)
+        experiment = (
+            found.experiment_id
+            if found is not None
+            else self.client.create_experiment(group, artifact_location=str(root / "artifacts"))
+        )
+        tags = {"oneshotfl.group": group}
+        self.run_id = self.client.create_run(experiment, run_name=run, tags=tags).info.run_id
+
+    def scalar(self, tag: str, step: int, value: float) -> None:
+        self.client.log_metric(self.run_id, metric_key(tag), value, step=step)
+
+    def params(self, values: Mapping[str, str]) -> None:
+        for key, value in values.items():
+            self.client.log_param(self.run_id, metric_key(key), value[:6000])
+
+    def files(self, paths: Sequence[Path]) -> None:
+        for path in paths:
+            self.client.log_artifact(self.run_id, str(path))
+
+    def close(self, failed: bool = False) -> None:
+        self.client.set_terminated(self.run_id, "FAILED" if failed else "FINISHED")
+
+
+class TrackedProgress:
+    """A progress tracker that also sends series to the run logs (one step counter per tag,
+    so a model trained twice under one name continues its curve)."""
+
+    def __init__(self, inner: Tracker | None, logs: Sequence[RunLog]) -> None:
+        self.inner = inner or NullTracker()
+        self.logs = tuple(logs)
+        self.steps: dict[str, int] = {}
+
+    def task(self, description: str, total: int) -> contextlib.AbstractContextManager[Advance]:
+        return self.inner.task(description, total)
+
+    def scalar(self, tag: str, step: int, value: float) -> None:
+        index = self.steps.get(tag, 0)
+        self.steps[tag] = index + 1
+        for log in self.logs:
+            log.scalar(tag, index, value)
+
+
+def open_logs(backends: Sequence[str], group: str, run: str, root: Path | None) -> list[RunLog]:
+    """One run log per backend name (``root``: every backend's directory; else its default).
+
+    Raises:
+        ConfigError: for an unknown backend, or one whose library is not installed.
+    """
+    logs: list[RunLog] = []
+    for name in dict.fromkeys(backends):
+        if name not in TRACKING:
+            raise ConfigError(
+                f"--track: expected one of {', '.join(TRACKING.names())}, got {name!r}"
+            )
+        logs.append(TRACKING.get(name)(root or DEFAULT_DIRS[name], group, run))
+    return logs
+
+
+@contextlib.contextmanager
+def tracked(
+    backends: Sequence[str], group: str, run: str, root: Path | None, inner: Tracker
+) -> Iterator[tuple[Tracker, list[RunLog]]]:
+    """The progress tracker to run with, and the open run logs (closed on exit, marked
+    failed if the body raised); with no backends, ``inner`` and no logs."""
+    logs = open_logs(backends, group, run, root)
+    if not logs:
+        yield inner, logs
+        return
+    try:
+        yield TrackedProgress(inner, logs), logs
+    except BaseException:
+        for log in logs:
+            log.close(failed=True)
+        raise
+    for log in logs:
+        log.close()
+
+
+def log_result(logs: Sequence[RunLog], doc: Mapping[str, Any], out_dir: Path) -> None:
+    """Log a finished run's parameters, results and files (see the module docs)."""
+    if not logs:
+        return
+    params = {k: _text(v) for k, v in doc["config"].items()}
+    params.update({f"data.{k}": _text(v) for k, v in doc.get("data", {}).items()})
+    points = list(result_points(doc))
+    files = sorted(p for p in out_dir.iterdir() if p.is_file() and p.suffix != ".tmp")
+    for log in logs:
+        log.params(params)
+        for tag, step, value in points:
+            log.scalar(tag, step, value)
+        log.files(files)
+
+
+def result_points(doc: Mapping[str, Any]) -> Iterator[tuple[str, int, float]]:
+    """``(tag, step, value)`` of every number logged from a result document."""
+    for m in doc["methods"]:
+        key = m["key"]
+        for name in _PER_METHOD:
+            if isinstance(m.get(name), int | float):
+                yield f"{key}/{name}", 0, float(m[name])
+        for row in m.get("rounds_history") or []:
+            yield f"{key}/accuracy_by_round", int(row["round"]), float(row["accuracy"])
+        for cid, value in enumerate(m.get("client_personal_accuracy") or []):
+            if value is not None:
+                yield f"{key}/client_personal_accuracy", cid, float(value)
+    for row in doc.get("clients", []):
+        yield "clients/train_size", int(row["client"]), float(row["train_size"])
+        yield "clients/val_size", int(row["client"]), float(row["val_size"])
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def metric_key(tag: str) -> str:
+    """MLflow's key alphabet: letters, digits, ``_ - . / :`` and spaces; others become ``_``."""
+    return re.sub(r"[^\w\-. /:]", "_", tag)
+
+
+def _path_part(name: str) -> str:
+    return re.sub(r"[^\w\-.=]", "_", name) or "_"
+
+
+def _markdown_table(csv_text: str) -> str:
+    lines = [row for row in csv.reader(io.StringIO(csv_text)) if row]
+    if not lines:
+        return ""
+    head, *rows = lines
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return "\n".join(out + ["| " + " | ".join(r) + " |" for r in rows])

@@ -1,0 +1,172 @@
+"""The Python API (``oneshotfl.run``, ``oneshotfl.sweep``, ``oneshotfl.Result``) on tiny
+digits runs, the committed result files read back, and the example script."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+import oneshotfl
+from helpers import TINY
+from oneshotfl.api import Result, SweepResult, resolve_config
+from oneshotfl.cli import app
+from oneshotfl.runner.config import ConfigError, ExperimentConfig, make_config
+from oneshotfl.runner.results import METHOD_COLUMNS, MethodResult
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "reproduce_row.py"
+
+
+def test_import_stays_cheap_and_exports_the_api() -> None:
+    code = "import sys, oneshotfl; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+    assert oneshotfl.run is oneshotfl.api.run and oneshotfl.sweep is oneshotfl.api.sweep
+    assert oneshotfl.Result is Result and oneshotfl.ConfigError is ConfigError
+    assert {"run", "sweep", "Result"} <= set(dir(oneshotfl))
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        _ = oneshotfl.nothing
+
+
+def test_run_returns_the_typed_result_it_writes(tiny_config: Any, tmp_path: Path) -> None:
+    cfg = tiny_config(methods=["local", "fedavg", "ensemble:weighting=size"])
+    out = tmp_path / "run"
+    result = oneshotfl.run(cfg, out)
+    assert isinstance(result, Result) and result.config == cfg
+    assert result.path == out / "result.json"
+    doc = json.loads(result.path.read_text())
+    assert result.to_dict() == doc
+    built = dataclasses.replace(result)  # no source document: built from the typed fields
+    assert built == result and built.to_dict() == doc
+    assert Result.load(out) == result and Result.load(out / "result.json").to_dict() == doc
+    for name in ("methods.csv", "clients.csv", "partition.png"):
+        assert (out / name).stat().st_size > 0
+    assert result.keys == ("local", "fedavg", "ensemble:weighting=size")
+    fedavg = result.method("fedavg")
+    assert isinstance(fedavg, MethodResult) and fedavg.accuracy == result.accuracy["fedavg"]
+    assert result.method("ensemble") is result.methods[2]  # the only method of that name
+    with pytest.raises(KeyError, match="expected one of the methods"):
+        result.method("fedprox")
+    assert [list(row) for row in result.table()] == [list(METHOD_COLUMNS)] * 3
+    assert result.table()[1]["upload_bytes_mean"] == fedavg.upload_bytes_mean
+    assert len(result.clients) == cfg.clients and result.environment["device"] == "cpu"
+    with pytest.raises(ConfigError, match="exists; choose another out"):
+        oneshotfl.run(cfg, out)
+
+
+def test_run_without_out_writes_nothing(tiny_config: Any, tmp_path: Path) -> None:
+    cfg = tiny_config()
+    result = oneshotfl.run(dict(cfg.to_dict()), methods="fedavg", clients=2)
+    assert result.path is None and result.keys == ("fedavg",)
+    assert result.config == dataclasses.replace(cfg, methods=("fedavg",), clients=2)
+    assert not list(tmp_path.glob("**/result.json"))
+    assert not result.differences(Result.from_dict(result.to_dict()))
+
+
+def test_config_forms_agree(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({**TINY, "methods": ["fedavg"]}))
+    want = make_config({**TINY, "methods": ["fedavg"], "seed": 3})
+    assert resolve_config(path, seed=3) == want
+    assert resolve_config(str(path), seed=3) == want
+    assert resolve_config({**TINY, "methods": "fedavg", "seed": 3}) == want
+    assert resolve_config(make_config({**TINY, "methods": ["fedavg"]}), seed=3) == want
+    assert resolve_config(want) is want
+    assert resolve_config(None, **TINY, methods=["fedavg"], seed=3) == want
+    assert resolve_config({"local-epochs": 2}, local_epochs=4).local_epochs == 4
+
+
+def test_user_errors_raise_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="unknown config key 'bogus'"):
+        oneshotfl.run(TINY, bogus=1)
+    with pytest.raises(ConfigError, match="unknown method 'nope'"):
+        oneshotfl.run(TINY, methods=["nope"], cache_dir=None)
+    with pytest.raises(ConfigError, match="clients: expected >= 1"):
+        oneshotfl.run(TINY, clients=0)
+    with pytest.raises(ConfigError, match="does not exist"):
+        oneshotfl.run(tmp_path / "missing.yaml")
+    with pytest.raises(ConfigError, match="expected an ExperimentConfig"):
+        oneshotfl.run(42)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="--shard"):
+        oneshotfl.sweep({"base": TINY}, tmp_path / "s", shard="2/2")
+
+
+def test_sweep_resumes_and_matches_the_command(tmp_path: Path) -> None:
+    spec = {
+        "name": "tiny",
+        "base": {**TINY, "methods": ["fedavg"], "cache_dir": str(tmp_path / "cache")},
+        "grid": [{"partition": "iid"}],
+        "seeds": [0, 1],
+    }
+    file = tmp_path / "tiny.yaml"
+    file.write_text(yaml.safe_dump(spec))
+    out = tmp_path / "api"
+    done = oneshotfl.sweep(file, out)
+    assert isinstance(done, SweepResult) and done.name == "tiny" and len(done) == 2
+    assert done.ran == ("partition=iid_seed=0", "partition=iid_seed=1")
+    assert done["partition=iid_seed=1"].config.seed == 1
+    assert [row["run"] for row in done.table()] == list(done.ran)
+    again = oneshotfl.sweep(spec, out)  # finished runs are read back, not run again
+    assert again.ran == () and dict(again.results) == dict(done.results)
+    assert oneshotfl.sweep(file, out, (1, 2), seeds=[1], force=True).ran == (
+        "partition=iid_seed=1",
+    )
+    cli = CliRunner().invoke(app, ["sweep", str(file), "--out", str(tmp_path / "cli")])
+    assert cli.exit_code == 0, cli.output
+    for run_id, result in done.results.items():
+        assert not result.differences(Result.load(tmp_path / "cli" / run_id))
+
+
+def test_method_result_round_trips_and_reads_older_entries() -> None:
+    entry = {
+        "key": "fedavg",
+        "method": "fedavg",
+        "params": {},
+        "outcome": "GlobalModel",
+        "accuracy": 0.5,
+        "personal_accuracy": 0.4,
+        "upload_bytes_per_client": [10, 20],
+        "communicates": True,
+        "client_wall_s": [0.1, 0.3],
+        "server_wall_s": 0.2,
+        "clients_used": [0, 1],
+        "client_train_s_mean": 0.2,  # an older version's field
+    }
+    old = MethodResult.from_dict(entry)
+    assert old.rounds == 1 and old.download_bytes_per_client == 0
+    assert MethodResult.from_dict(old.to_dict()) == old
+    assert old.to_dict()["upload_bytes_mean"] == 15.0
+    with pytest.raises(ValueError, match=r"expected the fields \['accuracy'\]"):
+        MethodResult.from_dict({k: v for k, v in entry.items() if k != "accuracy"})
+
+
+def test_committed_result_files_read_back_exactly() -> None:
+    files = sorted((ROOT / "benchmarks" / "results").rglob("result.json"))
+    assert files
+    for path in files:
+        doc = json.loads(path.read_text())
+        result = Result.load(path)
+        assert isinstance(result.config, ExperimentConfig)
+        assert result.to_dict() == doc, path
+        assert result.keys == tuple(m["key"] for m in doc["methods"])
+    with pytest.raises(ValueError, match="expected a result document"):
+        Result.from_dict({"methods": []})
+
+
+def test_example_reproduces_its_committed_result() -> None:
+    committed = Result.load(ROOT / "examples" / "digits-row" / "result.json")
+    assert resolve_config(ROOT / "examples" / "digits-row.yaml") == committed.config
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "identical to" in done.stdout and "| fedavg | 59.89 | 59.89 |" in done.stdout

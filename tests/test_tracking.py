@@ -1,0 +1,133 @@
+"""Experiment tracking against the real libraries (issue 16, item 2): a run and a sweep logged
+with ``--track tensorboard --track mlflow`` are read back from TensorBoard's event files and
+from the MLflow store — parameters, result metrics, per-epoch server losses, client
+statistics and artefacts — and a missing library is a one-line error."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from helpers import TINY
+from oneshotfl.cli import app
+from oneshotfl.runner.config import ConfigError
+from oneshotfl.tracking import TrackedProgress, metric_key, open_logs, result_points
+
+event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+mlflow_tracking = pytest.importorskip("mlflow.tracking")
+
+SETTINGS = {**TINY, "public_size": 100, "server_epochs": 2}
+
+
+def _args(settings: dict[str, Any]) -> list[str]:
+    return [f"{k}={v}" for k, v in settings.items()]
+
+
+def _tensorboard(run_dir: Path) -> Any:
+    acc = event_accumulator.EventAccumulator(
+        str(run_dir), size_guidance={"scalars": 0, "images": 0, "tensors": 0}
+    )
+    acc.Reload()
+    return acc
+
+
+def _mlflow(root: Path) -> Any:
+    return mlflow_tracking.MlflowClient(f"sqlite:///{root.resolve() / 'mlflow.db'}")
+
+
+def test_a_tracked_run_is_read_back_from_tensorboard_and_mlflow(tmp_path: Path) -> None:
+    track = tmp_path / "track"
+    out = tmp_path / "out"
+    args = ["run", *_args(SETTINGS), "methods=fedavg,feddf", "--no-cache", "--out", str(out)]
+    args += ["--track", "tensorboard", "--track", "mlflow", "--track-dir", str(track)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    doc = json.loads((out / "result.json").read_text())
+    accuracy = {m["key"]: m["accuracy"] for m in doc["methods"]}
+
+    tb = _tensorboard(track / "oneshotfl" / "out")
+    tags = tb.Tags()
+    assert [e.value for e in tb.Scalars("fedavg/accuracy")] == pytest.approx([accuracy["fedavg"]])
+    server = [t for t in tags["scalars"] if t.startswith("loss/feddf server")]
+    assert len(server) == 1 and [e.step for e in tb.Scalars(server[0])] == [0, 1]
+    clients = tb.Scalars("clients/train_size")
+    assert [e.value for e in clients] == [row["train_size"] for row in doc["clients"]]
+    assert "partition" in tags["images"]
+    assert {"config/text_summary", "methods/text_summary"} <= set(tags["tensors"])
+
+    client = _mlflow(track)
+    experiment = client.get_experiment_by_name("oneshotfl")
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.info.run_name == "out" and run.info.status == "FINISHED"
+    assert run.data.params["dataset"] == "digits" and run.data.params["server_epochs"] == "2"
+    assert run.data.metrics["feddf/accuracy"] == pytest.approx(accuracy["feddf"])
+    history = client.get_metric_history(run.info.run_id, metric_key(server[0]))
+    assert [m.step for m in history] == [0, 1]
+    files = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"result.json", "methods.csv", "clients.csv", "partition.png"} <= files
+
+
+def test_a_tracked_sweep_logs_one_run_per_point_grouped_by_the_sweep(tmp_path: Path) -> None:
+    sweep = tmp_path / "tiny.yaml"
+    base = {**TINY, "methods": ["fedavg"], "cache_dir": str(tmp_path / "cache")}
+    sweep.write_text(
+        yaml.safe_dump({"name": "tiny", "base": base, "grid": [{"alpha": [0.5, 1.0]}]})
+    )
+    track = tmp_path / "track"
+    args = ["sweep", str(sweep), "--out", str(tmp_path / "runs"), "--track", "mlflow"]
+    result = CliRunner().invoke(app, [*args, "--track", "tensorboard", "--track-dir", str(track)])
+    assert result.exit_code == 0, result.output
+    points = sorted(p.name for p in (tmp_path / "runs").iterdir() if p.is_dir())
+    assert len(points) == 2
+    client = _mlflow(track)
+    runs = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
+    assert sorted(r.info.run_name for r in runs) == points
+    assert {r.data.tags["oneshotfl.group"] for r in runs} == {"tiny"}
+    assert sorted(p.name for p in (track / "tiny").iterdir()) == points
+
+
+def test_losses_continue_one_curve_per_tag_and_results_cover_every_method() -> None:
+    seen: list[tuple[str, int, float]] = []
+
+    class Log:
+        def scalar(self, tag: str, step: int, value: float) -> None:
+            seen.append((tag, step, value))
+
+    progress = TrackedProgress(None, [Log()])  # type: ignore[list-item]
+    for epoch in range(2):
+        progress.scalar("loss/a", epoch, 1.0)
+    progress.scalar("loss/a", 0, 0.5)  # the same model trained again: its curve goes on
+    assert [s for _, s, _ in seen] == [0, 1, 2]
+    doc = {
+        "methods": [
+            {"key": "m", "accuracy": 0.5, "client_personal_accuracy": [0.1, None, 0.3]},
+            {"key": "r", "accuracy": 0.7, "rounds_history": [{"round": 1, "accuracy": 0.6}]},
+        ],
+        "clients": [{"client": 0, "train_size": 5, "val_size": 1}],
+    }
+    points = list(result_points(doc))
+    assert ("m/client_personal_accuracy", 2, 0.3) in points
+    assert ("m/client_personal_accuracy", 1, 0.0) not in points
+    assert ("r/accuracy_by_round", 1, 0.6) in points
+    assert ("clients/val_size", 0, 1.0) in points
+
+
+def test_unknown_or_missing_backends_are_one_line_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(ConfigError, match="expected one of mlflow, tensorboard, got 'wandb'"):
+        open_logs(["wandb"], "g", "r", tmp_path)
+    monkeypatch.setitem(sys.modules, "mlflow.tracking", None)  # as if not installed
+    with pytest.raises(ConfigError, match=r"oneshotfl\[track\]"):
+        open_logs(["mlflow"], "g", "r", tmp_path)
+    result = CliRunner().invoke(
+        app, ["run", *_args(TINY), "--track", "mlflow", "--out", str(tmp_path / "o")]
+    )
+    assert result.exit_code != 0 and "oneshotfl[track]" in result.output
+    assert "Traceback" not in result.output
