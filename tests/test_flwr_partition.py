@@ -48,8 +48,28 @@ def test_the_bridge_follows_the_seed_and_takes_options_from_the_spec() -> None:
     other = bridge.split(LABELS, 5, np.random.default_rng(8))
     assert all(np.array_equal(a, b) for a, b in zip(*same, strict=True))
     assert not all(np.array_equal(a, b) for a, b in zip(same[0], other, strict=True))
-    iid = make_partitioner("flwr:IidPartitioner").split(LABELS, 4, np.random.default_rng(0))
-    assert [len(p) for p in iid] == [1000] * 4
+    iid = make_partitioner("flwr:IidPartitioner")
+    first, again = (iid.split(LABELS, 4, np.random.default_rng(s)) for s in (0, 1))
+    assert [len(p) for p in first] == [1000] * 4
+    assert not np.array_equal(first[0], again[0])  # the seed moves even a seedless class
+    assert len(np.unique(LABELS[first[0]])) == 10  # rows shuffled first, not cut in blocks
+
+
+def test_only_disjoint_partitions_of_num_partitions_classes_are_accepted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import flwr_datasets.partitioner as module
+
+    with pytest.raises(ValueError, match="takes num_partitions"):
+        make_partitioner("flwr:NaturalIdPartitioner:partition_by=label")
+
+    class Everything(module.IidPartitioner):  # every partition holds every row
+        def load_partition(self, partition_id: int) -> Any:
+            return self.dataset
+
+    monkeypatch.setattr(module, "Everything", Everything, raising=False)
+    with pytest.raises(PartitionError, match="disjoint"):
+        make_partitioner("flwr:Everything").split(LABELS, 2, np.random.default_rng(0))
 
 
 @pytest.mark.parametrize(

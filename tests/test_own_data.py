@@ -86,6 +86,8 @@ def test_a_shard_report_crosses_flower_and_malformed_ones_are_refused() -> None:
         '{"train_size": 1, "val_size": 0, "label_histogram": [1], "x": 2}',
         "{not json",
         " " * 2_000_001,
+        '{"train_size": 1' + "0" * 5000 + ', "val_size": 0, "label_histogram": [1]}',
+        "[" * 100_000 + "]" * 100_000,
     ]
     for text in bad:
         with pytest.raises(MessageError, match=r"oneshotfl.reply.shard"):
@@ -94,7 +96,7 @@ def test_a_shard_report_crosses_flower_and_malformed_ones_are_refused() -> None:
         read_shard(7)
 
 
-def test_local_runs_take_the_client_rows_and_personal_weights_from_reports(
+def test_in_simulation_the_reports_are_the_clients_shards(
     tiny_config: Any,
 ) -> None:
     cfg = tiny_config(methods=["fedavg", "local"])
@@ -141,6 +143,19 @@ def test_the_server_uses_what_nodes_report_and_refuses_a_lying_report(
     assert "above N_max" in method["rejected"]["2"]
     assert doc["clients"][2]["reported"] is False
     assert method["client_personal_accuracy"][2] is None
+
+
+def test_a_client_refused_in_round_0_stays_out_of_every_later_round(
+    tiny_config: Any, tmp_path: Path
+) -> None:
+    cfg = tiny_config(methods=["fedavg_rounds:rounds=2"], min_clients=2)
+    short = ShardReport(3, 0, (1, 2))  # two label counts where the task has ten
+    doc = run_on_grid(tmp_path, cfg, FakeGrid(cfg.clients, tamper=_lie(102, short)))
+    method = doc["methods"][0]
+    assert method["clients_used"] == [0, 1]
+    assert "expected 10 label counts" in method["rejected"]["2"]  # the first reason stays
+    assert len(method["rounds_history"]) == 2
+    assert method["upload_bytes_per_client"][2] > 0  # its bytes crossed the wire: counted
 
 
 def test_a_node_brings_its_own_npz_and_the_server_books_what_it_reports(

@@ -6,6 +6,7 @@ statistics and artefacts — and a missing library is a one-line error."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 import sys
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,26 @@ def test_a_tracked_sweep_logs_one_run_per_point_grouped_by_the_sweep(tmp_path: P
     assert sorted(r.info.run_name for r in runs) == points
     assert {r.data.tags["oneshotfl.group"] for r in runs} == {"tiny"}
     assert sorted(p.name for p in (track / "tiny").iterdir()) == points
+
+
+def _open_and_close(root: str, run: str) -> None:
+    for log in open_logs(["mlflow"], "shards", run, Path(root)):
+        log.close()
+
+
+def test_two_sweep_shards_open_one_fresh_mlflow_store_at_once(tmp_path: Path) -> None:
+    context = multiprocessing.get_context("spawn")
+    procs = [
+        context.Process(target=_open_and_close, args=(str(tmp_path), f"run-{i}")) for i in range(2)
+    ]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(120)
+    assert [proc.exitcode for proc in procs] == [0, 0]
+    client = _mlflow(tmp_path)
+    runs = client.search_runs([client.get_experiment_by_name("shards").experiment_id])
+    assert sorted(r.info.run_name for r in runs) == ["run-0", "run-1"]
 
 
 def test_losses_continue_one_curve_per_tag_and_results_cover_every_method() -> None:

@@ -134,15 +134,18 @@ class MlflowLog:
             raise _missing("mlflow", "mlflow-skinny") from None
         root = root.resolve()
         root.mkdir(parents=True, exist_ok=True)
-        self.client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
-        found = self.client.get_experiment_by_name(group)
-        experiment = (
-            found.experiment_id
-            if found is not None
-            else self.client.create_experiment(group, artifact_location=str(root / "artifacts"))
-        )
-        tags = {"oneshotfl.group": group}
-        self.run_id = self.client.create_run(experiment, run_name=run, tags=tags).info.run_id
+        # Sweep shards may open one store at once: creating its tables and the group's
+        # experiment happens under a lock, so two processes never both create either.
+        with _locked(root / ".lock"):
+            self.client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+            found = self.client.get_experiment_by_name(group)
+            experiment = (
+                found.experiment_id
+                if found is not None
+                else self.client.create_experiment(group, artifact_location=str(root / "artifacts"))
+            )
+            tags = {"oneshotfl.group": group}
+            self.run_id = self.client.create_run(experiment, run_name=run, tags=tags).info.run_id
 
     def scalar(self, tag: str, step: int, value: float) -> None:
         self.client.log_metric(self.run_id, metric_key(tag), value, step=step)
@@ -184,14 +187,37 @@ def open_logs(backends: Sequence[str], group: str, run: str, root: Path | None) 
     Raises:
         ConfigError: for an unknown backend, or one whose library is not installed.
     """
+    names = list(dict.fromkeys(backends))
+    unknown = [n for n in names if n not in TRACKING]
+    if unknown:
+        raise ConfigError(
+            f"--track: expected one of {', '.join(TRACKING.names())}, got {unknown[0]!r}"
+        )
     logs: list[RunLog] = []
-    for name in dict.fromkeys(backends):
-        if name not in TRACKING:
-            raise ConfigError(
-                f"--track: expected one of {', '.join(TRACKING.names())}, got {name!r}"
-            )
-        logs.append(TRACKING.get(name)(root or DEFAULT_DIRS[name], group, run))
+    try:
+        for name in names:
+            logs.append(TRACKING.get(name)(root or DEFAULT_DIRS[name], group, run))
+    except BaseException:
+        for log in logs:  # the backends that did open are ended, not left running
+            log.close(failed=True)
+        raise
     return logs
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock on ``path`` (POSIX ``flock``; elsewhere no lock)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @contextlib.contextmanager

@@ -6,10 +6,14 @@ splits the federation with a partitioner class of ``flwr_datasets.partitioner`` 
 be reproduced here. The bridge hands it a Hugging Face dataset holding the label vector and
 each example's index, and reads every partition's indices back:
 
-* ``num_partitions`` is the number of clients; ``partition_by`` defaults to ``"label"``; an
-  ``alpha`` the spec does not give comes from the config's ``alpha`` (for classes that take
-  one); ``seed`` defaults to a draw from the partition-seed stream, so the split follows the
-  experiment's partition seed like every other partitioner;
+* the rows are handed over in an order drawn from the partition-seed stream (as Flower's
+  ``FederatedDataset(shuffle=True)`` does), and ``seed`` defaults to a draw from the same
+  stream, so the split follows the experiment's partition seed like every other partitioner;
+* ``num_partitions`` is the number of clients (classes that split by a natural id or by
+  columns, without ``num_partitions``, are refused); ``partition_by`` defaults to
+  ``"label"``; an ``alpha`` the spec does not give comes from the config's ``alpha`` (for
+  classes that take one); the config's ``min_samples`` does not apply (Flower's own
+  ``min_partition_size`` does, where the class has one);
 * values are read as YAML scalars (``alpha=0.1`` a float, ``self_balancing=true`` a bool);
 * partitions must be disjoint (a class that samples with overlap is refused); examples a
   partitioner leaves unassigned stay unused.
@@ -83,6 +87,11 @@ class FlowerPartitioner(Partitioner):
 
     def validate(self) -> None:
         signature = inspect.signature(_partitioner_class(self.class_name))
+        if "num_partitions" not in signature.parameters:
+            raise ValueError(
+                f"{self.class_name}: expected a partitioner that takes num_partitions (the "
+                "number of clients); this one splits by a natural id or by columns"
+            )
         unknown = sorted({k for k, _ in self.options} - set(signature.parameters) - {"self"})
         if unknown or "num_partitions" in dict(self.options):
             allowed = ", ".join(
@@ -108,10 +117,11 @@ class FlowerPartitioner(Partitioner):
                 kwargs[key] = value
         if "seed" in accepts and "seed" not in kwargs:
             kwargs["seed"] = int(rng.integers(2**31 - 1))
-        try:
+        order = rng.permutation(len(labels))  # as FederatedDataset(shuffle=True): rows in a
+        try:  # seeded order, so partitioners that cut the rows in blocks follow the seed too
             partitioner = cls(**kwargs)
             partitioner.dataset = HFDataset.from_dict(
-                {"label": labels.tolist(), "_index": list(range(len(labels)))}
+                {"label": labels[order].tolist(), "_index": order.tolist()}
             )
             parts = [
                 np.sort(np.asarray(partitioner.load_partition(i)["_index"], dtype=np.int64))

@@ -288,8 +288,10 @@ def _number(value: object) -> bool:
 def _json(text: str, name: str) -> Any:
     try:
         return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise MessageError(f"{name}: expected JSON, got {text[:80]!r} ({exc})") from None
+    except (ValueError, RecursionError) as exc:  # bad JSON, a 5000-digit int, deep nesting
+        raise MessageError(
+            f"{name}: expected JSON, got {text[:80]!r} ({type(exc).__name__}: {str(exc)[:120]})"
+        ) from None
 
 
 def _config_record(content: RecordDict, name: str) -> ConfigRecord:

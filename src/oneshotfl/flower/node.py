@@ -123,7 +123,7 @@ class NodeState:
 
 
 _EXPERIMENTS: dict[str, Experiment] = {}  # one entry: the federation of the config last served
-_STATES: dict[tuple[str, int], NodeState] = {}  # the virtual nodes of that federation
+_STATES: dict[tuple[str, int, str | None], NodeState] = {}  # the virtual nodes of that federation
 
 
 def node_state(config: Mapping[str, Any], identity: NodeIdentity) -> NodeState:
@@ -143,7 +143,7 @@ def node_state(config: Mapping[str, Any], identity: NodeIdentity) -> NodeState:
         values["data_root"] = identity.data_root
     if identity.cache_dir is not None:
         values["cache_dir"] = identity.cache_dir
-    key = json.dumps([values, identity.dataset], sort_keys=True)
+    key = json.dumps(values, sort_keys=True)
     cfg = make_config(values)
     if identity.num_partitions is not None and identity.num_partitions != cfg.clients:
         raise ConfigError(
@@ -155,8 +155,9 @@ def node_state(config: Mapping[str, Any], identity: NodeIdentity) -> NodeState:
             f"node config: partition-id must be below clients={cfg.clients}, "
             f"got {identity.partition_id}"
         )
-    if (key, identity.partition_id) in _STATES:
-        return _STATES[key, identity.partition_id]
+    state_key = (key, identity.partition_id, identity.dataset)
+    if state_key in _STATES:
+        return _STATES[state_key]
     if key not in _EXPERIMENTS:
         _EXPERIMENTS.clear()
         _STATES.clear()
@@ -165,8 +166,8 @@ def node_state(config: Mapping[str, Any], identity: NodeIdentity) -> NodeState:
     exp = _EXPERIMENTS[key]
     shard = None if identity.dataset is None else _own_shard(exp, identity)
     own = exp.only(identity.partition_id, shard)
-    _STATES[key, identity.partition_id] = NodeState(key, own, identity.partition_id)
-    return _STATES[key, identity.partition_id]
+    _STATES[state_key] = NodeState(key, own, identity.partition_id)
+    return _STATES[state_key]
 
 
 def _own_shard(exp: Experiment, identity: NodeIdentity) -> ClientShard:
@@ -186,7 +187,7 @@ def _own_shard(exp: Experiment, identity: NodeIdentity) -> ClientShard:
             identity.partition_id,
             val_fraction=cfg.val_fraction,
             seed=cfg.data_seed,
-            by_name=spec.strip().startswith("folder"),
+            by_name=parse_user_spec(spec)[0] == "folder",
         )
     except (DatasetNotFoundError, DatasetFormatError, OwnDataError) as exc:
         raise ConfigError(f"node config: {exc}") from None

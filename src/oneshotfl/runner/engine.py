@@ -89,14 +89,38 @@ def admit_replies(
     return admitted, named
 
 
-def admit_shard(exp: Experiment, reply: ClientReply) -> str | None:
-    """Round 0: check a client's shard report (its sizes and label counts, bounded by the
-    classes and ``N_max``) and enter its first valid report in the experiment's ledger;
-    returns why the report cannot be used, if it cannot (the client is then refused)."""
-    problem = shard_problem(reply.shard, exp.data.task.num_classes, exp.train_pool)
-    if problem is None and reply.shard is not None:
-        exp.ledger.setdefault(reply.client_id, reply.shard)
-    return None if problem is None else f"client {reply.client_id}: {problem}"
+def screen_shards(
+    key: str,
+    exp: Experiment,
+    admitted: dict[int, ClientReply],
+    reported: set[int],
+    round_index: int,
+) -> dict[int, str]:
+    """Refuse the replies of clients the server cannot book, removing them from
+    ``admitted``; returns client id → why.
+
+    In round 0 each client's shard report (its sizes and label counts) is bounded by the
+    classes and ``N_max`` (:func:`~oneshotfl.runner.transport.shard_problem`); the first valid
+    report of a client enters the experiment's ledger and the client joins ``reported`` (one
+    set per method run). In later rounds a client outside ``reported`` — refused or silent in
+    round 0 — is refused again.
+    """
+    refused: dict[int, str] = {}
+    for cid in sorted(admitted):
+        reply = admitted[cid]
+        if round_index > 0:
+            problem = None if cid in reported else "gave no valid shard report in round 0"
+        else:
+            problem = shard_problem(reply.shard, exp.data.task.num_classes, exp.train_pool)
+        if problem is None:
+            if round_index == 0 and reply.shard is not None:
+                exp.ledger.setdefault(cid, reply.shard)
+                reported.add(cid)
+            continue
+        refused[cid] = f"client {cid}: {problem}"
+        log.warning("%s: round %d: refused %s", key, round_index, refused[cid])
+        del admitted[cid]
+    return refused
 
 
 def collect_round(
@@ -107,9 +131,11 @@ def collect_round(
     replies: Sequence[ClientReply],
     download: int = 0,
     missing: Mapping[str, str] | None = None,
+    reported: set[int] | None = None,
 ) -> RoundTraffic:
     """The server side of one star round: count, decode and validate every reply in
-    client-id order, record rejections, and check the quorum.
+    client-id order, record rejections, and check the quorum. ``reported``: the clients of
+    this method whose round-0 shard report was admitted (see :func:`screen_shards`).
 
     Raises:
         QuorumError: fewer valid payloads than ``max(min_clients, requires.min_clients)``.
@@ -118,16 +144,14 @@ def collect_round(
     spec = method.payload_spec(dims)
     admitted, named = admit_replies(key, replies, n, missing or {})
     traffic = RoundTraffic({}, {}, [0] * n, download, [0.0] * n, missing=named)
-    for cid, reply in admitted.items():
+    for cid, reply in admitted.items():  # what crossed the wire counts, refused or not
         traffic.client_wall[cid] = reply.wall_s
+        traffic.upload_bytes[cid] = len(reply.data) if method.communicates else 0
+    reported = set() if reported is None else reported
+    traffic.rejected.update(screen_shards(key, exp, admitted, reported, round_index))
+    for cid, reply in admitted.items():
         if reply.facts:
             traffic.facts[cid] = reply.facts
-        traffic.upload_bytes[cid] = len(reply.data) if method.communicates else 0
-        problem = admit_shard(exp, reply) if round_index == 0 else None
-        if problem is not None:
-            log.warning("%s: round 0: refused %s", key, problem)
-            traffic.rejected[cid] = problem
-            continue
         try:
             traffic.received[cid] = receive(reply.data, spec, dims, cid)
         except (WireError, PayloadError) as exc:
@@ -208,15 +232,17 @@ def _run_star(key: str, method: Method[Any], exp: Experiment, transport: Transpo
     rejected: dict[str, str] = {}
     missing: Missing = {}
     facts: dict[int, dict[str, float]] = {}
+    reported: set[int] = set()
     for r in range(rounds):
         broadcast = encode_broadcast(key, method, exp, r, outcome)
         replies, silent = transport.upload(key, method, r, broadcast)
         size = 0 if broadcast is None else len(broadcast)
-        traffic = collect_round(key, method, exp, r, replies, size, silent)
+        traffic = collect_round(key, method, exp, r, replies, size, silent, reported)
         upload += np.asarray(traffic.upload_bytes, dtype=np.int64)
         client_wall += np.asarray(traffic.client_wall)
         download += traffic.download_bytes
-        rejected.update({str(k): v for k, v in traffic.rejected.items()})
+        for cid, why in traffic.rejected.items():  # the first round's reason stays
+            rejected.setdefault(str(cid), why)
         missing.update(traffic.missing)
         facts = facts or traffic.facts
         start = time.perf_counter()
@@ -270,13 +296,7 @@ def _run_peer(
     n, graph = exp.cfg.clients, exp.graph
     replies, silent = transport.upload(key, method, 0, None)
     admitted, missing = admit_replies(key, replies, n, silent)
-    refused: dict[str, str] = {}
-    for cid in sorted(admitted):
-        problem = admit_shard(exp, admitted[cid])
-        if problem is not None:
-            log.warning("%s: refused %s", key, problem)
-            refused[str(cid)] = problem
-            del admitted[cid]
+    refused = {str(c): why for c, why in screen_shards(key, exp, admitted, set(), 0).items()}
     routes: dict[int, dict[int, bytes]] = {}
     for r in sorted(admitted):
         senders = method.senders_for(r, graph.senders(r), exp.cfg.data_seed)

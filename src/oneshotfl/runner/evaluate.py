@@ -95,7 +95,7 @@ def summarise_clients(metrics: Sequence[ClientMetrics]) -> dict[str, Any]:
         "accuracy_worst": float(np.min(accs)),
         "personal_accuracy": _nanmean(personal),
         "client_accuracy": accs,
-        "client_personal_accuracy": personal,
+        "client_personal_accuracy": [None if np.isnan(p) else p for p in personal],
     }
 
 
