@@ -119,8 +119,14 @@ def test_sweep_resumes_and_matches_the_command(tmp_path: Path) -> None:
     assert oneshotfl.sweep(file, out, (1, 2), seeds=[1], force=True).ran == (
         "partition=iid_seed=1",
     )
+    records = {p.name: json.loads(p.read_text()) for p in out.glob("sweep*.json")}
+    # named as the command names them
+    assert set(records) == {"sweep.json", "sweep-seeds-1_shard-1of2.json"}
+    assert records["sweep.json"]["ran_now"] == 0  # the last plain call read both runs back
+    assert records["sweep-seeds-1_shard-1of2.json"]["ran_now"] == 1
     cli = CliRunner().invoke(app, ["sweep", str(file), "--out", str(tmp_path / "cli")])
     assert cli.exit_code == 0, cli.output
+    assert json.loads((tmp_path / "cli" / "sweep.json").read_text())["ran_now"] == 2
     for run_id, result in done.results.items():
         assert not result.differences(Result.load(tmp_path / "cli" / run_id))
 

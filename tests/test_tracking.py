@@ -15,6 +15,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+import oneshotfl
 from helpers import TINY
 from oneshotfl.cli import app
 from oneshotfl.runner.config import ConfigError
@@ -91,6 +92,27 @@ def test_a_tracked_sweep_logs_one_run_per_point_grouped_by_the_sweep(tmp_path: P
     assert sorted(r.info.run_name for r in runs) == points
     assert {r.data.tags["oneshotfl.group"] for r in runs} == {"tiny"}
     assert sorted(p.name for p in (track / "tiny").iterdir()) == points
+
+
+def test_the_python_api_tracks_a_run_and_a_sweep_as_the_command_does(tmp_path: Path) -> None:
+    track = tmp_path / "track"
+    settings = {**TINY, "methods": ["fedavg"], "cache_dir": str(tmp_path / "cache")}
+    result = oneshotfl.run(settings, tmp_path / "out", track=["tensorboard"], track_dir=track)
+    tb = _tensorboard(track / "oneshotfl" / "out")
+    assert [e.value for e in tb.Scalars("fedavg/accuracy")] == pytest.approx(
+        [result.accuracy["fedavg"]]
+    )
+    oneshotfl.run(settings, track=["mlflow"], track_dir=track)  # no out: a run named "api"
+    spec = {"name": "tiny", "base": settings, "grid": [{"alpha": [0.5, 1.0]}]}
+    done = oneshotfl.sweep(spec, tmp_path / "runs", track=["mlflow"], track_dir=track)
+    client = _mlflow(track)
+    (alone,) = client.search_runs([client.get_experiment_by_name("oneshotfl").experiment_id])
+    assert alone.info.run_name == "api" and "fedavg/accuracy" in alone.data.metrics
+    assert alone.data.params["dataset"] == "digits"
+    runs = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
+    assert sorted(r.info.run_name for r in runs) == sorted(done.ran)
+    with pytest.raises(ConfigError, match="--track"):
+        oneshotfl.run(settings, track=["wandb"])
 
 
 def _open_and_close(root: str, run: str) -> None:

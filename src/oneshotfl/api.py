@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +38,15 @@ from oneshotfl.runner.results import (
     _json_default,
     write_result,
 )
-from oneshotfl.runner.sweep import Sweep, load_sweep, parse_sweep, select_seeds, select_shard
+from oneshotfl.runner.sweep import (
+    Sweep,
+    load_sweep,
+    parse_sweep,
+    select_seeds,
+    select_shard,
+    write_sweep_record,
+)
+from oneshotfl.tracking import log_result, tracked
 from oneshotfl.training.progress import Tracker
 
 __all__ = ["ConfigError", "Result", "SweepResult", "run", "sweep"]
@@ -269,6 +278,8 @@ def run(
     out: str | Path | None = None,
     *,
     tracker: Tracker | None = None,
+    track: Sequence[str] = (),
+    track_dir: str | Path | None = None,
     **overrides: Any,
 ) -> Result:
     """Run every configured method on one federation, like ``oneshotfl run``.
@@ -279,13 +290,18 @@ def run(
         out: a folder to write ``result.json``, the CSV views and the partition heatmap into,
             as the command does (``None``: write nothing). It must not hold a result yet.
         tracker: shows progress (default: nothing shown).
+        track: log the run to these tracking backends, as ``--track`` does
+            (``["tensorboard", "mlflow"]``; the ``track`` extra); the run is named after
+            ``out`` (else ``api``), grouped under ``oneshotfl``.
+        track_dir: the tracking directory (default ``runs/tensorboard``, ``mlruns``).
         **overrides: config keys applied on top of ``config`` (``methods=["fedavg"]``).
 
     Returns:
         The run's typed result (with ``path`` set when ``out`` is given).
 
     Raises:
-        ConfigError: for a bad setting, method or model name, or an unusable ``out``.
+        ConfigError: for a bad setting, method or model name, an unusable ``out``, or a
+            tracking backend that is unknown or not installed.
     """
     cfg = resolve_config(config, **overrides)
     out_dir = None if out is None else Path(out)
@@ -293,8 +309,12 @@ def run(
         if (out_dir / RESULT_FILE).exists():
             raise ConfigError(f"{out_dir}/{RESULT_FILE} exists; choose another out")
         writable_dir(out_dir)
-    doc = _json_document(run_experiment(cfg, tracker))
-    path = write_result(out_dir, doc) if out_dir is not None else None
+    name = "api" if out_dir is None else out_dir.name
+    root = None if track_dir is None else Path(track_dir)
+    with tracked(list(track), "oneshotfl", name, root, tracker) as (progress, logs):
+        doc = _json_document(run_experiment(cfg, progress))
+        path = write_result(out_dir, doc) if out_dir is not None else None
+        log_result(logs, doc, out_dir)
     return Result.from_dict(doc, path=path)
 
 
@@ -306,6 +326,8 @@ def sweep(
     seeds: str | Sequence[int] | None = None,
     force: bool = False,
     tracker: Tracker | None = None,
+    track: Sequence[str] = (),
+    track_dir: str | Path | None = None,
 ) -> SweepResult:
     """Run every point of a sweep grid into ``out``, like ``oneshotfl sweep``: one folder per
     run, and a run whose ``result.json`` exists is read back rather than run again (resume).
@@ -318,9 +340,16 @@ def sweep(
         seeds: run only these seeds (``"0,1"`` or ``[0, 1]``).
         force: run finished runs again.
         tracker: shows progress (default: nothing shown).
+        track: log each run it runs to these tracking backends, grouped under the sweep's
+            name, as ``--track`` does.
+        track_dir: the tracking directory (default ``runs/tensorboard``, ``mlruns``).
+
+    It writes the invocation's record (``sweep.json``, or ``sweep-shard-0of2.json`` …) as the
+    command does, so ``oneshotfl report`` states its wall time.
 
     Raises:
-        ConfigError: for a bad sweep file, shard or seed list, or an unusable ``out``.
+        ConfigError: for a bad sweep file, shard or seed list, an unusable ``out``, or a
+            tracking backend that is unknown or not installed.
     """
     if isinstance(path_or_sweep, Sweep):
         spec = path_or_sweep
@@ -334,8 +363,10 @@ def sweep(
         shard = f"{shard[0]}/{shard[1]}"
     runs = select_shard(select_seeds(spec.runs, seeds), shard)
     root = writable_dir(Path(out))
+    track_root = None if track_dir is None else Path(track_dir)
     results: dict[str, Result] = {}
     ran: list[str] = []
+    start = time.perf_counter()
     for i, point in enumerate(runs, 1):
         run_dir = root / point.run_id
         if (run_dir / RESULT_FILE).exists() and not force:
@@ -343,9 +374,22 @@ def sweep(
             results[point.run_id] = Result.load(run_dir)
             continue
         log.info("[%d/%d] %s", i, len(runs), point.run_id)
-        doc = _json_document(run_experiment(point.config, tracker))
-        results[point.run_id] = Result.from_dict(doc, path=write_result(run_dir, doc))
+        with tracked(list(track), spec.name, point.run_id, track_root, tracker) as (progress, logs):
+            doc = _json_document(run_experiment(point.config, progress))
+            results[point.run_id] = Result.from_dict(doc, path=write_result(run_dir, doc))
+            log_result(logs, doc, run_dir)
         ran.append(point.run_id)
+    call = f"oneshotfl.sweep({spec.name!r}, out={str(root)!r}, shard={shard!r}, seeds={seeds!r})"
+    write_sweep_record(
+        root,
+        spec.name,
+        runs=len(runs),
+        ran_now=len(ran),
+        elapsed_s=time.perf_counter() - start,
+        argv=[call],
+        seeds=seeds,
+        shard=shard,
+    )
     return SweepResult(spec.name, root, results, tuple(ran))
 
 

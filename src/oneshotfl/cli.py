@@ -42,7 +42,7 @@ from oneshotfl.runner.config import ConfigError, ExperimentConfig, load_config, 
 from oneshotfl.runner.experiment import run_experiment
 from oneshotfl.runner.report import splice_markdown, write_report
 from oneshotfl.runner.results import atomic_write_text, write_result
-from oneshotfl.runner.sweep import load_sweep, select_seeds, select_shard
+from oneshotfl.runner.sweep import load_sweep, select_seeds, select_shard, write_sweep_record
 from oneshotfl.threats import ATTACKS
 from oneshotfl.tracking import log_result, tracked
 from oneshotfl.training.components import COMPONENTS
@@ -283,17 +283,16 @@ def sweep(
         done += 1
         console.print(results_table(doc))
     elapsed = time.perf_counter() - start
-    meta = {
-        "name": spec.name,
-        "runs": len(runs),
-        "ran_now": done,
-        "wall_time_s_this_invocation": elapsed,
-        "argv": sys.argv[1:],
-    }
-    parts = [f"seeds-{seeds.replace(',', '-')}" if seeds else "", f"shard-{shard}" if shard else ""]
-    suffix = "_".join(p.replace("/", "of") for p in parts if p)
-    name = f"sweep-{suffix}.json" if suffix else "sweep.json"
-    atomic_write_text(root / name, json.dumps(meta, indent=2) + "\n")
+    write_sweep_record(
+        root,
+        spec.name,
+        runs=len(runs),
+        ran_now=done,
+        elapsed_s=elapsed,
+        argv=sys.argv[1:],
+        seeds=seeds,
+        shard=shard,
+    )
     console.print(f"sweep {spec.name}: {done} run(s) in {elapsed / 60:.1f} min → {root}")
 
 

@@ -222,8 +222,8 @@ def _locked(path: Path) -> Iterator[None]:
 
 @contextlib.contextmanager
 def tracked(
-    backends: Sequence[str], group: str, run: str, root: Path | None, inner: Tracker
-) -> Iterator[tuple[Tracker, list[RunLog]]]:
+    backends: Sequence[str], group: str, run: str, root: Path | None, inner: Tracker | None
+) -> Iterator[tuple[Tracker | None, list[RunLog]]]:
     """The progress tracker to run with, and the open run logs (closed on exit, marked
     failed if the body raised); with no backends, ``inner`` and no logs."""
     logs = open_logs(backends, group, run, root)
@@ -240,14 +240,19 @@ def tracked(
         log.close()
 
 
-def log_result(logs: Sequence[RunLog], doc: Mapping[str, Any], out_dir: Path) -> None:
-    """Log a finished run's parameters, results and files (see the module docs)."""
+def log_result(logs: Sequence[RunLog], doc: Mapping[str, Any], out_dir: Path | None) -> None:
+    """Log a finished run's parameters, results and files (see the module docs); with no
+    ``out_dir`` (a run that wrote no files) no artefacts."""
     if not logs:
         return
     params = {k: _text(v) for k, v in doc["config"].items()}
     params.update({f"data.{k}": _text(v) for k, v in doc.get("data", {}).items()})
     points = list(result_points(doc))
-    files = sorted(p for p in out_dir.iterdir() if p.is_file() and p.suffix != ".tmp")
+    files = (
+        []
+        if out_dir is None
+        else sorted(p for p in out_dir.iterdir() if p.is_file() and p.suffix != ".tmp")
+    )
     for log in logs:
         log.params(params)
         for tag, step, value in points:

@@ -27,6 +27,7 @@ already covered every setting.
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from typing import Any
 import yaml
 
 from oneshotfl.runner.config import ConfigError, ExperimentConfig, make_config
+from oneshotfl.runner.results import atomic_write_text
 
 
 @dataclass(frozen=True)
@@ -149,3 +151,41 @@ def select_shard(runs: tuple[SweepRun, ...], shard: str | None) -> tuple[SweepRu
     if not 0 <= k < n:
         raise ConfigError(f"--shard: expected 0 <= K < N, got {shard!r}")
     return tuple(run for run in runs if run.point % n == k)
+
+
+def write_sweep_record(
+    root: Path,
+    name: str,
+    *,
+    runs: int,
+    ran_now: int,
+    elapsed_s: float,
+    argv: list[str],
+    seeds: str | None = None,
+    shard: str | None = None,
+) -> Path:
+    """Write what one sweep invocation did (``sweep.json``, or ``sweep-seeds-0_shard-1of2.json``
+    for a seed or shard selection) into ``root``; the report reads the wall times back.
+
+    Args:
+        root: the sweep's results root.
+        name: the sweep's name.
+        runs: grid points selected by this invocation.
+        ran_now: how many of them it ran (the others were finished already).
+        elapsed_s: its wall time in seconds.
+        argv: how it was invoked (command arguments, or the API call).
+        seeds: the seed selection, as given (``"0,1"``).
+        shard: the shard selection, as given (``"1/2"``).
+    """
+    meta = {
+        "name": name,
+        "runs": runs,
+        "ran_now": ran_now,
+        "wall_time_s_this_invocation": elapsed_s,
+        "argv": argv,
+    }
+    parts = [f"seeds-{seeds.replace(',', '-')}" if seeds else "", f"shard-{shard}" if shard else ""]
+    suffix = "_".join(part.replace("/", "of") for part in parts if part)
+    path = root / (f"sweep-{suffix}.json" if suffix else "sweep.json")
+    atomic_write_text(path, json.dumps(meta, indent=2) + "\n")
+    return path
