@@ -159,3 +159,13 @@ def test_version() -> None:
 
     out = CliRunner().invoke(app, ["--version"])
     assert out.exit_code == 0 and out.output.strip() == f"oneshotfl {__version__}"
+
+
+def test_option_help_keeps_continuation_lines_that_hold_a_colon() -> None:
+    from oneshotfl.cli_support import field_docs
+    from oneshotfl.runner.config import ExperimentConfig
+
+    docs = field_docs(ExperimentConfig)
+    assert docs["malicious"].endswith("0: nobody attacks, whatever attack says).")
+    assert "0" not in docs  # a continuation line is never an option of its own
+    assert all(name in docs["attack"] for name in ("over_report", "garbage", "wrong_arch"))

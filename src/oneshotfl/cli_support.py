@@ -87,7 +87,7 @@ def field_docs(cls: type) -> dict[str, str]:
     docs: dict[str, str] = {}
     names: list[str] = []
     for line in section.splitlines():
-        match = re.match(r"^\s{4}([\w, ]+):\s*(.*)$", line)
+        match = re.match(r"^\s{4}(\w[\w, ]*):\s*(.*)$", line)
         if match:
             names = [n.strip() for n in match.group(1).split(",")]
             for name in names:

@@ -60,7 +60,9 @@ class ExperimentConfig(Params):
         malicious: how many clients (ids 0 … m−1) follow ``attack`` (robustness studies;
             0: nobody attacks, whatever ``attack`` says).
         attack: what the malicious clients do: ``label_flip``, ``scale:factor=10``,
-            ``noise:std=1`` or ``wrong_predictions`` (see :mod:`oneshotfl.threats`).
+            ``noise:std=1``, ``wrong_predictions``, ``over_report``, or one the wire refuses:
+            ``garbage``, ``oversize``, ``wrong_arch`` (``oneshotfl list attacks``; see
+            :mod:`oneshotfl.threats`).
         model: client architectures: one name, a list cycled over clients (cnn,resnet8) or a
             per-client mapping (0=resnet8,*=cnn).
         server_model: server architecture for methods that train a server model.
