@@ -39,6 +39,16 @@ def partition_heatmap(counts: np.ndarray, path: Path, title: str = "") -> Path:
 Series = Mapping[str, Sequence[tuple[float, float, float]]]
 
 
+def spaced_ticks(values: Sequence[float], ratio: float = 1.15) -> list[float]:
+    """The sorted positive ``values`` a log axis can label without overlap: each kept value is
+    at least ``ratio`` times the previous kept one (242 KiB and 242.2 KiB share one label)."""
+    kept: list[float] = []
+    for value in sorted(values):
+        if value > 0 and (not kept or value >= ratio * kept[-1]):
+            kept.append(value)
+    return kept
+
+
 def line_plot(
     series: Series,
     path: Path,
@@ -60,7 +70,7 @@ def line_plot(
         ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=name)
     if logx:
         ax.set_xscale("log")
-        ticks = sorted({x for points in series.values() for x, _, _ in points})
+        ticks = spaced_ticks(sorted({x for points in series.values() for x, _, _ in points}))
         if len(ticks) <= 8:  # label the measured points, not powers of ten
             ax.set_xticks(ticks, [xfmt(t) for t in ticks])
             ax.minorticks_off()
