@@ -18,6 +18,7 @@ demo: setup data
 	  && $(VENV)/oneshotfl report runs/demo --out runs/demo/report \
 	  && echo "demo: table runs/demo/methods.csv; partition heatmap runs/demo/partition.png;" \
 	    "accuracy vs upload bytes runs/demo/report/accuracy_vs_bytes.png" \
+	    "(personal accuracy: runs/demo/report/personal_accuracy_vs_bytes.png)" \
 	  && echo "demo: $$(( $$(date +%s) - start )) s after set-up"
 
 ## Lint, type-check, the whole test suite (slow end-to-end tests included), then Flower end

@@ -1,12 +1,17 @@
-"""Plot helpers: a log axis labels the measured points without overlapping labels."""
+"""Plot helpers: a log axis labels the measured points without overlapping labels; a report
+with a personalised method also plots personal accuracy against bytes."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import matplotlib.image
+import pytest
 
 from oneshotfl.plots import line_plot, spaced_ticks
+from oneshotfl.runner.report import Report, collect
+from oneshotfl.runner.report_plots import bytes_points, report_plots
 
 
 def test_spaced_ticks_drop_values_too_close_to_label_apart() -> None:
@@ -21,3 +26,27 @@ def test_a_log_plot_of_near_equal_uploads_is_written(tmp_path: Path) -> None:
     series = {"a": [(241.91 * 1024, 0.5, 0.0)], "b": [(242.24 * 1024, 0.6, 0.01)]}
     path = line_plot(series, tmp_path / "p.png", "bytes", "accuracy", logx=True)
     assert matplotlib.image.imread(path).shape[:2] == (504, 780)  # 6.5 × 4.2 in at 120 dpi
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _collect(path: Path) -> Report:
+    return collect([json.loads(path.read_text())])
+
+
+def test_a_report_with_a_personalised_method_also_plots_personal_accuracy(tmp_path: Path) -> None:
+    run = ROOT / "benchmarks/results/fol-fmnist/psi=0.5_graph=ring_seed=0/result.json"
+    doc = json.loads(run.read_text())
+    personal = {m["key"]: m["personal_accuracy"] for m in doc["methods"]}
+    report = _collect(run)
+    points = bytes_points(report, personal=True)
+    assert points["fol:rounds=3"][0][1] == pytest.approx(personal["fol:rounds=3"])
+    assert "local" not in points  # it uploads nothing
+    plots = report_plots(report, tmp_path, "fol")
+    assert plots["personal accuracy vs upload bytes"].name == "personal_accuracy_vs_bytes.png"
+    assert plots["accuracy vs upload bytes"].exists()
+
+    global_only = _collect(ROOT / "examples/digits-row/result.json")  # `local` is personalised
+    assert any(c.personalised for c in global_only.cells.values())  # but uploads nothing
+    assert "personal accuracy vs upload bytes" not in report_plots(global_only, tmp_path, "g")

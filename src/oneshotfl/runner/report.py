@@ -83,6 +83,8 @@ class Cell:
     """The runs of one method in one setting (one value per seed)."""
 
     accuracy: list[float] = field(default_factory=list)
+    personal: list[float] = field(default_factory=list)
+    personalised: bool = False
     upload_bytes: list[float] = field(default_factory=list)
     histories: list[list[dict[str, Any]]] = field(default_factory=list)
     facts: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
@@ -148,6 +150,9 @@ def collect(docs: Iterable[Mapping[str, Any]]) -> Report:
                 Cell(method=result.get("method", key), params=dict(result.get("params", {}))),
             )
             cell.accuracy.append(float(result["accuracy"]))
+            if result.get("personal_accuracy") is not None:
+                cell.personal.append(float(result["personal_accuracy"]))
+            cell.personalised |= result.get("outcome") == "Personalised"
             cell.upload_bytes.append(float(result["upload_bytes_mean"]))
             cell.server_s.append(float(result.get("server_wall_s", 0.0)))
             costs = dict(result.get("inference") or {})

@@ -67,24 +67,37 @@ def report_plots(report: Report, out_dir: Path, title: str) -> dict[str, Path]:
             title,
             logx=param.endswith("epsilon"),
         )
-    points: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
-    for method in report.methods:
-        cells = [c for (s, m), c in report.cells.items() if m == method]
-        upload = float(np.mean([b for c in cells for b in c.upload_bytes]))
-        means = [c.mean_std()[0] for c in cells]
-        if upload > 0:
-            points[method].append((upload, float(np.mean(means)), float(np.std(means))))
-    if points:
-        plots["accuracy vs upload bytes"] = line_plot(
-            points,
-            out_dir / "accuracy_vs_bytes.png",
-            "upload bytes per client",
-            "test accuracy (mean over settings)",
-            title,
-            logx=True,
-            xfmt=human_bytes,
-        )
+    # a personalised method that communicates (FOL) is judged by its personal accuracy
+    personalised = any(c.personalised and max(c.upload_bytes) > 0 for c in report.cells.values())
+    for personal in (False, True) if personalised else (False,):
+        points = bytes_points(report, personal=personal)
+        metric = "personal accuracy" if personal else "accuracy"
+        if points:
+            plots[f"{metric} vs upload bytes"] = line_plot(
+                points,
+                out_dir / f"{metric.replace(' ', '_')}_vs_bytes.png",
+                "upload bytes per client",
+                f"{'personal' if personal else 'test'} accuracy (mean over settings)",
+                title,
+                logx=True,
+                xfmt=human_bytes,
+            )
     return plots
+
+
+def bytes_points(report: Report, personal: bool) -> dict[str, list[tuple[float, float, float]]]:
+    """``method → [(upload bytes per client, mean, std over settings)]`` of every method that
+    uploads: test accuracy, or with ``personal`` the personal accuracy (each client's final
+    model on its own label distribution; methods without one for every run are left out)."""
+    points: dict[str, list[tuple[float, float, float]]] = {}
+    for method in report.methods:
+        cells = [c for (_, m), c in report.cells.items() if m == method]
+        upload = float(np.mean([b for c in cells for b in c.upload_bytes]))
+        if upload <= 0 or (personal and any(len(c.personal) != len(c.accuracy) for c in cells)):
+            continue
+        means = [float(np.mean(c.personal if personal else c.accuracy)) for c in cells]
+        points[method] = [(upload, float(np.mean(means)), float(np.std(means)))]
+    return points
 
 
 def setting_series(report: Report) -> dict[str, dict[str, list[tuple[float, float, float]]]]:
