@@ -214,13 +214,13 @@ def test_a_crash_while_writing_leaves_no_result_marker(
 def test_the_command_line_checks_its_paths_before_training(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import oneshotfl.cli as cli
+    import oneshotfl.api as api
 
     def no_training(cfg: Any, *args: Any) -> Any:
         Experiment.prepare(cfg)  # loads the data: a missing data root fails here
         raise AssertionError("would train before checking the paths")
 
-    monkeypatch.setattr(cli, "run_experiment", no_training)
+    monkeypatch.setattr(api, "run_experiment", no_training)  # what the command runs
     a_file = tmp_path / "taken"
     a_file.write_text("")
     runner = CliRunner()

@@ -19,7 +19,6 @@ A :class:`Result` has the fields of ``result.json`` and reads any result file ba
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -35,7 +34,8 @@ from oneshotfl.runner.results import (
     METHOD_COLUMNS,
     RESULT_FILE,
     MethodResult,
-    _json_default,
+    json_document,
+    required_fields,
     write_result,
 )
 from oneshotfl.runner.sweep import (
@@ -55,19 +55,6 @@ log = logging.getLogger(__name__)
 
 ConfigLike = ExperimentConfig | Mapping[str, Any] | str | Path
 """What :func:`run` takes as its configuration."""
-
-_DOCUMENT_KEYS = (
-    "oneshotfl_version",
-    "started",
-    "wall_time_s",
-    "environment",
-    "config",
-    "data",
-    "clients",
-    "methods",
-    "cache",
-)
-"""The keys every version's ``result.json`` has (``encoder`` and ``graph`` came later)."""
 
 
 @dataclass(frozen=True)
@@ -117,7 +104,7 @@ class Result:
             ValueError: when ``doc`` is not a result document.
             ConfigError: when its config does not parse with this version.
         """
-        missing = [k for k in _DOCUMENT_KEYS if k not in doc]
+        missing = [k for k in required_fields(cls) if k not in doc]  # what every version wrote
         if missing:
             raise ValueError(f"expected a result document, got one without {missing}")
         try:
@@ -310,12 +297,28 @@ def run(
             raise ConfigError(f"{out_dir}/{RESULT_FILE} exists; choose another out")
         writable_dir(out_dir)
     name = "api" if out_dir is None else out_dir.name
+    doc, path = run_and_write(cfg, out_dir, tracker, track, track_dir, ("oneshotfl", name))
+    return Result.from_dict(doc, path=path)
+
+
+def run_and_write(
+    cfg: ExperimentConfig,
+    out_dir: Path | None,
+    tracker: Tracker | None,
+    track: Sequence[str],
+    track_dir: str | Path | None,
+    tracked_as: tuple[str, str],
+) -> tuple[dict[str, Any], Path | None]:
+    """Run one experiment, write its files into ``out_dir`` (``None``: none) and log it to the
+    ``track`` backends as run ``tracked_as = (group, name)``; the one body of :func:`run`,
+    :func:`sweep` and the ``run`` and ``sweep`` commands. Returns the result document (as
+    ``result.json`` holds it) and the path of ``result.json``."""
     root = None if track_dir is None else Path(track_dir)
-    with tracked(list(track), "oneshotfl", name, root, tracker) as (progress, logs):
-        doc = _json_document(run_experiment(cfg, progress))
+    with tracked(list(track), *tracked_as, root, tracker) as (progress, logs):
+        doc = json_document(run_experiment(cfg, progress))
         path = write_result(out_dir, doc) if out_dir is not None else None
         log_result(logs, doc, out_dir)
-    return Result.from_dict(doc, path=path)
+    return doc, path
 
 
 def sweep(
@@ -363,7 +366,6 @@ def sweep(
         shard = f"{shard[0]}/{shard[1]}"
     runs = select_shard(select_seeds(spec.runs, seeds), shard)
     root = writable_dir(Path(out))
-    track_root = None if track_dir is None else Path(track_dir)
     results: dict[str, Result] = {}
     ran: list[str] = []
     start = time.perf_counter()
@@ -374,10 +376,9 @@ def sweep(
             results[point.run_id] = Result.load(run_dir)
             continue
         log.info("[%d/%d] %s", i, len(runs), point.run_id)
-        with tracked(list(track), spec.name, point.run_id, track_root, tracker) as (progress, logs):
-            doc = _json_document(run_experiment(point.config, progress))
-            results[point.run_id] = Result.from_dict(doc, path=write_result(run_dir, doc))
-            log_result(logs, doc, run_dir)
+        named = (spec.name, point.run_id)
+        doc, path = run_and_write(point.config, run_dir, tracker, track, track_dir, named)
+        results[point.run_id] = Result.from_dict(doc, path=path)
         ran.append(point.run_id)
     call = f"oneshotfl.sweep({spec.name!r}, out={str(root)!r}, shard={shard!r}, seeds={seeds!r})"
     write_sweep_record(
@@ -391,9 +392,3 @@ def sweep(
         shard=shard,
     )
     return SweepResult(spec.name, root, results, tuple(ran))
-
-
-def _json_document(doc: dict[str, Any]) -> dict[str, Any]:
-    """``doc`` as ``result.json`` holds it (arrays as lists, tuples as lists)."""
-    plain: dict[str, Any] = json.loads(json.dumps(doc, default=_json_default))
-    return plain

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from oneshotfl import __version__
+from oneshotfl import __version__, api
 from oneshotfl.cli_support import (
     USER_ERRORS,
     config_options,
@@ -38,13 +38,11 @@ from oneshotfl.plots import partition_heatmap
 from oneshotfl.protocol.graph import GRAPHS
 from oneshotfl.registry import Registry, RegistryError
 from oneshotfl.runner.compare import compare_trees, read_result, result_differences
-from oneshotfl.runner.config import ConfigError, ExperimentConfig, load_config, make_config
-from oneshotfl.runner.experiment import run_experiment
+from oneshotfl.runner.config import ExperimentConfig, load_config, make_config
 from oneshotfl.runner.report import splice_markdown, write_report
-from oneshotfl.runner.results import atomic_write_text, write_result
+from oneshotfl.runner.results import atomic_write_text
 from oneshotfl.runner.sweep import load_sweep, select_seeds, select_shard, write_sweep_record
 from oneshotfl.threats import ATTACKS
-from oneshotfl.tracking import log_result, tracked
 from oneshotfl.training.components import COMPONENTS
 from oneshotfl.training.progress import RichTracker
 
@@ -118,16 +116,9 @@ def run(
     try:
         cfg = load_config(config, overrides or [], cli)
         out_dir = out or Path("runs") / datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-        if (out_dir / "result.json").exists():
-            raise ConfigError(f"{out_dir}/result.json exists; choose another --out")
-        writable_dir(out_dir)
-        with (
-            RichTracker(err_console) as progress,
-            tracked(track or [], "oneshotfl", out_dir.name, track_dir, progress) as (tracker, logs),
-        ):
-            doc = run_experiment(cfg, tracker)
-            path = write_result(out_dir, doc)
-            log_result(logs, doc, out_dir)
+        with RichTracker(err_console) as progress:
+            result = api.run(cfg, out_dir, tracker=progress, track=track or (), track_dir=track_dir)
+        doc, path = result.to_dict(), result.path
     except USER_ERRORS as exc:
         fail(exc)
     console.print(results_table(doc))
@@ -268,16 +259,11 @@ def sweep(
             continue
         log.info("[%d/%d] %s", i, len(runs), point.run_id)
         try:
-            with (
-                RichTracker(err_console) as progress,
-                tracked(track or [], spec.name, point.run_id, track_dir, progress) as (
-                    tracker,
-                    logs,
-                ),
-            ):
-                doc = run_experiment(point.config, tracker)
-                write_result(run_dir, doc)
-                log_result(logs, doc, run_dir)
+            with RichTracker(err_console) as progress:
+                named = (spec.name, point.run_id)
+                doc, _ = api.run_and_write(
+                    point.config, run_dir, progress, track or (), track_dir, named
+                )
         except USER_ERRORS as exc:
             fail(exc)
         done += 1

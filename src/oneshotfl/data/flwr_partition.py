@@ -28,15 +28,9 @@ from typing import Any
 import numpy as np
 import yaml
 
-from oneshotfl.data.partition import Partitioner, PartitionError, _check_inputs
+from oneshotfl.data.partition import FLWR_PREFIX, Partitioner, PartitionError, _check_inputs
 
-PREFIX = "flwr:"
 _EXTRA = "pip install 'oneshotfl[flwr-datasets]'"
-
-
-def is_flwr_spec(name: str) -> bool:
-    """Whether ``name`` names a Flower Datasets partitioner (``flwr:ClassName...``)."""
-    return isinstance(name, str) and name.startswith(PREFIX)
 
 
 def _partitioner_class(name: str) -> type:
@@ -76,7 +70,7 @@ class FlowerPartitioner(Partitioner):
         Raises:
             ValueError: for a malformed spec, an unknown class or option, or a missing extra.
         """
-        name, *pairs = spec.removeprefix(PREFIX).split(":")
+        name, *pairs = spec.removeprefix(FLWR_PREFIX).split(":")
         options = []
         for pair in pairs:
             key, sep, text = pair.partition("=")

@@ -299,6 +299,10 @@ class DirichletClient(Partitioner):
 # --------------------------------------------------------------------------- factory
 
 
+FLWR_PREFIX = "flwr:"
+"""How a partition name marks a Flower Datasets partitioner class."""
+
+
 def make_partitioner(name: str, **options: Any) -> Partitioner:
     """Build the partitioner ``name`` from those ``options`` its dataclass declares; a name
     ``flwr:ClassName[:key=value...]`` builds a Flower Datasets partitioner
@@ -316,7 +320,7 @@ def make_partitioner(name: str, **options: Any) -> Partitioner:
         RegistryError: for an unknown name.
         ValueError: when a required option is missing or a value is invalid.
     """
-    if name.startswith("flwr:"):  # a Flower Datasets partitioner (the flwr-datasets extra)
+    if name.startswith(FLWR_PREFIX):  # a Flower Datasets partitioner (the flwr-datasets extra)
         from oneshotfl.data.flwr_partition import FlowerPartitioner
 
         return FlowerPartitioner.from_spec(name, options.get("alpha"))

@@ -240,7 +240,8 @@ def run_update(
     exp = state.experiment
     broadcast: Payload | None = receive_broadcast(method, payloads.get("server"), exp.dims)
     ctx = exp.client_context(state.client_id).for_round(round_index, broadcast)
-    reply = client_step(method, ctx, exp.data.test, exp.shard_report(state.client_id))
+    report = exp.shard_report(state.client_id) if round_index == 0 else None  # round 0 only
+    reply = client_step(method, ctx, exp.data.test, report)
     log.info(
         "client %d: %s round %d: %d bytes", ctx.client_id, method_spec, round_index, len(reply.data)
     )

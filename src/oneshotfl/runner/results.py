@@ -134,18 +134,23 @@ class MethodResult:
         """
         known = {f.name for f in dataclasses.fields(cls)}
         values = {**_LEGACY_DEFAULTS, **{k: v for k, v in data.items() if k in known}}
-        required = [
-            f.name
-            for f in dataclasses.fields(cls)
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        ]
-        missing = [name for name in required if name not in values]
+        missing = [name for name in required_fields(cls) if name not in values]
         if missing:
             raise ValueError(
                 f"method entry {data.get('key', '?')!r}: expected the fields {missing}, "
                 "got an entry without them"
             )
         return cls(**values)
+
+
+def required_fields(cls: type) -> list[str]:
+    """The fields of dataclass ``cls`` without a default, in order: what a document read
+    back into it must hold."""
+    return [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
 
 
 _OMIT_EMPTY = ("no_reply", "rounds_history")
@@ -234,6 +239,12 @@ def _json_default(value: Any) -> Any:
     if hasattr(value, "tolist"):
         return value.tolist()
     return str(value)
+
+
+def json_document(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """``doc`` as ``result.json`` holds it (arrays and tuples as lists)."""
+    plain: dict[str, Any] = json.loads(json.dumps(doc, default=_json_default))
+    return plain
 
 
 def iter_results(root: Path) -> Iterator[tuple[Path, dict[str, Any]]]:

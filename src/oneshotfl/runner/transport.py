@@ -267,7 +267,7 @@ class LocalTransport:
         missing: Missing = {}
         for shard in exp.data.clients:
             ctx = exp.client_context(shard.client_id).for_round(round_index, received)
-            report = exp.shard_report(shard.client_id)
+            report = exp.shard_report(shard.client_id) if round_index == 0 else None
             step = functools.partial(client_step, method, ctx, exp.data.test, report)
             reply = attempt(ctx.client_id, "update", step, missing)
             if reply is not None:
