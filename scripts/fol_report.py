@@ -8,13 +8,17 @@ splices between markers of ``docs/benchmarks.md``:
   accuracy (its model on the test split re-weighted to each client's own label distribution)
   as mean ± std over clients and seeds, per ψ; the global references repeat in both tables.
 * ``fol-order`` — how often the paper's ordering FOL-A > FOL > FOL-AN > FOL-N holds, per pair,
-  over every (graph, ψ, E, seed).
+  over every (graph, ψ, E, seed), and per E.
+* ``fol-claims`` — the differences the reading cites (FOL against ``local``, FedAvg with
+  E = 3 rounds and the ensemble; what more rounds and the pruning buy), per ψ and graph: the
+  mean over seeds and the smallest and largest seed.
 * ``fol-clients`` — the per-client table (the paper's "Satellite #" columns) at ψ = 0.7 on
   the ring: each client's personal accuracy, mean ± std over seeds.
 * ``fol-cost`` — bytes each client sends and receives, and the measured cost of FOL's stages
   per client: seconds to align one received model (fine-tune, prune, post-tune) and to
   distil one round (measured when the stage was computed; a cache hit repeats the figure).
-* ``fol-ablation-table`` — what each stage buys.
+* ``fol-ablation-table`` — what each stage buys, with each row's difference to the full
+  method per seed.
 
 It also writes ``docs/figures/fol-fmnist/fol_table.csv``. Usage:
 ``python scripts/fol_report.py [RESULTS_ROOT] [MARKDOWN]``.
@@ -138,24 +142,88 @@ def main_tables(peer: list[Doc], refs: list[Doc], csv_path: Path) -> str:
     return "\n\n".join(parts)
 
 
+def run_means(doc: Doc) -> dict[str, float]:
+    """A run's personal accuracy (%) per method key: the mean over its clients."""
+    return {m["key"]: statistics.fmean(by_client(m).values()) for m in doc["methods"]}
+
+
 def order_table(peer: list[Doc]) -> str:
-    """How often each adjacent pair of the paper's ordering holds (mean over clients)."""
-    wins: dict[tuple[str, str], list[bool]] = defaultdict(list)
-    full: list[bool] = []
+    """How often each adjacent pair of the paper's ordering holds (mean over clients), per
+    number of collection rounds E and in all."""
+    wins: dict[tuple[str, str], dict[int, list[bool]]] = defaultdict(lambda: defaultdict(list))
+    full: dict[int, list[bool]] = defaultdict(list)
     for doc in peer:
-        acc = {m["key"]: statistics.fmean(by_client(m).values()) for m in doc["methods"]}
+        acc = run_means(doc)
         for e in (1, 2, 3):
-            chain = [acc.get(f"{v}:rounds={e}") for v, _ in VARIANTS]
-            if None in chain:
+            keys = [f"{v}:rounds={e}" for v, _ in VARIANTS]
+            if not all(k in acc for k in keys):
                 continue
-            pairs = list(itertools.pairwise(chain))
+            pairs = list(itertools.pairwise(acc[k] for k in keys))
             for (a, b), (x, y) in zip(pairs, itertools.pairwise(VARIANTS), strict=True):
-                wins[(x[1], y[1])].append(a > b)
-            full.append(all(a > b for a, b in pairs))
-    lines = ["| pair | holds in | of |", "|---|---:|---:|"]
-    for (x, y), held in wins.items():
-        lines.append(f"| {x} > {y} | {sum(held)} | {len(held)} |")
-    lines.append(f"| the whole chain | {sum(full)} | {len(full)} |")
+                wins[(x[1], y[1])][e].append(a > b)
+            full[e].append(all(a > b for a, b in pairs))
+    rounds = (1, 2, 3)
+    lines = [
+        "| pair | " + " | ".join(f"E = {e}" for e in rounds) + " | holds in | of |",
+        "|---|" + "---:|" * (len(rounds) + 2),
+    ]
+    rows = [*((f"{x} > {y}", by_e) for (x, y), by_e in wins.items()), ("the whole chain", full)]
+    for name, by_e in rows:
+        per_e = [f"{sum(by_e[e])}/{len(by_e[e])}" for e in rounds]
+        held = [h for e in rounds for h in by_e[e]]
+        lines.append(f"| {name} | " + " | ".join(per_e) + f" | {sum(held)} | {len(held)} |")
+    return "\n".join(lines)
+
+
+CLAIMS = (
+    ("FOL (E=3) − Local", ("fol:rounds=3",), ("local",)),
+    ("FOL (E=3) − FedAvg (E=3)", ("fol:rounds=3",), ("fedavg_rounds:rounds=3",)),
+    ("FOL (E=3) − Ensemble", ("fol:rounds=3",), ("ensemble",)),
+    ("FOL (E=3) − FOL (E=1)", ("fol:rounds=3",), ("fol:rounds=1",)),
+    ("FOL-A (E=3) − FOL-A (E=1)", ("fol-a:rounds=3",), ("fol-a:rounds=1",)),
+    ("FOL-N (E=3) − FOL-N (E=1)", ("fol-n:rounds=3",), ("fol-n:rounds=1",)),
+    ("FOL-AN (E=3) − FOL-AN (E=1)", ("fol-an:rounds=3",), ("fol-an:rounds=1",)),
+    (
+        "pruning at E=3: FOL, FOL-A − FOL-N, FOL-AN",
+        ("fol:rounds=3", "fol-a:rounds=3"),
+        ("fol-n:rounds=3", "fol-an:rounds=3"),
+    ),
+    ("Neighbourhood ensemble − Local", ("peer_ensemble",), ("local",)),
+)
+"""The differences the reading cites: (row, keys averaged, keys averaged and subtracted)."""
+
+
+def claims_table(peer: list[Doc], refs: list[Doc]) -> str:
+    """The reading's comparisons, in points of personal accuracy, per ψ and graph: the mean
+    over seeds and [smallest, largest] seed; then how often FOL's variants beat ``local``."""
+    ref_acc = {(d["config"]["psi"], d["config"]["seed"]): run_means(d) for d in refs}
+    diffs: dict[tuple[str, float, str], list[float]] = defaultdict(list)
+    above, cells = 0, 0
+    for doc in peer:
+        cfg = doc["config"]
+        acc = {**ref_acc.get((cfg["psi"], cfg["seed"]), {}), **run_means(doc)}
+        for name, plus, minus in CLAIMS:
+            if all(k in acc for k in (*plus, *minus)):
+                value = statistics.fmean(acc[k] for k in plus)
+                value -= statistics.fmean(acc[k] for k in minus)
+                diffs[(name, float(cfg["psi"]), cfg["graph"])].append(value)
+        for key, value in acc.items():
+            if re.fullmatch(r"fol(-an|-a|-n)?:rounds=\d", key):
+                above, cells = above + (value > acc["local"]), cells + 1
+    columns = [(psi, graph) for psi in PSIS for graph in GRAPHS]
+    head = [f"ψ = {psi} {'ring' if graph == 'ring' else 'degree 3'}" for psi, graph in columns]
+    lines = ["| points | " + " | ".join(head) + " |", "|---|" + "---:|" * len(columns)]
+    for name, _, _ in CLAIMS:
+        row = []
+        for psi, graph in columns:
+            values = diffs.get((name, psi, graph), [])
+            row.append(
+                f"{statistics.fmean(values):+.2f} [{min(values):+.1f}, {max(values):+.1f}]"
+                if values
+                else "–"
+            )
+        lines.append(f"| {name} | " + " | ".join(row) + " |")
+    lines += ["", f"FOL's variants (every E) above `local`: {above} of {cells} runs × variants."]
     return "\n".join(lines)
 
 
@@ -224,16 +292,25 @@ def cost_table(peer: list[Doc], refs: list[Doc]) -> str:
     return "\n".join(lines)
 
 
-def ablation_table(docs: list[Doc]) -> str:
+def ablation_table(docs: list[Doc], full: str = "fol-a:rounds=3") -> str:
+    """What each stage buys: personal accuracy per row, and its difference to the ``full``
+    method in each seed (points, seeds in order)."""
     if not docs:
         return "No results yet (`make bench-fol`)."
+    docs = sorted(docs, key=lambda d: d["config"]["seed"])
     per: dict[str, Seeds] = defaultdict(list)
     for doc in docs:
         for m in doc["methods"]:
             per[m["key"]].append(by_client(m))
-    lines = ["| row | personal accuracy % (mean ± std over clients and seeds) |", "|---|---:|"]
+    means = [run_means(d) for d in docs]
+    lines = [
+        "| row | personal accuracy % (mean ± std over clients and seeds) "
+        f"| against `{full}`, per seed |",
+        "|---|---:|---:|",
+    ]
     for key, seeds in per.items():
-        lines.append(f"| `{key}` | {cell(seeds)} |")
+        against = " / ".join(f"{m[key] - m[full]:+.2f}" for m in means if key in m and full in m)
+        lines.append(f"| `{key}` | {cell(seeds)} | {against or '–'} |")
     return "\n".join(lines)
 
 
@@ -246,6 +323,7 @@ def main(argv: list[str]) -> None:
     csv_path = Path("docs/figures/fol-fmnist/fol_table.csv")
     splice_markdown(markdown, "fol-table", main_tables(peer, refs, csv_path))
     splice_markdown(markdown, "fol-order", order_table(peer))
+    splice_markdown(markdown, "fol-claims", claims_table(peer, refs))
     splice_markdown(markdown, "fol-clients", clients_table(peer, refs))
     splice_markdown(markdown, "fol-cost", cost_table(peer, refs))
     splice_markdown(markdown, "fol-ablation-table", ablation_table(load(root / "fol-ablation")))
