@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
 .PHONY: setup data demo test docs check-wheel lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
-	bench-fedeov bench-fedeov-target bench-intactofl bench-fol bench-robust bench-membership bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed \
+	bench-fedeov bench-fedeov-target bench-intactofl bench-fol bench-robust bench-robustness bench-small-data bench-membership bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed \
 	clean-cache
 VENV := .venv/bin
 
@@ -70,7 +70,7 @@ bench-fedage: setup data
 	  $(VENV)/oneshotfl encoder attack --encoder $$e --epsilons none,16,4,1 \
 	    --out docs/figures/fedage-attack-$$e $(FEDAGE_DATA) || exit 1; \
 	done
-	VENV=$(VENV) bash scripts/sweep_shards.sh fedage-fmnist fedage-clients fedage-knobs
+	VENV=$(VENV) bash scripts/sweep_shards.sh fedage-fmnist fedage-clients fedage-knobs fedage-upper
 
 ## The FedEOV benchmark of issue 12 (see docs/benchmarks.md): the Table 6 analogue, the label-
 ## and feature-skew tables and the stage ablation, two single-threaded shards each. The
@@ -107,6 +107,22 @@ bench-robust: setup data
 	VENV=$(VENV) bash scripts/sweep_shards.sh robust-models robust-predictions
 	$(VENV)/python scripts/robust_report.py
 
+## The small-data study of issue 26 (docs/benchmarks.md): the initialisation and the step
+## floors on and off, on digits with each small model and both optimisers; two shards.
+bench-small-data: setup data
+	VENV=$(VENV) bash scripts/sweep_shards.sh small-data
+
+## The robustness matrix of issue 26 (docs/benchmarks.md): every registered method on digits,
+## a Fashion-MNIST subset and our synthetic shapes16 (scripts/make_shapes.py) × cnn, mlp,
+## simple_cnn2 × IID, Dirichlet 0.1, disjoint; two single-threaded shards, then the reading,
+## which fails for a cell below `local` or `ensemble` that no documented known limit covers.
+ROBUSTNESS := $(VENV)/oneshotfl sweep benchmarks/robustness.yaml --out benchmarks/results/robustness
+bench-robustness: setup data
+	$(VENV)/python scripts/make_shapes.py runs/data/shapes16.npz
+	OMP_NUM_THREADS=1 $(ROBUSTNESS) --shard 0/2 & first=$$!; \
+	  OMP_NUM_THREADS=1 $(ROBUSTNESS) --shard 1/2 && wait $$first
+	$(VENV)/python scripts/robustness_report.py --check
+
 ## The membership-inference audit of issue 15 (docs/benchmarks.md): loss-threshold, shadow-model
 ## and nearest-latent attacks against each upload kind; AUC and TPR at 1% FPR.
 bench-membership: setup data
@@ -118,8 +134,10 @@ bench-membership: setup data
 ## so both sides train every client).
 FLOWER_OUT := benchmarks/results/flower
 FLOWER_BYTES := dataset=fashion_mnist clients=3 model=cnn local_epochs=1 max_train=6000 \
+  local_steps=0 server_steps=0 init=torch \
   public_size=1000 server_model=cnn server_epochs=1 device=cpu
-FLOWER_SIM := dataset=fashion_mnist model=cnn local_epochs=1 methods=fedavg device=cpu cache_dir=
+FLOWER_SIM := dataset=fashion_mnist model=cnn local_epochs=1 local_steps=0 init=torch methods=fedavg \
+  device=cpu cache_dir=
 bench-flower: bench-flower-deploy bench-flower-sim
 	$(VENV)/python scripts/flower_report.py $(FLOWER_OUT) docs/benchmarks.md
 

@@ -85,7 +85,7 @@ assert "torch" not in sys.modules, "import oneshotfl imported torch"
 assert files("oneshotfl").joinpath("py.typed").is_file(), "py.typed missing"
 print(f"check_wheel: import oneshotfl {oneshotfl.__version__} from {oneshotfl.__file__}")
 EOF
-"$work/plain/bin/oneshotfl" run --dataset digits --clients 2 --model mlp --local-epochs 1 \
+"$work/plain/bin/oneshotfl" run --dataset digits --clients 2 --model mlp --local-epochs 1 --local-steps 0 \
   --methods fedavg --device cpu --no-cache --out "$work/run" >"$work/run.log" 2>&1 \
   || { cat "$work/run.log"; exit 1; }
 [ -s "$work/run/result.json" ] || { echo "check_wheel: the run wrote no result.json"; exit 1; }

@@ -83,6 +83,7 @@ dataset: digits
 clients: 3
 model: mlp
 local_epochs: 1
+local_steps: 0
 batch_size: 32
 lr: 0.05
 alpha: 1.0
@@ -287,6 +288,7 @@ dataset: digits
 clients: 4
 model: mlp
 local_epochs: 1
+local_steps: 0
 batch_size: 32
 lr: 0.05
 alpha: 1.0

@@ -23,6 +23,8 @@ TINY: dict[str, Any] = {
     "clients": 3,
     "model": "mlp",
     "local_epochs": 1,
+    "local_steps": 0,
+    "server_steps": 0,
     "batch_size": 32,
     "lr": 0.05,
     "partition": "dirichlet",
@@ -30,7 +32,8 @@ TINY: dict[str, Any] = {
     "min_samples": 5,
     "device": "cpu",
 }
-"""The tiny digits federation of the tests: 3 clients, an MLP, one epoch (fast on 2 cores)."""
+"""The tiny digits federation of the tests: 3 clients, an MLP, one epoch and no step floors
+(fast on 2 cores)."""
 
 
 def make_server_context(task: TaskInfo, **overrides: Any) -> ServerContext:

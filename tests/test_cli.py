@@ -21,6 +21,8 @@ TINY = [
     "mlp",
     "--local-epochs",
     "1",
+    "--local-steps",
+    "0",
     "--device",
     "cpu",
 ]
@@ -66,7 +68,7 @@ def test_run_writes_results(tmp_path: Path) -> None:
 def test_run_from_yaml_config(tmp_path: Path) -> None:
     config = tmp_path / "c.yaml"
     config.write_text(
-        "dataset: digits\nclients: 2\nmodel: mlp\nlocal_epochs: 1\n"
+        "dataset: digits\nclients: 2\nmodel: mlp\nlocal_epochs: 1\nlocal_steps: 0\n"
         "methods: [ensemble]\ndevice: cpu\npartition: iid\n"
         f"cache_dir: {tmp_path / 'cache'}\n"
     )
@@ -115,6 +117,7 @@ def test_sweep_then_report(tmp_path: Path) -> None:
     sweep = tmp_path / "s.yaml"
     sweep.write_text(
         "name: tiny\nbase: {dataset: digits, clients: 2, model: mlp, local_epochs: 1,"
+        " local_steps: 0,"
         f" methods: [local, ensemble], device: cpu, cache_dir: '{tmp_path / 'cache'}'}}\n"
         "grid:\n  - {partition: dirichlet, alpha: [0.5, 5.0]}\nseeds: [0, 1]\n"
     )

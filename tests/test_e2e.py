@@ -37,6 +37,8 @@ def test_fashion_mnist_run_learns(tmp_path: Path) -> None:
             "cnn",
             "--local-epochs",
             "3",
+            "--local-steps",
+            "0",
             "--method",
             "local,fedavg,ensemble,centralized",
             "--device",

@@ -28,7 +28,13 @@ from typing import Any
 
 from oneshotfl.cli_support import writable_dir
 from oneshotfl.runner.compare import read_result, result_differences
-from oneshotfl.runner.config import ConfigError, ExperimentConfig, load_config, make_config
+from oneshotfl.runner.config import (
+    ConfigError,
+    ExperimentConfig,
+    load_config,
+    make_config,
+    recorded_config,
+)
 from oneshotfl.runner.experiment import run_experiment
 from oneshotfl.runner.results import (
     METHOD_COLUMNS,
@@ -108,7 +114,7 @@ class Result:
         if missing:
             raise ValueError(f"expected a result document, got one without {missing}")
         try:
-            config = make_config(doc["config"])
+            config = recorded_config(doc["config"])
         except ConfigError as exc:
             where = f" {path}" if path is not None else ""
             raise ConfigError(f"result{where}: its config does not parse: {exc}") from None

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 from oneshotfl.methods import METHODS
 
+LIMITS_HEADER = "known limits (the robustness matrix, docs/benchmarks.md):"
+
 __all__ = [
     "MethodDescription",
     "describe",
@@ -37,16 +39,20 @@ class MethodDescription:
         settings: the ``requires: ...`` line, the ``hyper-parameters ...`` header and one line
             per ``Config`` field, ``  name = default`` (plus the effective value where the
             config resolves ``None`` defaults).
+        limits: one line per known limit (:mod:`oneshotfl.protocol.limits`): where the
+            method is expected below training alone or the plain ensemble, and why.
     """
 
     name: str
     summary: str
     doc: str
     settings: tuple[str, ...]
+    limits: tuple[str, ...] = ()
 
     def text(self) -> str:
         """The text ``oneshotfl describe NAME`` prints, without the final newline."""
-        return "\n".join((self.doc, "", *self.settings))
+        limits = (LIMITS_HEADER, *self.limits) if self.limits else ()
+        return "\n".join((self.doc, "", *limits, *([""] if limits else []), *self.settings))
 
 
 def describe(name: str) -> MethodDescription:
@@ -69,7 +75,8 @@ def describe(name: str) -> MethodDescription:
         default = f.default if f.default is not dataclasses.MISSING else "(required)"
         effective = f"   (by default: {resolved[f.name]!r})" if f.name in resolved else ""
         settings.append(f"  {f.name} = {default!r}{effective}")
-    return MethodDescription(name, summary, doc, tuple(settings))
+    limits = tuple(f"  - {limit.scope()}: {limit.why}" for limit in cls.known_limits)
+    return MethodDescription(name, summary, doc, tuple(settings), limits)
 
 
 def describe_method(name: str) -> str:
@@ -132,11 +139,14 @@ def method_page(name: str) -> str:
     """
     d = describe(name)
     settings = "\n".join(d.settings)
+    limits = "".join(f"- {line.strip()[2:]}\n" for line in d.limits)
+    known = f"## Known limits\n\nFrom the robustness matrix (docs/benchmarks.md).\n\n{limits}\n"
     return (
         f"# {d.name}\n\n"
         f"*{d.summary}*\n\n"
         f"This page is what `oneshotfl describe {d.name}` prints.\n\n"
         f"{docstring_markdown(d.doc)}\n\n"
+        f"{known if limits else ''}"
         "## Requirements and hyper-parameters\n\n"
         f"```text\n{settings}\n```\n"
     )

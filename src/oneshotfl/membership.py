@@ -143,7 +143,7 @@ def receiver_view(payload: Payload, ctx: ClientContext, cfg: AuditConfig) -> Vie
     if ctx.public is None:
         raise ValueError("membership audit: a prediction upload needs the public pool")
     probs = torch.from_numpy(np.asarray(payload.arrays["probs"], np.float32))
-    surrogate = initial_model(ctx.arch, ctx.task, ctx.seed).to(ctx.device)
+    surrogate = initial_model(ctx.arch, ctx.task, ctx.seed, init=ctx.init).to(ctx.device)
     train = dataclasses.replace(ctx.train_config, epochs=cfg.surrogate_epochs)
     gen = torch_generator(ctx.seed, "membership", "surrogate", ctx.client_id)
     distil(surrogate, ctx.public.x, kl_to_student, train, gen, ctx.device, targets=(probs,))

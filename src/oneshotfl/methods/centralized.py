@@ -79,7 +79,7 @@ class Centralized(Method[CentralizedConfig]):
         data = LabelledData(torch.from_numpy(x[order]), torch.from_numpy(y[order]))
 
         def make() -> Payload:
-            model = initial_model(arch, ctx.task, ctx.seed)
+            model = initial_model(arch, ctx.task, ctx.seed, init=ctx.init)
             train_classifier(
                 model,
                 data,

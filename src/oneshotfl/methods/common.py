@@ -187,9 +187,10 @@ def client_embeddings(ctx: ClientContext) -> torch.Tensor:
     return torch.from_numpy(payload.arrays["z"].copy())
 
 
-def head_train_config(epochs: int, lr: float, batch_size: int) -> TrainConfig:
-    """Adam for heads and server heads (FedAGE's optimiser)."""
-    return TrainConfig(epochs, batch_size, lr, "adam")
+def head_train_config(epochs: int, lr: float, batch_size: int, steps: int = 0) -> TrainConfig:
+    """Adam for heads and server heads (FedAGE's optimiser); ``steps``: a floor in
+    optimiser steps (``TrainConfig.min_steps``)."""
+    return TrainConfig(epochs, batch_size, lr, "adam", min_steps=steps)
 
 
 def trained_client_head(
@@ -200,20 +201,22 @@ def trained_client_head(
     latents: torch.Tensor | None = None,
     labels: torch.Tensor | None = None,
     batch: int | None = None,
+    steps: int = 0,
 ) -> tuple[nn.Module, torch.Tensor]:
     """FedAGE's Algorithm 2 (and its head baselines' client): embed the client's data once
     (cached) and train the head ``arch`` on (E(x), y) with cross-entropy — or on
     ``latents`` / ``labels`` when given (noised latents, randomized-response labels), in
-    batches of ``batch`` (default: the client training config's). The head is cached under
-    what it was trained on. Returns the head (CPU, eval mode) and the latents."""
+    batches of ``batch`` (default: the client training config's), for ``epochs`` and at
+    least ``steps`` optimiser steps. The head is cached under what it was trained on.
+    Returns the head (CPU, eval mode) and the latents."""
     z = client_embeddings(ctx) if latents is None else latents
     y = ctx.data.y if labels is None else labels
     d = int(z.shape[1])
-    train = head_train_config(epochs, lr, batch or ctx.train_config.batch_size)
+    train = head_train_config(epochs, lr, batch or ctx.train_config.batch_size, steps)
 
     def make() -> Payload:
         with seeded_torch(ctx.seed, "fedage", "head", ctx.client_id):
-            head = create_model(arch, d, ctx.task.num_classes, 1)
+            head = create_model(arch, d, ctx.task.num_classes, 1, ctx.init)
         train_classifier(
             head,
             LabelledData(z, y),

@@ -219,7 +219,7 @@ class DataFreeDistillation(SendsTrainedModel[Any]):
         ids = sorted(payloads)
         teachers = [model_from_fields(payloads[c], ctx.dims).to(ctx.device).eval() for c in ids]
         arch = ctx.server_arch or str(payloads[ids[0]].scalars["model.arch"])
-        student = initial_model(arch, task, ctx.seed)
+        student = initial_model(arch, task, ctx.seed, init=ctx.init)
         generator = self.generator(ctx)
         for t in teachers:
             t.requires_grad_(False)

@@ -140,6 +140,10 @@ class FedAGEConfig(Params):
         head: client head architecture(s), comma-separated to cycle over client ids.
         server_head: the server head architecture.
         epochs: epochs of client head training.
+        steps: a floor in client-head optimiser steps: a head trains the fewest whole
+            epochs, at least ``epochs``, that make this many steps over its client's latents
+            (0: exactly ``epochs``, Table 5's 7, where a small client's head stays far from
+            converged; None: the federation's ``local_steps``).
         block_epochs: phase-1 epochs per client block (None: the reading's).
         ensemble_epochs: phase-2 epochs (0 skips phase 2; None: the reading's).
         schedule: phase 1 as ``sequential`` blocks (all epochs on client 1, then client 2…)
@@ -172,6 +176,7 @@ class FedAGEConfig(Params):
     head: str = "head_mlp"
     server_head: str = "head_mlp"
     epochs: int = 7
+    steps: int | None = None
     block_epochs: int | None = None
     ensemble_epochs: int | None = None
     schedule: Literal["sequential", "interleaved"] = "sequential"
@@ -200,6 +205,7 @@ class FedAGEConfig(Params):
             require(name in MODELS, "head", "registered models", name)
         for name in ("epochs", "batch_size"):
             require(getattr(self, name) >= 1, name, ">= 1", getattr(self, name))
+        require(self.steps is None or self.steps >= 0, "steps", ">= 0 or None", self.steps)
         for name in ("block_epochs", "ensemble_epochs"):
             value = getattr(self, name)
             low = 1 if name == "block_epochs" else 0
@@ -274,7 +280,14 @@ class FedAGE(Method[FedAGEConfig]):
         train_on = released if cfg.head_source == "noised" else None
         arch = cfg.client_head(ctx.client_id)
         head, z = trained_client_head(
-            ctx, arch, cfg.epochs, cfg.lr, latents=train_on, labels=labels, batch=cfg.batch_size
+            ctx,
+            arch,
+            cfg.epochs,
+            cfg.lr,
+            latents=train_on,
+            labels=labels,
+            batch=cfg.batch_size,
+            steps=ctx.train_config.min_steps if cfg.steps is None else cfg.steps,
         )
         return head, z if released is None else released
 
@@ -304,7 +317,7 @@ class FedAGE(Method[FedAGEConfig]):
         latents = {c: torch.from_numpy(np.asarray(payloads[c].arrays["latents"])) for c in ids}
         heads = {c: head_from_payload(payloads[c], ctx.dims) for c in ids}
         with seeded_torch(ctx.seed, "fedage", "server"):
-            student = create_model(cfg.server_head, encoder.dim, ctx.task.num_classes, 1)
+            student = create_model(cfg.server_head, encoder.dim, ctx.task.num_classes, 1, ctx.init)
         order = client_order(cfg, ids, latents, ctx.seed)
         teachers = {c: probabilities(heads[c], latents[c], cfg.tau) for c in ids}  # P_i on Z_i
         phase1(cfg, student, order, latents, teachers, ctx)

@@ -63,7 +63,7 @@ class FedAvg(SendsTrainedModel[FedAvgConfig]):
         reference = None
         if cfg.aggregation == "norm_clip":  # θ⁰, the initialisation every client started from
             arch = str(payloads[min(payloads)].scalars["model.arch"])
-            reference = initial_model(arch, ctx.task, ctx.seed)
+            reference = initial_model(arch, ctx.task, ctx.seed, init=ctx.init)
         model = average_models(
             payloads, ctx.dims, cfg.weighting, cfg.aggregation, cfg.trim, reference
         )

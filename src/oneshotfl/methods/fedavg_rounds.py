@@ -14,7 +14,8 @@ The runner counts every round's upload and the broadcast's size, and records the
 accuracy after every round (``rounds_history``). Full participation, no client sampling,
 no server learning rate or momentum.
 
-Choices: ``local_epochs`` (None = the client training config's epochs). When it equals the
+Choices: ``local_epochs`` (None = the client training config's epochs, after the
+``local_steps`` floor; a number runs exactly that many epochs per round). When it equals the
 client epochs, round 0 is exactly one-shot FedAvg and reuses its cached client models; later
 rounds are not cached (they depend on the previous global model).
 """
@@ -81,7 +82,7 @@ class FedAvgRounds(SendsTrainedModel[FedAvgRoundsConfig]):
                     "fedavg_rounds: expected one client architecture, "
                     f"got {sorted(set(ctx.client_archs))}"
                 )
-            model = initial_model(ctx.client_archs[0], ctx.task, ctx.seed)
+            model = initial_model(ctx.client_archs[0], ctx.task, ctx.seed, init=ctx.init)
         elif isinstance(previous, GlobalModel):
             model = previous.model
         else:
@@ -99,7 +100,7 @@ class FedAvgRounds(SendsTrainedModel[FedAvgRoundsConfig]):
             train_classifier(
                 model,
                 ctx.data,
-                dataclasses.replace(ctx.train_config, epochs=epochs),
+                dataclasses.replace(ctx.train_config, epochs=epochs, min_steps=0),
                 torch_generator(ctx.seed, "client", ctx.client_id, "fedavg_rounds", ctx.round),
                 ctx.device,
                 tracker=ctx.tracker,

@@ -236,7 +236,7 @@ class FedCVAE(Method[FedCVAEConfig]):
         x = torch.cat([p[0] for p in parts])
         y = torch.cat([p[1] for p in parts])
         arch = ctx.server_arch or ctx.client_archs[0]
-        classifier = initial_model(arch, task, ctx.seed)
+        classifier = initial_model(arch, task, ctx.seed, init=ctx.init)
         train_classifier(
             classifier,
             LabelledData(x, y),

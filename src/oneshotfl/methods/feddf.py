@@ -195,7 +195,7 @@ class FedDF(SendsTrainedModel[FedDFConfig]):
     ) -> nn.Module:
         if from_average:
             return average_models(payloads, ctx.dims)  # Σ_k (n_k/n)·w_k, the paper's start
-        return initial_model(arch, ctx.task, ctx.seed)
+        return initial_model(arch, ctx.task, ctx.seed, init=ctx.init)
 
     def _distil(
         self, student: nn.Module, x: torch.Tensor, target: torch.Tensor, ctx: ServerContext

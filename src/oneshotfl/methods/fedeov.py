@@ -198,13 +198,17 @@ class OpenSetEnsemble(SendsTrainedModel[Any]):
         raise NotImplementedError
 
     def epochs(self, client_train: TrainConfig) -> int:
-        """The client's budget E: the ``epochs`` knob, else the federation's ``local_epochs``."""
+        """The nominal budget E: the ``epochs`` knob, else the federation's ``local_epochs``
+        (before a client's ``local_steps`` floor; checks before training use it)."""
         epochs: int = self.config.epochs or client_train.epochs
         return epochs
 
     def client_train(self, ctx: ClientContext) -> TrainConfig:
-        """The federation's client training settings with the budget E."""
-        return dataclasses.replace(ctx.train_config, epochs=self.epochs(ctx.train_config))
+        """The federation's client training settings with this client's budget E: the
+        ``epochs`` knob or ``local_epochs``, raised to the ``local_steps`` floor over its
+        data (:meth:`ClientContext.epochs_for`), so the curriculum spans what trains."""
+        epochs = ctx.epochs_for(self.config.epochs)
+        return dataclasses.replace(ctx.train_config, epochs=epochs)
 
     def trained(self, ctx: ClientContext) -> nn.Module:
         return ctx.train(self.recipe(ctx))
@@ -298,10 +302,10 @@ class FedEOVPruned(FedEOV):
         ]
 
     def recipe(self, ctx: ClientContext) -> ClientRecipe:
-        cfg, e = self.config, self.epochs(ctx.train_config)
-        e_p, e_f = self.budget(e)
+        cfg, train = self.config, self.client_train(ctx)
+        e_p, e_f = self.budget(train.epochs)
         if e_f < 1:
-            raise ValueError("fedeov_pruned: " + self.setting_problems(ctx.train_config)[0])
+            raise ValueError("fedeov_pruned: " + self.setting_problems(train)[0])
         schedule = PruningSchedule(
             cfg.stages, e_p, e_f, cfg.sparsity, "geometric", cfg.scope, cfg.rewind, True
         )
@@ -310,7 +314,7 @@ class FedEOVPruned(FedEOV):
         return ctx.recipe(
             name="fedeov_pruned",
             extra_outputs=1,
-            train=ctx.train_config,
+            train=train,
             components=tuple(specs),
             pruning=schedule,
         )

@@ -70,7 +70,7 @@ class FedEOVDistilled(FedEOV):
         assert isinstance(teacher, Ensemble)
         target = teacher.predict_proba(ctx.public.x, ctx.device)
         arch = cfg.student or ctx.client_archs[min(payloads)]
-        student = initial_model(arch, ctx.task, ctx.seed)
+        student = initial_model(arch, ctx.task, ctx.seed, init=ctx.init)
         base = ctx.train_config
         stats = distil(
             student,

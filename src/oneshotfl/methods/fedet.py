@@ -179,7 +179,7 @@ class FedET(SendsTrainedModel[FedETConfig]):
             F.one_hot(labels, probs.shape[-1]).to(probs.dtype) if cfg.consensus == "hard" else mean
         )
         div, has_dissent = diversity_target(probs, alpha, labels)
-        server = initial_model(ctx.server_arch, ctx.task, ctx.seed)
+        server = initial_model(ctx.server_arch, ctx.task, ctx.seed, init=ctx.init)
         base, lam = ctx.train_config, cfg.diversity
         distil(
             server,

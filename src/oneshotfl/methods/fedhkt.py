@@ -68,7 +68,7 @@ class FedHKT(SharesPredictions[FedHKTConfig]):
         probs = stack_probabilities(payloads)
         mixture, const = weighted_mixture(probs, entropy_weights(probs, "entropy"))
         base = ctx.train_config
-        server = initial_model(ctx.server_arch, ctx.task, ctx.seed)
+        server = initial_model(ctx.server_arch, ctx.task, ctx.seed, init=ctx.init)
         distil(
             server,
             ctx.public.x,

@@ -167,7 +167,7 @@ class FedKD(Method[FedKDConfig]):
             [self.distribution(payloads[c], ctx.task.num_classes) for c in sorted(payloads)]
         )
         target = noisy_mean(dists, cfg.noise_std, torch_generator(ctx.seed, "fedkd", "noise"))
-        server = initial_model(ctx.server_arch, ctx.task, ctx.seed)
+        server = initial_model(ctx.server_arch, ctx.task, ctx.seed, init=ctx.init)
         base, temperature = ctx.train_config, cfg.temperature
         distil(
             server,

@@ -196,7 +196,7 @@ class FedKT(Method[FedKTConfig]):
         """A fresh model of the client's architecture, its own seeded initialisation."""
         with seeded_torch(ctx.seed, "fedkt", ctx.client_id, role, j, i):
             model = create_model(
-                ctx.arch, ctx.task.in_channels, ctx.task.num_classes, ctx.task.image_size
+                ctx.arch, ctx.task.in_channels, ctx.task.num_classes, ctx.task.image_size, ctx.init
             )
         return model.to(ctx.device)
 
@@ -234,7 +234,7 @@ class FedKT(Method[FedKTConfig]):
                 "fedkt: no public sample got a vote (every client's students disagree)"
             )
         arch = ctx.server_arch or str(payloads[ids[0]].scalars[f"{self._student_prefix(0)}.arch"])
-        final = initial_model(arch, ctx.task, ctx.seed)
+        final = initial_model(arch, ctx.task, ctx.seed, init=ctx.init)
         train_classifier(
             final,
             LabelledData(public_x[keep], labels[keep]),

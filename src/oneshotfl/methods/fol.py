@@ -168,7 +168,9 @@ class Fol(PeerMethod[FolConfig], SendsTrainedModel[FolConfig]):
         return encounter_schedule(receiver, neighbours, seed, c.rounds, c.per_round, c.contact)
 
     def _epochs(self, ctx: ClientContext, epochs: int) -> TrainConfig:
-        return replace(ctx.train_config, epochs=epochs)
+        """A stage's settings: the stages continue training a given model, so they run
+        exactly their own epochs (no ``local_steps`` floor)."""
+        return replace(ctx.train_config, epochs=epochs, min_steps=0)
 
     def _aligned(
         self, ctx: ClientContext, sender: int, payload: Payload, own: nn.Module

@@ -60,6 +60,9 @@ class HeadConfig(Params):
     Attributes:
         head: the head architecture (a registered model built on embeddings).
         epochs: head training epochs.
+        steps: a floor in head optimiser steps: the fewest whole epochs, at least
+            ``epochs``, that make this many steps over the head's data (0: exactly
+            ``epochs``; None: the federation's ``local_steps``); FedAGE's ``steps``.
         lr: Adam learning rate.
         weighting: ``head_avg`` only: ``uniform`` (simple), ``size`` (by n_k) or ``clipped``
             (n_k capped at twice the median).
@@ -67,12 +70,14 @@ class HeadConfig(Params):
 
     head: str = "head_mlp"
     epochs: int = 7
+    steps: int | None = None
     lr: float = 1e-3
     weighting: Weighting = "uniform"
 
     def validate(self) -> None:
         require(self.head in MODELS, "head", "a registered model", self.head)
         require(self.epochs >= 1, "epochs", ">= 1", self.epochs)
+        require(self.steps is None or self.steps >= 0, "steps", ">= 0 or None", self.steps)
         require(self.lr > 0, "lr", "> 0", self.lr)
 
 
@@ -92,14 +97,18 @@ class SendsHead(Method[HeadConfig]):
             scalars=(n_examples_spec(),),
         )
 
+    def _head(self, ctx: ClientContext) -> tuple[nn.Module, torch.Tensor]:
+        cfg = self.config
+        steps = ctx.train_config.min_steps if cfg.steps is None else cfg.steps
+        return trained_client_head(ctx, cfg.head, cfg.epochs, cfg.lr, steps=steps)
+
     def client_update(self, ctx: ClientContext) -> Payload:
-        head, z = trained_client_head(ctx, self.config.head, self.config.epochs, self.config.lr)
+        head, z = self._head(ctx)
         return model_fields(head, "head").merged(Payload({}, {"n_examples": len(z)}))
 
     def local_model(self, ctx: ClientContext) -> nn.Module:
         """The client's head on the shared encoder."""
-        cfg = self.config
-        return encoded_head(ctx, trained_client_head(ctx, cfg.head, cfg.epochs, cfg.lr)[0])
+        return encoded_head(ctx, self._head(ctx)[0])
 
     def heads(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> list[nn.Module]:
         return [head_from_payload(payloads[c], ctx.dims) for c in sorted(payloads)]
@@ -158,12 +167,13 @@ class CentralizedHead(Method[HeadConfig]):
         z = torch.cat([torch.from_numpy(np.asarray(payloads[c].arrays["latents"])) for c in ids])
         y = torch.cat([torch.from_numpy(np.asarray(payloads[c].arrays["labels"])) for c in ids])
         with seeded_torch(ctx.seed, "centralized_head"):
-            head = create_model(self.config.head, encoder.dim, ctx.task.num_classes, 1)
-        cfg = self.config
+            head = create_model(self.config.head, encoder.dim, ctx.task.num_classes, 1, ctx.init)
+        cfg, client = self.config, ctx.client_train_config
+        steps = client.min_steps if cfg.steps is None else cfg.steps
         train_classifier(
             head,
             LabelledData(z, y),
-            head_train_config(cfg.epochs, cfg.lr, ctx.client_train_config.batch_size),
+            head_train_config(cfg.epochs, cfg.lr, client.batch_size, steps),
             torch_generator(ctx.seed, "centralized_head"),
             ctx.device,
             tracker=ctx.tracker,
@@ -191,7 +201,7 @@ class PseudoLabelHead(FedAGE):
         )
         z = torch.cat(latents)
         with seeded_torch(ctx.seed, "fedage", "server"):
-            head = create_model(cfg.server_head, ctx.encoder.dim, ctx.task.num_classes, 1)
+            head = create_model(cfg.server_head, ctx.encoder.dim, ctx.task.num_classes, 1, ctx.init)
         lr = cfg.lr * cfg.setting("ensemble_lr_scale")
         train_classifier(
             head,

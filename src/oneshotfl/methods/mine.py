@@ -99,7 +99,7 @@ class MinE(SharesPredictions[MinEConfig]):
         labels = lowest_entropy_labels(probs)
         base = ctx.train_config
         cfg = dataclasses.replace(base, epochs=self.config.epochs or base.epochs)
-        server = initial_model(ctx.server_arch, ctx.task, ctx.seed)
+        server = initial_model(ctx.server_arch, ctx.task, ctx.seed, init=ctx.init)
         generator = torch_generator(ctx.seed, "mine")
         description = f"mine server ({self.config.target} labels)"
         if self.config.target == "hard":

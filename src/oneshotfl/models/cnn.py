@@ -37,6 +37,7 @@ class _TwoConvNet(ClassifierModel):
     """
 
     min_image_size = 4
+    unnormalised = True
 
     def __init__(
         self,

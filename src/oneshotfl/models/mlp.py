@@ -24,6 +24,8 @@ class MLP(ClassifierModel):
         hidden: widths of the hidden layers; ``num_features`` is the last one.
     """
 
+    unnormalised = True
+
     def __init__(
         self,
         in_channels: int,

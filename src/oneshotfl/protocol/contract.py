@@ -36,13 +36,15 @@ from torch import nn
 from oneshotfl.artefacts import ArtefactStore, tensor_fingerprint
 from oneshotfl.data.types import LabelledData, TaskInfo, UnlabelledData
 from oneshotfl.encoders.base import Encoder
+from oneshotfl.models.base import Init
 from oneshotfl.params import Params
 from oneshotfl.protocol.fields import model_fields, model_from_fields
+from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import Outcome
 from oneshotfl.protocol.payload import Payload
 from oneshotfl.protocol.spec import PayloadSpec, WireDims, task_dims
 from oneshotfl.threats import Attack
-from oneshotfl.training.loop import TrainConfig
+from oneshotfl.training.loop import TrainConfig, budget_epochs
 from oneshotfl.training.progress import NullTracker, Tracker
 from oneshotfl.training.recipe import ClientRecipe, train_recipe
 
@@ -106,7 +108,9 @@ class ClientContext:
         val: the client's private validation split (``None`` when ``val_fraction`` is 0).
         task: public task facts.
         arch: this client's model architecture.
-        train_config: the federation's local training settings.
+        train_config: the federation's local training settings, its budget resolved over
+            this client's data (``epochs`` already meets the ``min_steps`` floor:
+            :func:`~oneshotfl.training.loop.resolve_budget`).
         public: the unlabelled public pool, if the federation has one.
         device: compute device.
         seed: the model-seed root (streams derive from it).
@@ -125,6 +129,8 @@ class ClientContext:
             method's encounter schedule is drawn over them); empty elsewhere.
         topology_seed: on a peer receiver, the partition seed the graph and the encounter
             schedules of :meth:`PeerMethod.senders_for` are drawn from.
+        init: the initialisation of unnormalised architectures
+            (:func:`oneshotfl.models.base.init_weights`).
     """
 
     client_id: int
@@ -146,6 +152,7 @@ class ClientContext:
     attack: Attack | None = None
     neighbours: tuple[int, ...] = ()
     topology_seed: int = 0
+    init: Init = "he"
 
     @cached_property
     def data_fingerprint(self) -> str:
@@ -163,8 +170,18 @@ class ClientContext:
 
     def recipe(self, **changes: Any) -> ClientRecipe:
         """The federation's plain local-training recipe for this client (ERM on its own
-        architecture and training settings), with ``changes`` applied."""
-        return dataclasses.replace(ClientRecipe(self.arch, self.train_config), **changes)
+        architecture, initialisation and training settings), with ``changes`` applied."""
+        plain = ClientRecipe(self.arch, self.train_config, init=self.init)
+        return dataclasses.replace(plain, **changes)
+
+    def epochs_for(self, epochs: int | None) -> int:
+        """A method's own epoch knob as a budget on this client: ``None`` is the federation's
+        (already resolved) epochs; a number gets the federation's ``min_steps`` floor over
+        this client's data, so a curriculum built for it matches what training runs."""
+        if epochs is None:
+            return self.train_config.epochs
+        own = dataclasses.replace(self.train_config, epochs=epochs)
+        return budget_epochs(own, len(self.data))
 
     def artefact(
         self, kind: str, parts: Mapping[str, object], make: Callable[[], Payload], label: str
@@ -214,7 +231,9 @@ class ServerContext:
         server_arch: the configured server architecture, if any.
         client_archs: the federation's configured client architectures, by client id
             (public configuration, not data).
-        train_config: training settings for server-side learning.
+        train_config: training settings for server-side learning; with a public pool, its
+            epochs already meet the ``server_steps`` floor over the pool (and ``min_steps``
+            is 0, so every server training runs exactly ``epochs``).
         client_train_config: the clients' local training settings (public configuration).
         device: compute device.
         seed: the model-seed root.
@@ -222,6 +241,8 @@ class ServerContext:
         tracker: progress display.
         encoder: the shared frozen encoder, when the federation has one.
         max_examples: ``N_max``, the most examples one client can hold (0: unknown).
+        init: the initialisation of unnormalised architectures
+            (:func:`oneshotfl.models.base.init_weights`).
     """
 
     task: TaskInfo
@@ -236,6 +257,7 @@ class ServerContext:
     tracker: Tracker = field(default_factory=NullTracker)
     encoder: Encoder | None = None
     max_examples: int = 0
+    init: Init = "he"
 
     @property
     def dims(self) -> WireDims:
@@ -261,6 +283,8 @@ class Method(ABC, Generic[ConfigT]):
         communicates: ``False`` for reference methods that send nothing in reality
             (``local``): their payload only carries the model to the evaluator and counts
             as zero upload bytes.
+        known_limits: the settings where it is expected below training alone or the plain
+            ensemble, and why (:mod:`oneshotfl.protocol.limits`; ``oneshotfl describe``).
 
     One-shot is the default: one call of ``client_update`` per client, one ``aggregate``.
     A multi-round reference method (``fedavg_rounds``, star only) overrides
@@ -273,6 +297,7 @@ class Method(ABC, Generic[ConfigT]):
     requires: ClassVar[Requires] = Requires()
     Config: ClassVar[type] = NoConfig
     communicates: ClassVar[bool] = True
+    known_limits: ClassVar[tuple[KnownLimit, ...]] = ()
     _server_free: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -21,6 +21,7 @@ from oneshotfl.data.datasets import DATASETS
 from oneshotfl.data.partition import Partitioner, make_partitioner
 from oneshotfl.data.user import UserDataError, is_user_spec, parse_user_spec
 from oneshotfl.devices import DEVICE_CHOICES
+from oneshotfl.models.base import Init
 from oneshotfl.params import Params, coerce_params
 from oneshotfl.threats import AttackError, build_attack
 from oneshotfl.training.loop import TrainConfig
@@ -72,12 +73,24 @@ class ExperimentConfig(Params):
             ``ring:k=K``, ``random:degree=D`` or ``file:path=F`` (drawn with the partition
             seed, on the simulation or the ServerApp, and only when a peer method runs).
         local_epochs: client training epochs.
+        local_steps: a floor in optimiser steps for every client training (and centralised
+            training on their union): a client trains the fewest whole epochs, at least
+            ``local_epochs``, that make this many steps over its data, so small datasets and
+            small clients train as far as large ones; 0: exactly ``local_epochs``.
+        init: weight initialisation of the architectures without normalisation layers
+            (``cnn``, ``fedavg_cnn``, ``mlp``, the ``head_mlp`` heads): ``he`` (He et al.
+            2015; trains within small budgets) or ``torch`` (PyTorch's layer defaults, whose
+            signal fades through depth; the committed benchmarks before 0.2 ran with it).
         batch_size: client training batch size.
         lr: client learning rate.
         optimizer: client optimiser.
         momentum: SGD momentum (clients and server).
         weight_decay: L2 penalty (clients and server).
         server_epochs: server training epochs (distillation, pseudo-labels, synthesis).
+        server_steps: a floor in optimiser steps for server training over the public pool:
+            the server's epochs are raised to the fewest that make this many steps over the
+            pool, so a small pool trains as far as a large one; 0: exactly
+            ``server_epochs``. Data-free methods (no pool) train ``server_epochs``.
         server_batch_size: server training batch size.
         server_lr: server learning rate.
         server_optimizer: server optimiser.
@@ -113,12 +126,15 @@ class ExperimentConfig(Params):
     encoder: str | None = None
     graph: str = "complete"
     local_epochs: int = 5
+    local_steps: int = 300
+    init: Init = "he"
     batch_size: int = 64
     lr: float = 0.01
     optimizer: Literal["sgd", "adam"] = "sgd"
     momentum: float = 0.9
     weight_decay: float = 0.0
     server_epochs: int = 10
+    server_steps: int = 300
     server_batch_size: int = 128
     server_lr: float = 0.001
     server_optimizer: Literal["sgd", "adam"] = "adam"
@@ -204,6 +220,7 @@ class ExperimentConfig(Params):
             self.optimizer,
             self.momentum,
             self.weight_decay,
+            self.local_steps,
         )
 
     def server_train_config(self) -> TrainConfig:
@@ -214,6 +231,7 @@ class ExperimentConfig(Params):
             self.server_optimizer,
             self.momentum,
             self.weight_decay,
+            self.server_steps,
         )
 
     def partitioner(self) -> Partitioner:
@@ -297,6 +315,17 @@ def client_architectures(model: str, clients: int) -> tuple[str, ...]:
             raise ConfigError(f"model: client {cid} has no architecture; add '*=NAME'")
         archs.append(found)
     return tuple(archs)
+
+
+RECORDED_BEFORE: dict[str, Any] = {"local_steps": 0, "server_steps": 0, "init": "torch"}
+"""Keys added after a result format was in use, with the value every result written without
+them ran with (0.1: no step floors, PyTorch's initialisation)."""
+
+
+def recorded_config(values: Mapping[str, Any]) -> ExperimentConfig:
+    """The config a ``result.json`` records: its keys, and for keys it predates the values
+    it ran with (:data:`RECORDED_BEFORE`), not today's defaults."""
+    return make_config({**RECORDED_BEFORE, **values})
 
 
 def make_config(values: Mapping[str, Any]) -> ExperimentConfig:

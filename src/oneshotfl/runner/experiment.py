@@ -49,6 +49,7 @@ from oneshotfl.runner.engine import RequirementError, run_method
 from oneshotfl.runner.results import MethodResult
 from oneshotfl.runner.transport import LocalTransport, ShardReport, Transport
 from oneshotfl.threats import Attack, build_attack
+from oneshotfl.training.loop import resolve_budget
 from oneshotfl.training.progress import NullTracker, Tracker
 
 log = logging.getLogger(__name__)
@@ -225,7 +226,8 @@ class Experiment:
             client_archs=self.archs,
             max_examples=self.train_pool,
             attack=attack,
-            train_config=self.cfg.client_train_config(),
+            train_config=resolve_budget(self.cfg.client_train_config(), len(train)),
+            init=self.cfg.init,
             public=self.data.public,
             device=self.device,
             seed=self.cfg.seed,
@@ -247,12 +249,16 @@ class Experiment:
         """The server's context: public facts and configuration, no client data; no public
         pool either for a method whose ``requires`` say it is data-free."""
         data_free = requires is not None and requires.data_free
+        public = None if data_free else self.data.public
+        server = self.cfg.server_train_config()
+        if public is not None:  # the server_steps floor, over the pool
+            server = resolve_budget(server, len(public))
         return ServerContext(
             task=self.data.task,
-            public=None if data_free else self.data.public,
+            public=public,
             server_arch=self.cfg.server_model,
             client_archs=self.archs,
-            train_config=self.cfg.server_train_config(),
+            train_config=replace(server, min_steps=0),
             client_train_config=self.cfg.client_train_config(),
             device=self.device,
             seed=self.cfg.seed,
@@ -260,6 +266,7 @@ class Experiment:
             tracker=self.tracker,
             encoder=self.encoder,
             max_examples=self.train_pool,
+            init=self.cfg.init,
         )
 
     def check(self, methods: Methods) -> None:

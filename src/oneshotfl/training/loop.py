@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
 import torch
@@ -37,6 +37,9 @@ class TrainConfig(Params):
         optimizer: ``sgd`` (with momentum) or ``adam``.
         momentum: SGD momentum.
         weight_decay: L2 penalty.
+        min_steps: a floor in optimiser steps: training runs the fewest whole epochs, and at
+            least ``epochs``, that make this many steps over its data (:func:`budget_epochs`),
+            so a small dataset trains as far as a large one; 0: exactly ``epochs``.
     """
 
     epochs: int = 5
@@ -45,9 +48,11 @@ class TrainConfig(Params):
     optimizer: Literal["sgd", "adam"] = "sgd"
     momentum: float = 0.9
     weight_decay: float = 0.0
+    min_steps: int = 0
 
     def validate(self) -> None:
         require(self.epochs >= 0, "epochs", ">= 0", self.epochs)
+        require(self.min_steps >= 0, "min_steps", ">= 0", self.min_steps)
         require(self.batch_size >= 1, "batch_size", ">= 1", self.batch_size)
         require(self.lr > 0, "lr", "> 0", self.lr)
         require(0 <= self.momentum < 1, "momentum", "in [0, 1)", self.momentum)
@@ -92,6 +97,34 @@ def make_optimizer(
     return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
 
 
+def steps_per_epoch(n: int, batch_size: int) -> int:
+    """Optimiser steps of one epoch over ``n`` examples (as :func:`batch_indices` batches
+    them: a trailing batch of one joins the previous one)."""
+    if n <= 0:
+        return 0
+    steps = -(-n // batch_size)
+    last = n - (steps - 1) * batch_size
+    return steps - 1 if steps > 1 and last == 1 else steps
+
+
+def budget_epochs(cfg: TrainConfig, n: int) -> int:
+    """The epochs ``cfg`` trains over ``n`` examples: ``max(epochs, ⌈min_steps / steps per
+    epoch⌉)`` — whole epochs, so epoch-windowed schedules (curricula, pruning) keep their
+    meaning; ``epochs`` alone when ``min_steps`` is 0 or there are no examples (and 0 epochs
+    stay 0: a switched-off training)."""
+    per_epoch = steps_per_epoch(n, cfg.batch_size)
+    if cfg.min_steps == 0 or per_epoch == 0 or cfg.epochs == 0:
+        return cfg.epochs
+    return max(cfg.epochs, -(-cfg.min_steps // per_epoch))
+
+
+def resolve_budget(cfg: TrainConfig, n: int) -> TrainConfig:
+    """``cfg`` with the epochs it trains over ``n`` examples (:func:`budget_epochs`); resolving
+    again with the same ``n`` changes nothing."""
+    epochs = budget_epochs(cfg, n)
+    return cfg if epochs == cfg.epochs else replace(cfg, epochs=epochs)
+
+
 def batch_indices(n: int, batch_size: int, generator: torch.Generator) -> list[torch.Tensor]:
     """One epoch of shuffled index batches; a trailing batch of one joins the previous one.
 
@@ -123,7 +156,9 @@ def fit(
         model: the module to train (moved to ``device``; left there in eval mode).
         tensors: aligned tensors, sliced together per batch (e.g. ``(x, y)``, ``(x, soft)``).
         loss_fn: ``loss_fn(model, batch_on_device) -> scalar loss``.
-        cfg: optimiser settings.
+        cfg: optimiser settings; its ``min_steps`` floor is resolved over ``tensors``
+            (:func:`budget_epochs`), so a loop that calls ``fit`` once per epoch should pass
+            ``min_steps=0``.
         generator: the shuffling stream.
         device: where to compute.
         tracker: progress display (steps).
@@ -137,16 +172,17 @@ def fit(
         raise ValueError(f"tensors differ in length: {[int(t.shape[0]) for t in tensors]}")
     model.to(device)
     start = time.perf_counter()
+    cfg = resolve_budget(cfg, n)
     if n == 0 or cfg.epochs == 0:
         model.eval()
         return FitStats(0, math.nan, 0.0)
     if optimizer is None:
         optimizer = make_optimizer([p for p in model.parameters() if p.requires_grad], cfg)
-    steps_per_epoch = len(batch_indices(n, cfg.batch_size, torch.Generator().manual_seed(0)))
+    per_epoch = steps_per_epoch(n, cfg.batch_size)
     steps, loss_value = 0, math.nan
     hooks = hooks or FitHooks()
     model.train()
-    with (tracker or NullTracker()).task(description, cfg.epochs * steps_per_epoch) as advance:
+    with (tracker or NullTracker()).task(description, cfg.epochs * per_epoch) as advance:
         for epoch in range(cfg.epochs):
             if hooks.epoch_start is not None:
                 hooks.epoch_start(epoch)

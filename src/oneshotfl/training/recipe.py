@@ -33,6 +33,7 @@ from torch import nn
 
 from oneshotfl.data.types import LabelledData, TaskInfo
 from oneshotfl.models import create_model
+from oneshotfl.models.base import INITS, Init
 from oneshotfl.params import Params, require
 from oneshotfl.seeding import seeded_torch, torch_generator
 from oneshotfl.training.components import (
@@ -59,6 +60,8 @@ class ClientRecipe(Params):
         extra_outputs: outputs beyond the task's classes (1 for an abstention class).
         components: registered components added to cross-entropy, in order.
         pruning: iterative magnitude pruning inside the training budget.
+        init: the initialisation of an unnormalised architecture
+            (:func:`oneshotfl.models.base.init_weights`).
     """
 
     arch: str
@@ -67,8 +70,10 @@ class ClientRecipe(Params):
     extra_outputs: int = 0
     components: tuple[ComponentSpec, ...] = ()
     pruning: PruningSchedule | None = None
+    init: Init = "he"
 
     def validate(self) -> None:
+        require(self.init in INITS, "init", f"one of {', '.join(INITS)}", self.init)
         require(self.extra_outputs >= 0, "extra_outputs", ">= 0", self.extra_outputs)
         require(bool(self.name), "name", "a non-empty recipe name", self.name)
         for spec in self.components:
@@ -96,15 +101,18 @@ class ClientRecipe(Params):
         return self.train.epochs if self.pruning is None else self.pruning.total_epochs
 
 
-def initial_model(arch: str, task: TaskInfo, seed: int, extra_outputs: int = 0) -> nn.Module:
+def initial_model(
+    arch: str, task: TaskInfo, seed: int, extra_outputs: int = 0, init: Init = "he"
+) -> nn.Module:
     """The shared initialisation of ``arch``: the same for every client with that architecture.
 
     One-shot FedAvg and FedProx assume the server broadcast one initial model; deriving it
-    from the model seed and the architecture name gives every party the same weights.
+    from the model seed and the architecture name gives every party the same weights
+    (``init``: see :func:`oneshotfl.models.base.init_weights`).
     """
     with seeded_torch(seed, "init", arch, extra_outputs):
         return create_model(
-            arch, task.in_channels, task.num_classes + extra_outputs, task.image_size
+            arch, task.in_channels, task.num_classes + extra_outputs, task.image_size, init
         )
 
 
@@ -128,7 +136,7 @@ def train_recipe(
     tracker: Tracker | None = None,
 ) -> RecipeResult:
     """Execute ``recipe`` on a client's data (see the module docs); no caching here."""
-    model = initial_model(recipe.arch, task, seed, recipe.extra_outputs)
+    model = initial_model(recipe.arch, task, seed, recipe.extra_outputs, recipe.init)
     components = [
         build_component(
             spec,

@@ -1,0 +1,250 @@
+"""The robustness matrix's reading: every method on every dataset, model and partition.
+
+Reads the runs of ``benchmarks/robustness.yaml`` (``make bench-robustness``; one run per
+dataset × model × partition, every registered method in each) and:
+
+* names every cell where a method ends more than ``TOLERANCE`` points below training alone
+  (``local``) or the plain ensemble of the same client models (``ensemble``), on the method's
+  own metric — personal accuracy for server-free methods (each client keeps its own model),
+  test accuracy for the others, compared with the same metric of the references;
+* matches each such cell with the method's declared known limits
+  (``Method.known_limits``, printed by ``oneshotfl describe``); a cell that none covers is
+  *unexplained*, and ``--check`` exits with status 1 naming it;
+* writes ``matrix.csv`` beside the runs, a heatmap of each method against the ensemble
+  (``docs/figures/robustness/matrix.png``) and splices the tables into
+  ``docs/benchmarks.md`` between the ``robustness`` markers.
+
+Usage: ``python scripts/robustness_report.py [RESULTS_ROOT] [MARKDOWN] [--check]``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from oneshotfl.methods import METHODS, parse_method_spec
+from oneshotfl.protocol.contract import Topology
+from oneshotfl.protocol.limits import KnownLimit
+from oneshotfl.runner.report import splice_markdown
+
+TOLERANCE = 1.0
+"""Points below a reference that count as level with it (one seed: run-to-run noise)."""
+REFERENCES = ("local", "ensemble")
+FIGURE = Path("docs/figures/robustness/matrix.png")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One federation of the matrix."""
+
+    dataset: str
+    model: str
+    partition: str
+
+    def label(self) -> str:
+        return f"{self.dataset} · {self.model} · {self.partition}"
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A method below a reference in one cell, and the limit that explains it (if any)."""
+
+    method: str
+    cell: Cell
+    reference: str
+    value: float
+    reference_value: float
+    limit: KnownLimit | None
+
+
+def dataset_label(name: str) -> str:
+    """``digits``, ``fashion_mnist``, or an npz/folder file's stem (``shapes16``)."""
+    if ":" not in name:
+        return name
+    path = next((p.split("=", 1)[1] for p in name.split(":")[1:] if p.startswith("path=")), name)
+    return Path(path).stem
+
+
+def personalised(key: str) -> bool:
+    """Server-free methods are measured by personal accuracy (each client keeps a model)."""
+    cls = METHODS.get(parse_method_spec(key).name)
+    return cls.requires.topology is Topology.PEER
+
+
+def load(root: Path) -> dict[Cell, dict[str, float]]:
+    """``cell → {method key: its metric in %}`` over every run under ``root``."""
+    table: dict[Cell, dict[str, float]] = {}
+    for file in sorted(root.glob("*/result.json")):
+        doc = json.loads(file.read_text())
+        config = doc["config"]
+        cell = Cell(dataset_label(config["dataset"]), config["model"], config["partition"])
+        rows: dict[str, float] = {}
+        for method in doc["methods"]:
+            rows[method["key"]] = 100 * float(method["accuracy"])
+            if method.get("personal_accuracy") is not None:
+                rows[method["key"] + "@personal"] = 100 * float(method["personal_accuracy"])
+        table[cell] = rows
+    if not table:
+        raise SystemExit(f"robustness_report: expected runs under {root}, found none")
+    return table
+
+
+def metric(rows: dict[str, float], key: str, personal: bool) -> float:
+    return rows[key + "@personal"] if personal else rows[key]
+
+
+def flags(table: dict[Cell, dict[str, float]]) -> list[Flag]:
+    """Every (method, cell, reference) where the method is below the reference."""
+    out: list[Flag] = []
+    for cell, rows in table.items():
+        for key in rows:
+            if key.endswith("@personal") or key in REFERENCES:
+                continue
+            personal = personalised(key)
+            value = metric(rows, key, personal)
+            limits = METHODS.get(parse_method_spec(key).name).known_limits
+            for ref in REFERENCES:
+                ref_value = metric(rows, ref, personal)
+                if value < ref_value - TOLERANCE:
+                    limit = next((lim for lim in limits if lim.covers(ref, *astuple(cell))), None)
+                    out.append(Flag(key, cell, ref, value, ref_value, limit))
+    return out
+
+
+def astuple(cell: Cell) -> tuple[str, str, str]:
+    return cell.dataset, cell.model, cell.partition
+
+
+def matrix_tables(table: dict[Cell, dict[str, float]], found: list[Flag]) -> str:
+    """Per dataset, one table: a row per method, a column per model × partition."""
+    marked = {(f.method, f.cell): f for f in found}
+    methods = sorted({k for rows in table.values() for k in rows if not k.endswith("@personal")})
+    parts = []
+    for dataset in sorted({c.dataset for c in table}):
+        cells = sorted((c for c in table if c.dataset == dataset), key=astuple)
+        head = "| method | " + " | ".join(f"{c.model} · {c.partition}" for c in cells) + " |"
+        lines = [f"**{dataset}**", "", head, "|---|" + "---:|" * len(cells)]
+        for key in methods:
+            personal = personalised(key)
+            values = []
+            for c in cells:
+                rows = table[c]
+                if key not in rows:
+                    values.append("–")
+                    continue
+                flag = marked.get((key, c))
+                mark = "" if flag is None else (" ○" if flag.limit else " ✗")
+                values.append(f"{metric(rows, key, personal):.1f}{mark}")
+            name = f"`{key}`" + (" (personal)" if personal else "")
+            lines.append(f"| {name} | " + " | ".join(values) + " |")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts)
+
+
+def flag_list(found: list[Flag]) -> str:
+    """The cells below a reference, grouped by method, with the limit that covers each."""
+    by_method: dict[str, list[Flag]] = defaultdict(list)
+    for f in found:
+        by_method[f.method].append(f)
+    lines = []
+    for key in sorted(by_method):
+        items = by_method[key]
+        unexplained = [f for f in items if f.limit is None]
+        lines.append(
+            f"- `{key}`: {len(items)} cell(s) below a reference"
+            + (f", **{len(unexplained)} unexplained**" if unexplained else "")
+        )
+        for limit in dict.fromkeys(f.limit for f in items if f.limit is not None):
+            count = sum(1 for f in items if f.limit == limit)
+            lines.append(f"  - {count} × {limit.scope()}: {limit.why}")  # type: ignore[union-attr]
+        for f in unexplained:
+            lines.append(
+                f"  - ✗ {f.cell.label()}: {f.value:.1f} against {f.reference} "
+                f"{f.reference_value:.1f}"
+            )
+    return "\n".join(lines) or "- none"
+
+
+def write_csv(table: dict[Cell, dict[str, float]], path: Path) -> None:
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["dataset", "model", "partition", "method", "metric", "value"])
+        for cell in sorted(table, key=astuple):
+            for key, value in sorted(table[cell].items()):
+                name, _, personal = key.partition("@")
+                writer.writerow([*astuple(cell), name, personal or "accuracy", f"{value:.4f}"])
+
+
+def heatmap(table: dict[Cell, dict[str, float]], found: list[Flag], path: Path) -> None:
+    """Each method's metric minus the ensemble's, per cell (red below, blue above)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    cells = sorted(table, key=astuple)
+    methods = sorted({k for r in table.values() for k in r if not k.endswith("@personal")})
+    grid = np.full((len(methods), len(cells)), np.nan)
+    for j, c in enumerate(cells):
+        for i, key in enumerate(methods):
+            if key in table[c]:
+                personal = personalised(key)
+                grid[i, j] = metric(table[c], key, personal) - metric(
+                    table[c], "ensemble", personal
+                )
+    fig, ax = plt.subplots(figsize=(0.36 * len(cells) + 3, 0.26 * len(methods) + 2))
+    image = ax.imshow(grid, cmap="RdBu", vmin=-50, vmax=50, aspect="auto")
+    unexplained = {(f.method, f.cell) for f in found if f.limit is None}
+    for i, key in enumerate(methods):
+        for j, c in enumerate(cells):
+            if (key, c) in unexplained:
+                ax.text(j, i, "✗", ha="center", va="center", fontsize=7)
+    ax.set_xticks(range(len(cells)), [c.label() for c in cells], rotation=90, fontsize=6)
+    ax.set_yticks(range(len(methods)), methods, fontsize=7)
+    fig.colorbar(image, ax=ax, label="points against the plain ensemble")
+    ax.set_title("robustness matrix: each method minus the ensemble (personal: peer methods)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str]) -> int:
+    check = "--check" in argv
+    args = [a for a in argv if a != "--check"]
+    root = Path(args[0]) if args else Path("benchmarks/results/robustness")
+    markdown = Path(args[1]) if len(args) > 1 else Path("docs/benchmarks.md")
+    table = load(root)
+    missing = sorted(set(METHODS.names()) - {parse_method_spec(k).name for r in table.values()
+                                             for k in r})  # fmt: skip
+    found = flags(table)
+    write_csv(table, root / "matrix.csv")
+    heatmap(table, found, FIGURE)
+    unexplained = [f for f in found if f.limit is None]
+    summary = (
+        f"{len(table)} federations, {len(METHODS.names()) - len(missing)} of "
+        f"{len(METHODS.names())} registered methods; {len(found)} (method, cell, reference) "
+        f"triples more than {TOLERANCE:g} point below `local` or `ensemble`, "
+        f"{len(found) - len(unexplained)} covered by a documented known limit (○), "
+        f"{len(unexplained)} unexplained (✗)."
+    )
+    body = "\n\n".join(
+        [summary, matrix_tables(table, found), "Cells below a reference:", flag_list(found)]
+    )
+    splice_markdown(markdown, "robustness", body)
+    print(summary)
+    if missing:
+        print(f"robustness_report: methods missing from the matrix: {missing}")
+    for f in unexplained:
+        print(f"unexplained: {f.method} on {f.cell.label()}: {f.value:.1f} < {f.reference} "
+              f"{f.reference_value:.1f}")  # fmt: skip
+    return 1 if check and (unexplained or missing) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
