@@ -110,6 +110,7 @@ bench-robust: setup data
 ## The small-data study of issue 26 (docs/benchmarks.md): the initialisation and the step
 ## floors on and off, on digits with each small model and both optimisers; two shards.
 bench-small-data: setup data
+	$(VENV)/python scripts/make_shapes.py runs/data/shapes16.npz
 	VENV=$(VENV) bash scripts/sweep_shards.sh small-data
 
 ## The robustness matrix of issue 26 (docs/benchmarks.md): every registered method on digits,

@@ -31,6 +31,7 @@ TINY: dict[str, Any] = {
     "alpha": 1.0,
     "min_samples": 5,
     "device": "cpu",
+    "workers": 1,
 }
 """The tiny digits federation of the tests: 3 clients, an MLP, one epoch and no step floors
 (fast on 2 cores)."""

@@ -33,7 +33,6 @@ from oneshotfl.runner.config import (
     ExperimentConfig,
     load_config,
     make_config,
-    recorded_config,
 )
 from oneshotfl.runner.experiment import run_experiment
 from oneshotfl.runner.results import (
@@ -41,6 +40,7 @@ from oneshotfl.runner.results import (
     RESULT_FILE,
     MethodResult,
     json_document,
+    recorded_config,
     required_fields,
     write_result,
 )
@@ -114,7 +114,7 @@ class Result:
         if missing:
             raise ValueError(f"expected a result document, got one without {missing}")
         try:
-            config = recorded_config(doc["config"])
+            config = recorded_config(doc["config"], doc.get("environment"))
         except ConfigError as exc:
             where = f" {path}" if path is not None else ""
             raise ConfigError(f"result{where}: its config does not parse: {exc}") from None

@@ -45,6 +45,7 @@ from oneshotfl.runner.transport import (
     ClientReply,
     PeerReport,
     client_step,
+    client_threads,
     peer_step,
     receive_broadcast,
 )
@@ -241,7 +242,8 @@ def run_update(
     broadcast: Payload | None = receive_broadcast(method, payloads.get("server"), exp.dims)
     ctx = exp.client_context(state.client_id).for_round(round_index, broadcast)
     report = exp.shard_report(state.client_id) if round_index == 0 else None  # round 0 only
-    reply = client_step(method, ctx, exp.data.test, report)
+    with client_threads(exp.cfg.client_threads):  # as the simulation runs client steps
+        reply = client_step(method, ctx, exp.data.test, report)
     log.info(
         "client %d: %s round %d: %d bytes", ctx.client_id, method_spec, round_index, len(reply.data)
     )
@@ -261,6 +263,7 @@ def run_receive(state: NodeState, method_spec: str, payloads: Mapping[str, bytes
         raise ConfigError(f"{method_spec}: a receive step needs a peer method")
     deliveries = {sender_id(name): data for name, data in payloads.items()}
     exp = state.experiment
-    report = peer_step(method, exp.receiver_context(state.client_id), deliveries, exp.data.test)
+    with client_threads(exp.cfg.client_threads):
+        report = peer_step(method, exp.receiver_context(state.client_id), deliveries, exp.data.test)
     log.info("client %d: %s received %d payload(s)", state.client_id, method_spec, len(deliveries))
     return report

@@ -99,6 +99,12 @@ class ExperimentConfig(Params):
         min_clients: fewest valid payloads a method needs: at the server (star), or clients
             whose message arrived and no receiver refused (peer).
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+        workers: client steps run in this many worker processes at once (0: one per core,
+            at most one per client; 1 on a GPU); execution only — results are identical for
+            every value.
+        client_threads: torch threads of every client step (training, a peer's receipt),
+            in and out of the worker processes, so a run's result does not depend on
+            ``workers``; None: the process's own threads (results of 0.1 were recorded so).
         cache_dir: artefact cache directory (``None`` or "" disables the disk cache).
         group: a sweep group's name (see :mod:`oneshotfl.runner.sweep`): runs of different
             groups are one setting in reports even when their federations differ.
@@ -142,6 +148,8 @@ class ExperimentConfig(Params):
     partition_seed: int | None = None
     min_clients: int = 1
     device: str = "auto"
+    workers: int = 0
+    client_threads: int | None = 1
     cache_dir: str | None = ".cache/oneshotfl"
     group: str = ""
 
@@ -188,6 +196,10 @@ class ExperimentConfig(Params):
                 f"min_clients: expected between 1 and clients={self.clients}, "
                 f"got {self.min_clients}"
             )
+        if self.workers < 0:
+            raise ConfigError(f"workers: expected >= 0 (0: one per core), got {self.workers}")
+        if self.client_threads is not None and self.client_threads < 1:
+            raise ConfigError(f"client_threads: expected >= 1 or None, got {self.client_threads}")
         if self.device not in DEVICE_CHOICES and not self.device.startswith("cuda:"):
             raise ConfigError(f"device: expected auto, cpu, cuda or cuda:N, got {self.device!r}")
         self.client_train_config()
@@ -315,17 +327,6 @@ def client_architectures(model: str, clients: int) -> tuple[str, ...]:
             raise ConfigError(f"model: client {cid} has no architecture; add '*=NAME'")
         archs.append(found)
     return tuple(archs)
-
-
-RECORDED_BEFORE: dict[str, Any] = {"local_steps": 0, "server_steps": 0, "init": "torch"}
-"""Keys added after a result format was in use, with the value every result written without
-them ran with (0.1: no step floors, PyTorch's initialisation)."""
-
-
-def recorded_config(values: Mapping[str, Any]) -> ExperimentConfig:
-    """The config a ``result.json`` records: its keys, and for keys it predates the values
-    it ran with (:data:`RECORDED_BEFORE`), not today's defaults."""
-    return make_config({**RECORDED_BEFORE, **values})
 
 
 def make_config(values: Mapping[str, Any]) -> ExperimentConfig:

@@ -12,7 +12,6 @@ process by default; Flower passes its own) and writes the result document.
 from __future__ import annotations
 
 import logging
-import platform
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -24,7 +23,6 @@ from typing import Any
 import numpy as np
 import torch
 
-import oneshotfl
 from oneshotfl.artefacts import ArtefactStore
 from oneshotfl.data.datasets import load_dataset
 from oneshotfl.data.feature_skew import FeatureSkewError, build_feature_skew, dataset_stats
@@ -46,7 +44,8 @@ from oneshotfl.protocol.graph import Graph, GraphError, build_graph
 from oneshotfl.protocol.spec import WireDims
 from oneshotfl.runner.config import ConfigError, ExperimentConfig, client_architectures
 from oneshotfl.runner.engine import RequirementError, run_method
-from oneshotfl.runner.results import MethodResult
+from oneshotfl.runner.pool import open_transport
+from oneshotfl.runner.results import MethodResult, result_document
 from oneshotfl.runner.transport import LocalTransport, ShardReport, Transport
 from oneshotfl.threats import Attack, build_attack
 from oneshotfl.training.loop import resolve_budget
@@ -314,70 +313,6 @@ class Experiment:
             results.append(run_method(key, method, self, transport))
         return results
 
-    def document(
-        self, results: Sequence[MethodResult], started: datetime, t0: float
-    ) -> dict[str, Any]:
-        """The result document of a run: config, environment, data, clients, methods, cache.
-
-        Args:
-            results: one result per method, in run order.
-            started: when the run started (UTC).
-            t0: ``time.perf_counter()`` at the start, for the wall time.
-        """
-        fed = self.data
-        doc: dict[str, Any] = {
-            "oneshotfl_version": oneshotfl.__version__,
-            "started": started.isoformat(timespec="seconds"),
-            "wall_time_s": time.perf_counter() - t0,
-            "environment": {
-                "python": platform.python_version(),
-                "torch": torch.__version__,
-                "device": str(self.device),
-                "threads": torch.get_num_threads(),
-            },
-            "config": self.cfg.to_dict(),
-            "encoder": None
-            if self.encoder is None
-            else {
-                "spec": self.encoder.spec,
-                "fingerprint": self.encoder.fingerprint,
-                "dim": self.encoder.dim,
-                **self.encoder.info,
-            },
-            "data": {
-                "dataset": fed.task.dataset,
-                "num_classes": fed.task.num_classes,
-                "input_shape": [fed.task.in_channels, fed.task.image_size, fed.task.image_size],
-                "client_examples": int(sum(len(c.train) for c in fed.clients)),
-                "public_size": 0 if fed.public is None else len(fed.public),
-                "test_size": len(fed.test),
-            },
-            "clients": self.client_rows(),
-            "methods": [r.to_dict() for r in results],
-            "cache": {"hits": self.store.hits, "misses": self.store.misses},
-        }
-        if any(r.topology is not None for r in results):
-            doc["graph"] = self.graph.to_dict()
-        return doc
-
-    def client_rows(self) -> list[dict[str, Any]]:
-        """Per client: architecture, and the data sizes and label histogram it reported
-        (``reported: false`` and zeros for a client whose report never arrived)."""
-        rows = []
-        classes = self.data.task.num_classes
-        for cid, arch in enumerate(self.archs):
-            report = self.ledger.get(cid)
-            rows.append(
-                {
-                    "client": cid,
-                    "arch": arch,
-                    **(report or ShardReport(0, 0, (0,) * classes)).to_dict(),
-                    **({} if report else {"reported": False}),
-                    **({"malicious": self.cfg.attack} if cid < self.cfg.malicious else {}),
-                }
-            )
-        return rows
-
 
 Connect = Callable[[Experiment, Methods], Transport]
 """Given the prepared, checked experiment and its methods, the transport to run them over."""
@@ -395,5 +330,7 @@ def run_experiment(
     methods = resolve_methods(cfg.methods)
     exp = Experiment.prepare(cfg, tracker)
     exp.check(methods)
-    transport = LocalTransport(exp) if connect is None else connect(exp, methods)
-    return exp.document(exp.run(methods, transport), started, t0)
+    if connect is not None:
+        return result_document(exp, exp.run(methods, connect(exp, methods)), started, t0)
+    with open_transport(exp) as (transport, workers):  # in process, or in worker processes
+        return result_document(exp, exp.run(methods, transport), started, t0, workers)

@@ -8,15 +8,25 @@ import dataclasses
 import json
 import logging
 import os
+import platform
 import tempfile
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 
+import oneshotfl
 from oneshotfl.plots import partition_heatmap
+from oneshotfl.runner.config import ExperimentConfig, make_config
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from oneshotfl.runner.experiment import Experiment
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +153,29 @@ class MethodResult:
         return cls(**values)
 
 
+RECORDED_BEFORE: dict[str, Any] = {
+    "local_steps": 0,
+    "server_steps": 0,
+    "init": "torch",
+    "client_threads": None,
+}
+"""Config keys added after results were first written, with the value every result written
+without them ran with (0.1: no step floors, PyTorch's initialisation, client steps at the
+process's own thread count — which its ``environment.threads`` records)."""
+
+
+def recorded_config(
+    values: Mapping[str, Any], environment: Mapping[str, Any] | None = None
+) -> ExperimentConfig:
+    """The config a ``result.json`` records: its keys, and for keys it predates the values
+    it ran with (:data:`RECORDED_BEFORE`; ``client_threads`` from its ``environment``), not
+    today's defaults."""
+    before = dict(RECORDED_BEFORE)
+    if environment and isinstance(environment.get("threads"), int):
+        before["client_threads"] = environment["threads"]
+    return make_config({**before, **values})
+
+
 def required_fields(cls: type) -> list[str]:
     """The fields of dataclass ``cls`` without a default, in order: what a document read
     back into it must hold."""
@@ -256,3 +289,77 @@ def iter_results(root: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
             raise ValueError(
                 f"{path}: expected a JSON result document, got invalid JSON ({exc})"
             ) from None
+
+
+def result_document(
+    exp: Experiment,
+    results: Sequence[MethodResult],
+    started: datetime,
+    t0: float,
+    workers: int = 1,
+) -> dict[str, Any]:
+    """The result document of run ``exp``: config, environment, data, clients, methods, cache.
+
+    Args:
+        exp: the experiment that ran.
+        results: one result per method, in run order.
+        started: when the run started (UTC).
+        t0: ``time.perf_counter()`` at the start, for the wall time.
+        workers: the processes its client steps ran in (execution only).
+    """
+    fed = exp.data
+    doc: dict[str, Any] = {
+        "oneshotfl_version": oneshotfl.__version__,
+        "started": started.isoformat(timespec="seconds"),
+        "wall_time_s": time.perf_counter() - t0,
+        "environment": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "device": str(exp.device),
+            "threads": torch.get_num_threads(),
+            "workers": workers,
+        },
+        "config": exp.cfg.to_dict(),
+        "encoder": None
+        if exp.encoder is None
+        else {
+            "spec": exp.encoder.spec,
+            "fingerprint": exp.encoder.fingerprint,
+            "dim": exp.encoder.dim,
+            **exp.encoder.info,
+        },
+        "data": {
+            "dataset": fed.task.dataset,
+            "num_classes": fed.task.num_classes,
+            "input_shape": [fed.task.in_channels, fed.task.image_size, fed.task.image_size],
+            "client_examples": int(sum(len(c.train) for c in fed.clients)),
+            "public_size": 0 if fed.public is None else len(fed.public),
+            "test_size": len(fed.test),
+        },
+        "clients": client_rows(exp),
+        "methods": [r.to_dict() for r in results],
+        "cache": {"hits": exp.store.hits, "misses": exp.store.misses},
+    }
+    if any(r.topology is not None for r in results):
+        doc["graph"] = exp.graph.to_dict()
+    return doc
+
+
+def client_rows(exp: Experiment) -> list[dict[str, Any]]:
+    """Per client: architecture, and the data sizes and label histogram it reported
+    (``reported: false`` and zeros for a client whose report never arrived)."""
+    rows = []
+    classes = exp.data.task.num_classes
+    unreported = {"train_size": 0, "val_size": 0, "label_histogram": [0] * classes}
+    for cid, arch in enumerate(exp.archs):
+        report = exp.ledger.get(cid)
+        rows.append(
+            {
+                "client": cid,
+                "arch": arch,
+                **(report.to_dict() if report else unreported),
+                **({} if report else {"reported": False}),
+                **({"malicious": exp.cfg.attack} if cid < exp.cfg.malicious else {}),
+            }
+        )
+    return rows

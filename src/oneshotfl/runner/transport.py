@@ -17,13 +17,15 @@ sends one message per node through the Grid, and the node calls the same functio
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+import torch
 from torch import nn
 
 from oneshotfl.artefacts import tensor_fingerprint
@@ -40,6 +42,22 @@ if TYPE_CHECKING:
     from oneshotfl.runner.experiment import Experiment
 
 log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def client_threads(threads: int | None) -> Iterator[None]:
+    """Run a client step with ``threads`` torch threads (``None``: leave them), restoring the
+    caller's afterwards. Float results depend on the thread count, so every transport — in
+    process, the worker pool, a Flower node — runs client steps at the config's
+    ``client_threads`` and a result is the same whatever runs it."""
+    before = torch.get_num_threads()
+    if threads is not None and threads != before:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
 
 
 @dataclass(frozen=True)
@@ -269,7 +287,8 @@ class LocalTransport:
             ctx = exp.client_context(shard.client_id).for_round(round_index, received)
             report = exp.shard_report(shard.client_id) if round_index == 0 else None
             step = functools.partial(client_step, method, ctx, exp.data.test, report)
-            reply = attempt(ctx.client_id, "update", step, missing)
+            with client_threads(exp.cfg.client_threads):
+                reply = attempt(ctx.client_id, "update", step, missing)
             if reply is not None:
                 replies.append(reply)
         return replies, missing
@@ -282,7 +301,8 @@ class LocalTransport:
         missing: Missing = {}
         for r in sorted(routes):
             step = functools.partial(peer_step, method, exp.receiver_context(r), routes[r])
-            report = attempt(r, "receipt", functools.partial(step, exp.data.test), missing)
+            with client_threads(exp.cfg.client_threads):
+                report = attempt(r, "receipt", functools.partial(step, exp.data.test), missing)
             if report is not None:
                 reports.append(report)
         return reports, missing

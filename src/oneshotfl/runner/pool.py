@@ -1,0 +1,278 @@
+"""Clients in parallel: the in-process transport's steps, run in worker processes.
+
+:class:`PoolTransport` runs every client's :func:`~oneshotfl.runner.transport.client_step`
+(and every peer receiver's :func:`~oneshotfl.runner.transport.peer_step`) in one of
+``workers`` processes holding the parent's prepared experiment — the same data, encoder and
+seeds. With one thread per client step (``client_threads=1``, the default) they are forked:
+they start at once, share the parent's memory until they write, and do not re-run the
+calling script. A forked process must not use OpenMP threads (torch's would hang), so with
+more threads per step they come from a ``forkserver`` and are handed a copy of the
+experiment; a script that runs oneshotfl then needs Python's ``if __name__ == "__main__":``
+guard, as every multiprocessing program started that way does. Client ``k``
+always runs in worker ``k mod workers``: its in-memory artefacts (a model trained without a
+disk cache, memoised accuracies) stay where it made them, for the next method of the run.
+
+Every step runs at the config's ``client_threads`` — as the in-process transport's and a
+Flower node's do — so the result is bit-identical for any number of workers. What is not
+parallel stays in the parent: the server's aggregation, evaluation, and the order in which
+replies reach the engine (client-id order). A client whose step raises is named and left out,
+as in process; a worker that dies names each client it still held and is replaced before the
+next step. A method that cannot be sent to a process (a class defined inside a function) runs
+its clients in process, with a warning.
+
+:func:`open_transport` picks the transport of a run: in process for one worker, the pool
+otherwise (``workers``: 0 sizes it to the thread budget, :func:`resolve_workers`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import logging
+import multiprocessing
+import pickle
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import torch
+
+from oneshotfl.protocol.contract import Method, PeerMethod
+from oneshotfl.runner.transport import (
+    ClientReply,
+    LocalTransport,
+    Missing,
+    PeerReport,
+    Transport,
+    attempt,
+    client_step,
+    client_threads,
+    peer_step,
+    receive_broadcast,
+)
+from oneshotfl.training.progress import NullTracker
+
+if TYPE_CHECKING:
+    from oneshotfl.runner.experiment import Experiment
+
+log = logging.getLogger(__name__)
+
+Answer = TypeVar("Answer")
+_WORKER: dict[str, Any] = {}
+"""The worker process's state: its copy of the experiment (set by :func:`_start_worker`)."""
+
+
+def resolve_workers(workers: int, clients: int, client_thread_count: int | None, gpu: bool) -> int:
+    """How many worker processes a run uses: ``workers`` when set (at most one per client);
+    0 sizes the pool to the thread budget — torch's thread count (``OMP_NUM_THREADS``, else
+    the cores) divided by the threads of one client step — and uses one on a GPU."""
+    if workers > 0:
+        return max(1, min(workers, clients))
+    if gpu:
+        return 1
+    budget = torch.get_num_threads()
+    return max(1, min(clients, budget // (client_thread_count or budget)))
+
+
+def _start_worker(exp: Experiment, level: int) -> None:
+    """Worker initialiser: keep the experiment, log like the parent (through a plain handler
+    of its own: a forked copy of the parent's may hold a lock), pin the threads."""
+    fmt = "%(levelname)-8s %(message)s (worker %(process)d)"
+    logging.basicConfig(level=level, format=fmt, force=True)
+    if exp.cfg.client_threads is not None:
+        torch.set_num_threads(exp.cfg.client_threads)
+    _WORKER["exp"] = exp
+
+
+def _counted(
+    step: Callable[[Experiment], tuple[Answer | None, Missing]],
+) -> tuple[Answer | None, Missing, int, int]:
+    """Run ``step`` on the worker's experiment: its answer, whoever failed, and the cache hits
+    and misses it added (the parent's result counts every party's)."""
+    exp: Experiment = _WORKER["exp"]
+    hits, misses = exp.store.hits, exp.store.misses
+    answer, missing = step(exp)
+    return answer, missing, exp.store.hits - hits, exp.store.misses - misses
+
+
+def _update(
+    method: Method[Any], round_index: int, broadcast: bytes | None, cid: int
+) -> tuple[ClientReply | None, Missing, int, int]:
+    """One client's update in a worker (what :meth:`LocalTransport.upload` does per client)."""
+
+    def step(exp: Experiment) -> tuple[ClientReply | None, Missing]:
+        received = receive_broadcast(method, broadcast, exp.dims)
+        ctx = exp.client_context(cid).for_round(round_index, received)
+        report = exp.shard_report(cid) if round_index == 0 else None
+        missing: Missing = {}
+        run = functools.partial(client_step, method, ctx, exp.data.test, report)
+        with client_threads(exp.cfg.client_threads):
+            return attempt(cid, "update", run, missing), missing
+
+    return _counted(step)
+
+
+def _receive(
+    method: PeerMethod[Any], receiver: int, deliveries: Mapping[int, bytes]
+) -> tuple[PeerReport | None, Missing, int, int]:
+    """One peer receiver's step in a worker (what :meth:`LocalTransport.relay` does)."""
+
+    def step(exp: Experiment) -> tuple[PeerReport | None, Missing]:
+        ctx = exp.receiver_context(receiver)
+        missing: Missing = {}
+        run = functools.partial(peer_step, method, ctx, deliveries, exp.data.test)
+        with client_threads(exp.cfg.client_threads):
+            return attempt(receiver, "receipt", run, missing), missing
+
+    return _counted(step)
+
+
+def _context(threads: int | None) -> multiprocessing.context.BaseContext:
+    """``fork`` for single-threaded client steps, else the ``forkserver`` (its server
+    preloading this module, and so torch); see the module docs."""
+    if threads == 1:
+        return multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
+    return ctx
+
+
+@dataclass
+class PoolTransport:
+    """The in-process transport's steps in ``workers`` processes (see the module docs).
+
+    Attributes:
+        experiment: the prepared experiment (the parent's; each worker gets a copy).
+        workers: worker processes (at least 1).
+    """
+
+    experiment: Experiment
+    workers: int
+    _slots: list[ProcessPoolExecutor] = field(default_factory=list, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ValueError(f"PoolTransport: expected workers >= 1, got {self.workers}")
+        self._slots = [self._start() for _ in range(self.workers)]
+
+    def _start(self) -> ProcessPoolExecutor:
+        shipped = dataclasses.replace(self.experiment, tracker=NullTracker())
+        level = logging.getLogger().getEffectiveLevel()
+        ctx = _context(self.experiment.cfg.client_threads)
+        return ProcessPoolExecutor(1, ctx, initializer=_start_worker, initargs=(shipped, level))
+
+    def close(self) -> None:
+        """Stop the workers (pending steps are cancelled)."""
+        for slot in self._slots:
+            slot.shutdown(wait=True, cancel_futures=True)
+        self._slots = []
+
+    def _gather(
+        self,
+        label: str,
+        what: str,
+        jobs: Mapping[int, Callable[[], Future[tuple[Any, Missing, int, int]]]],
+    ) -> tuple[list[Any], Missing]:
+        """Submit every client's job, then collect the answers in client-id order."""
+        exp = self.experiment
+        futures = {cid: submit() for cid, submit in jobs.items()}
+        answers: list[Any] = []
+        missing: Missing = {}
+        broken: set[int] = set()
+        with exp.tracker.task(label, len(futures)) as advance:
+            for cid in sorted(futures):
+                try:
+                    answer, failed, hits, misses = futures[cid].result()
+                except Exception as exc:  # the worker died, or the step could not be sent
+                    if isinstance(exc, BrokenProcessPool):
+                        broken.add(cid % len(self._slots))
+                    log.warning("client %d: its worker failed in its %s", cid, what, exc_info=True)
+                    missing[f"client {cid}"] = (
+                        f"failed in its {what}: worker process: {type(exc).__name__}: {exc}"
+                    )
+                    advance(1)
+                    continue
+                exp.store.counts.hits += hits
+                exp.store.counts.misses += misses
+                missing.update(failed)
+                if answer is not None:
+                    answers.append(answer)
+                advance(1)
+        for slot in sorted(broken):  # a dead worker is replaced before the next step
+            self._slots[slot].shutdown(wait=False, cancel_futures=True)
+            self._slots[slot] = self._start()
+        return answers, missing
+
+    def _in_process(self, method: Method[Any]) -> LocalTransport | None:
+        """The in-process transport when ``method`` cannot be sent to a worker process."""
+        try:
+            pickle.dumps(method)
+        except Exception as exc:
+            log.warning(
+                "%s cannot be sent to worker processes (%s): its clients run in process",
+                method.name,
+                exc,
+            )
+            return LocalTransport(self.experiment)
+        return None
+
+    def _slot(self, cid: int) -> ProcessPoolExecutor:
+        return self._slots[cid % len(self._slots)]
+
+    def upload(
+        self, key: str, method: Method[Any], round_index: int, broadcast: bytes | None
+    ) -> tuple[list[ClientReply], Missing]:
+        exp = self.experiment
+        receive_broadcast(method, broadcast, exp.dims)  # a bad broadcast fails here, as in process
+        local = self._in_process(method)
+        if local is not None:
+            return local.upload(key, method, round_index, broadcast)
+        jobs = {
+            shard.client_id: functools.partial(
+                self._slot(shard.client_id).submit,
+                _update,
+                method,
+                round_index,
+                broadcast,
+                shard.client_id,
+            )
+            for shard in exp.data.clients
+        }
+        return self._gather(f"{key}: clients ({self.workers} workers)", "update", jobs)
+
+    def relay(
+        self, key: str, method: PeerMethod[Any], routes: Mapping[int, Mapping[int, bytes]]
+    ) -> tuple[list[PeerReport], Missing]:
+        local = self._in_process(method)
+        if local is not None:
+            return local.relay(key, method, routes)
+        jobs = {
+            r: functools.partial(self._slot(r).submit, _receive, method, r, dict(routes[r]))
+            for r in routes
+        }
+        return self._gather(f"{key}: receivers ({self.workers} workers)", "receipt", jobs)
+
+
+@contextlib.contextmanager
+def open_transport(exp: Experiment) -> Iterator[tuple[Transport, int]]:
+    """The transport of a local run and its number of workers: in process for one worker,
+    else a :class:`PoolTransport` (closed when the run ends)."""
+    cfg = exp.cfg
+    workers = resolve_workers(
+        cfg.workers, len(exp.data.clients), cfg.client_threads, exp.device.type == "cuda"
+    )
+    if workers == 1:
+        yield LocalTransport(exp), 1
+        return
+    log.info("client steps in %d worker processes", workers)
+    pool = PoolTransport(exp, workers)
+    try:
+        yield pool, workers
+    finally:
+        pool.close()
+
+
+__all__ = ["PoolTransport", "open_transport", "resolve_workers"]

@@ -1,0 +1,114 @@
+"""Clients in parallel (``workers``): the same result for any number of worker processes, and
+the in-process transport's failure semantics — a client that raises, or a worker that dies, is
+named and the run goes on."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+import torch
+
+from helpers import registered
+from oneshotfl.methods.fedavg import FedAvg
+from oneshotfl.protocol.contract import ClientContext, ServerContext
+from oneshotfl.protocol.outcome import Outcome
+from oneshotfl.protocol.payload import Payload
+from oneshotfl.runner.compare import result_differences
+from oneshotfl.runner.experiment import run_experiment
+from oneshotfl.runner.pool import resolve_workers
+
+METHODS = [
+    "local",
+    "fedavg",
+    "ensemble",
+    "fedov:fgsm_steps=1",
+    "fedeov_pruned:fgsm_steps=1:fgsm_warmup_steps=1",
+    "peer_ensemble",
+    "fol:kd_epochs=1:finetune_epochs=1:prune_epochs=1:post_epochs=1",
+]
+
+
+def test_results_are_bit_identical_for_any_number_of_workers(tiny_config: Any) -> None:
+    docs = {}
+    for workers in (1, 2, 3):
+        cfg = tiny_config(
+            clients=4, methods=METHODS, workers=workers, val_fraction=0.2, local_epochs=2,
+            cache_dir="",
+        )  # fmt: skip
+        docs[workers] = run_experiment(cfg)
+    for workers in (2, 3):
+        assert result_differences(docs[1], docs[workers]) == []
+        assert docs[workers]["cache"] == docs[1]["cache"]  # the workers' hits are counted
+        assert docs[workers]["environment"]["workers"] == workers
+    assert docs[1]["environment"]["workers"] == 1
+
+
+class FailsOnClientOne(FedAvg):
+    """FedAvg whose client 1 raises in its update."""
+
+    name = "fails_on_one"
+
+    def client_update(self, ctx: ClientContext) -> Payload:
+        if ctx.client_id == 1:
+            raise RuntimeError("client one's disk is full")
+        return super().client_update(ctx)
+
+
+class DiesOnClientOne(FedAvg):
+    """FedAvg whose client 1 kills its own process (a worker that dies)."""
+
+    name = "dies_on_one"
+
+    def client_update(self, ctx: ClientContext) -> Payload:
+        if ctx.client_id == 1 and os.getpid() != PARENT:
+            os._exit(3)
+        return super().client_update(ctx)
+
+
+PARENT = os.getpid()
+
+
+def test_a_client_that_fails_in_a_worker_is_named_and_the_run_goes_on(tiny_config: Any) -> None:
+    with registered("fails_on_one", FailsOnClientOne):
+        doc = run_experiment(tiny_config(clients=4, methods=["fails_on_one", "fedavg"], workers=2))
+    failed, plain = doc["methods"]
+    assert "client one's disk is full" in failed["no_reply"]["client 1"]
+    assert set(failed["no_reply"]) == {"client 1"} and 0.0 <= failed["accuracy"] <= 1.0
+    assert "no_reply" not in plain  # the worker that held client 1 still works
+
+
+def test_a_worker_that_dies_names_its_clients_and_is_replaced(tiny_config: Any) -> None:
+    with registered("dies_on_one", DiesOnClientOne):
+        doc = run_experiment(tiny_config(clients=4, methods=["dies_on_one", "fedavg"], workers=2))
+    died, plain = doc["methods"]
+    assert "BrokenProcessPool" in died["no_reply"]["client 1"]
+    assert "client 0" not in died["no_reply"] and "client 2" not in died["no_reply"]
+    assert "no_reply" not in plain and plain["accuracy"] > 0.5  # the next method: a new worker
+
+
+def test_a_method_that_cannot_be_sent_to_a_worker_runs_in_process(
+    tiny_config: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Local(FedAvg):  # defined in a function: not picklable
+        name = "local_class"
+
+        def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
+            return super().aggregate(payloads, ctx)
+
+    with registered("local_class", Local):
+        doc = run_experiment(tiny_config(clients=3, methods=["local_class", "fedavg"], workers=2))
+    assert [m.get("no_reply") for m in doc["methods"]] == [None, None]
+    assert doc["methods"][0]["accuracy"] == doc["methods"][1]["accuracy"]
+    assert "cannot be sent to worker processes" in caplog.text
+
+
+def test_the_number_of_workers() -> None:
+    budget = torch.get_num_threads()
+    assert resolve_workers(3, clients=10, client_thread_count=1, gpu=False) == 3
+    assert resolve_workers(8, clients=5, client_thread_count=1, gpu=False) == 5  # one per client
+    assert resolve_workers(0, clients=100, client_thread_count=1, gpu=False) == budget
+    assert resolve_workers(0, clients=100, client_thread_count=1, gpu=True) == 1
+    assert resolve_workers(0, clients=100, client_thread_count=None, gpu=False) == 1
