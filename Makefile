@@ -1,5 +1,5 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
-.PHONY: setup data demo test docs check-wheel lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
+.PHONY: setup data demo test test-fast docs check-wheel lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
 	bench-fedeov bench-fedeov-target bench-intactofl bench-fol bench-robust bench-robustness bench-small-data bench-membership bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed \
 	clean-cache
 VENV := .venv/bin
@@ -21,15 +21,20 @@ demo: setup data
 	    "(personal accuracy: runs/demo/report/personal_accuracy_vs_bytes.png)" \
 	  && echo "demo: $$(( $$(date +%s) - start )) s after set-up"
 
-## Lint, type-check, the whole test suite (slow end-to-end tests included), then Flower end
-## to end on loopback: a SuperLink and 3 SuperNodes, insecure and with TLS + node auth.
-test: setup data
-	$(VENV)/ruff check src tests examples
-	$(VENV)/ruff format --check src tests examples
-	$(VENV)/mypy
+## Lint, type-check, the whole test suite (slow end-to-end tests included; one pytest worker
+## per core), then Flower end to end on loopback: a SuperLink and 3 SuperNodes, insecure and
+## with TLS + node auth.
+test: test-fast
 	$(MAKE) docs
-	$(VENV)/python -m pytest -q
 	bash scripts/flower_e2e.sh
+
+## The inner loop: lint, type-check and the test suite, without the docs build and the Flower
+## end-to-end script.
+test-fast: setup data
+	$(VENV)/ruff check src tests examples scripts
+	$(VENV)/ruff format --check src tests examples scripts
+	$(VENV)/mypy
+	$(VENV)/python -m pytest -q -n auto
 
 ## The documentation site (mkdocs.yml) into site/; --strict: a broken link or reference fails.
 docs: setup

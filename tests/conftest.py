@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from helpers import TINY
+from oneshotfl import plugins
+from oneshotfl.methods import METHODS
+from oneshotfl.models import MODELS
 from oneshotfl.runner.config import ExperimentConfig, make_config
 
 
@@ -25,3 +30,19 @@ def tiny_config(tmp_path: Path) -> Any:
         return make_config(values)
 
     return make
+
+
+@pytest.fixture
+def forget() -> Iterator[list[str]]:
+    """Names the test registers and modules it loads, removed again afterwards."""
+    names: list[str] = []
+    before = set(sys.modules)
+    yield names
+    for name in names:
+        for registry in (METHODS, MODELS):
+            registry._entries.pop(name, None)  # tests only: the registry has no removal
+    for module in set(sys.modules) - before:
+        if "oneshotfl_plugin" in module or module.startswith("my_plugin"):
+            del sys.modules[module]
+    plugins._loaded.clear()
+    plugins._scanned.clear()

@@ -344,3 +344,21 @@ def test_a_node_bound_to_one_client_cannot_answer_for_another(
         run_server(grid, {**run_config, "node-clients": "100=x"}, "test")
     with pytest.raises(ConfigError, match="twice"):
         run_server(grid, {**run_config, "node-clients": "100=0 101=0"}, "test")
+
+
+def test_a_flower_node_loads_the_plugins_of_the_run(
+    tiny_config: Any, tmp_path: Path, forget: list[str]
+) -> None:
+    from test_plugins import PLUGIN
+
+    forget.append("mine_node")
+    file = tmp_path / "mine_node.py"
+    file.write_text(PLUGIN.format(name="mine_node"))
+    cfg = tiny_config(methods=["mine_node"], plugins=[str(file)])
+    local = run_experiment(cfg)
+    grid = FakeGrid(cfg.clients)
+    flower = run_on_grid(
+        tmp_path, dataclasses.replace(cfg, cache_dir=str(tmp_path / "nodes")), grid
+    )
+    assert core(flower) == core(local)
+    assert flower["config"]["plugins"] == [str(file)]

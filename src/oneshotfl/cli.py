@@ -35,6 +35,7 @@ from oneshotfl.describe import describe_method
 from oneshotfl.methods import METHODS
 from oneshotfl.models import MODELS
 from oneshotfl.plots import partition_heatmap
+from oneshotfl.plugins import PluginError, load_plugins
 from oneshotfl.protocol.graph import GRAPHS
 from oneshotfl.registry import Registry, RegistryError
 from oneshotfl.runner.compare import compare_trees, read_result, result_differences
@@ -81,7 +82,9 @@ TrackDirOption = Annotated[
 ]
 
 RUN_OPTIONS = config_options(
-    ExperimentConfig, names={"methods": ("--method", "--methods")}, skip=("cache_dir",)
+    ExperimentConfig,
+    names={"methods": ("--method", "--methods"), "plugins": ("--plugin", "--plugins")},
+    skip=("cache_dir",),
 )
 
 
@@ -194,14 +197,30 @@ REGISTRIES: dict[str, Registry[Any]] = {
 }
 
 
+PluginOption = Annotated[
+    list[str] | None,
+    typer.Option("--plugin", help="a module or .py file that registers your own entries"),
+]
+
+
+def _plugins(modules: list[str] | None) -> None:
+    try:
+        load_plugins(modules or ())
+    except PluginError as exc:
+        fail(exc)
+
+
 @app.command("list")
 def list_(
     what: Annotated[
         str,
         typer.Argument(help="methods|models|datasets|partitioners|components|graphs|attacks"),
     ],
+    plugin: PluginOption = None,
 ) -> None:
-    """Print a registry: one name per line, then its description."""
+    """Print a registry: one name per line, then its description (installed plugins and
+    --plugin modules included)."""
+    _plugins(plugin)
     registry = REGISTRIES.get(what)
     if registry is None:
         fail(ValueError(f"expected one of {', '.join(REGISTRIES)}, got {what!r}"))
@@ -212,8 +231,12 @@ def list_(
 
 
 @app.command()
-def describe(method: Annotated[str, typer.Argument(help="a registered method name")]) -> None:
+def describe(
+    method: Annotated[str, typer.Argument(help="a registered method name")],
+    plugin: PluginOption = None,
+) -> None:
     """Print a method's paper, deviations and choices, requirements and hyper-parameters."""
+    _plugins(plugin)
     try:
         typer.echo(describe_method(method))
     except RegistryError as exc:

@@ -23,6 +23,7 @@ from oneshotfl.data.user import UserDataError, is_user_spec, parse_user_spec
 from oneshotfl.devices import DEVICE_CHOICES
 from oneshotfl.models.base import Init
 from oneshotfl.params import Params, coerce_params
+from oneshotfl.plugins import PluginError, load_plugins
 from oneshotfl.threats import AttackError, build_attack
 from oneshotfl.training.loop import TrainConfig
 
@@ -37,6 +38,9 @@ class ExperimentConfig(Params):
 
     Attributes:
         methods: method specs to run on the same federation (they share client artefacts).
+        plugins: modules (or .py files) imported before any name is resolved, which register
+            your own methods, models, datasets, … (see :mod:`oneshotfl.plugins`); carried to
+            every Flower node and worker process.
         dataset: dataset registry name, or a user dataset ``folder:path=DIR`` or
             ``npz:path=FILE`` (their options: ``oneshotfl.data.user``).
         data_root: where the dataset lies (else ``$ONESHOTFL_DATA`` and system paths).
@@ -111,6 +115,7 @@ class ExperimentConfig(Params):
     """
 
     methods: tuple[str, ...] = ("local", "fedavg", "ensemble", "centralized")
+    plugins: tuple[str, ...] = ()
     dataset: str = "fashion_mnist"
     data_root: str | None = None
     download: bool = False
@@ -162,6 +167,10 @@ class ExperimentConfig(Params):
             raise ConfigError(str(exc)) from None
 
     def validate(self) -> None:
+        try:  # before any name is checked: a plugin may register it
+            load_plugins(self.plugins)
+        except PluginError as exc:
+            raise ConfigError(str(exc)) from None
         if not self.methods:
             raise ConfigError("methods: expected at least one method, got none")
         self._validate_dataset()
@@ -266,10 +275,21 @@ class ExperimentConfig(Params):
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["methods"] = list(self.methods)
+        data["plugins"] = list(self.plugins)
         return data
 
 
 FIELD_NAMES = tuple(f.name for f in dataclasses.fields(ExperimentConfig))
+
+
+def normalise_plugins(value: Any) -> tuple[str, ...]:
+    """Plugins from a comma string or a list of module names / file paths."""
+    if value is None:
+        return ()
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, Sequence) or not all(isinstance(v, str) for v in items):
+        raise ConfigError(f"plugins: expected module names or .py paths, got {value!r}")
+    return tuple(v.strip() for v in items if v.strip())
 
 
 def normalise_methods(value: Any) -> tuple[str, ...]:
@@ -340,6 +360,8 @@ def make_config(values: Mapping[str, Any]) -> ExperimentConfig:
             )
         if key == "methods":
             value = normalise_methods(value)
+        elif key == "plugins":
+            value = normalise_plugins(value)
         elif key == "model":
             value = normalise_model(value)
         clean[key] = value

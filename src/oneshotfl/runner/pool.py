@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
+from oneshotfl.plugins import load_plugins
 from oneshotfl.protocol.contract import Method, PeerMethod
 from oneshotfl.runner.transport import (
     ClientReply,
@@ -82,6 +83,7 @@ def _start_worker(exp: Experiment, level: int) -> None:
     of its own: a forked copy of the parent's may hold a lock), pin the threads."""
     fmt = "%(levelname)-8s %(message)s (worker %(process)d)"
     logging.basicConfig(level=level, format=fmt, force=True)
+    load_plugins(exp.cfg.plugins)  # a forkserver's process has not imported them
     if exp.cfg.client_threads is not None:
         torch.set_num_threads(exp.cfg.client_threads)
     _WORKER["exp"] = exp

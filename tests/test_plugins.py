@@ -1,0 +1,111 @@
+"""Own methods without editing the package: a module or .py file named in ``plugins``
+(``--plugin``), an installed package's entry point, or an import from Python — on the command
+line, in worker processes and on Flower nodes; a broken plugin is a one-line error."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from oneshotfl import plugins
+from oneshotfl.cli import app
+from oneshotfl.methods import METHODS
+from oneshotfl.models import MODELS
+from oneshotfl.runner.config import ConfigError
+from oneshotfl.runner.experiment import run_experiment
+
+runner = CliRunner()
+
+PLUGIN = '''
+"""A user's method, kept outside the package: FedAvg of the clients' models, halved heads."""
+from oneshotfl.methods.base import register_method
+from oneshotfl.methods.fedavg import FedAvg
+
+
+@register_method("{name}", "my own FedAvg variant")
+class Mine(FedAvg):
+    """FedAvg under another name."""
+'''
+
+
+def test_a_plugin_file_adds_a_method_to_the_command_line(tmp_path: Path, forget: list[str]) -> None:
+    forget.append("mine_cli")
+    file = tmp_path / "mine.py"
+    file.write_text(PLUGIN.format(name="mine_cli"))
+    args = ["--dataset", "digits", "--clients", "2", "--model", "mlp", "--local-epochs", "1",
+            "--local-steps", "0", "--workers", "1", "--device", "cpu", "--no-cache"]  # fmt: skip
+    out = tmp_path / "run"
+    refused = runner.invoke(app, ["run", *args, "--method", "mine_cli", "--out", str(out)])
+    assert refused.exit_code == 2 and "unknown method 'mine_cli'" in refused.output
+    result = runner.invoke(
+        app, ["run", *args, "--method", "mine_cli,fedavg", "--plugin", str(file), "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads((out / "result.json").read_text())
+    assert doc["config"]["plugins"] == [str(file)]
+    rows = {m["key"]: m["accuracy"] for m in doc["methods"]}
+    assert rows["mine_cli"] == rows["fedavg"]
+    listed = runner.invoke(app, ["list", "methods", "--plugin", str(file)])
+    assert "mine_cli" in listed.output and "my own FedAvg variant" in listed.output
+
+
+def test_a_plugin_module_reaches_the_worker_processes(
+    tiny_config: Any, tmp_path: Path, forget: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    forget.append("mine_pool")
+    (tmp_path / "my_plugin_pool.py").write_text(PLUGIN.format(name="mine_pool"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = tiny_config(clients=3, methods=["mine_pool", "fedavg"], plugins=["my_plugin_pool"])
+    doc = run_experiment(dataclasses.replace(cfg, workers=2))
+    rows = {m["key"]: m for m in doc["methods"]}
+    assert "no_reply" not in rows["mine_pool"]
+    assert rows["mine_pool"]["accuracy"] == rows["fedavg"]["accuracy"]
+
+
+def test_an_installed_entry_point_registers_under_its_name(
+    tiny_config: Any, tmp_path: Path, forget: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    forget += ["mine_entry", "tiny_mlp"]
+    (tmp_path / "my_plugin_pkg.py").write_text(
+        textwrap.dedent('''
+        from oneshotfl.methods.fedavg import FedAvg
+        from oneshotfl.models.mlp import MLP
+
+        class Unregistered(FedAvg):
+            """A method its module does not register: the entry point's name does."""
+
+        def tiny_mlp(in_channels, num_classes, image_size):
+            return MLP(in_channels, num_classes, image_size, hidden=(16,))
+        ''')
+    )
+    info = tmp_path / "my_plugin_pkg-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: my-plugin-pkg\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(
+        "[oneshotfl.methods]\nmine_entry = my_plugin_pkg:Unregistered\n\n"
+        "[oneshotfl.models]\ntiny_mlp = my_plugin_pkg:tiny_mlp\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    plugins._scanned.clear()
+    doc = run_experiment(tiny_config(methods=["mine_entry"], model="tiny_mlp"))
+    assert "mine_entry" in METHODS and "tiny_mlp" in MODELS
+    assert doc["clients"][0]["arch"] == "tiny_mlp" and 0.0 <= doc["methods"][0]["accuracy"] <= 1
+
+
+def test_a_plugin_that_cannot_be_loaded_is_one_line(tiny_config: Any, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="plugin 'no_such_plugin_module': expected an"):
+        tiny_config(plugins=["no_such_plugin_module"])
+    broken = tmp_path / "broken.py"
+    broken.write_text("raise RuntimeError('half written')\n")
+    with pytest.raises(ConfigError, match="RuntimeError: half written"):
+        tiny_config(plugins=[str(broken)])
+    with pytest.raises(ConfigError, match="expected a Python file, found none"):
+        tiny_config(plugins=[str(tmp_path / "missing.py")])
+    result = runner.invoke(app, ["describe", "fedavg", "--plugin", "no_such_plugin_module"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
