@@ -107,12 +107,30 @@ def flags(table: dict[Cell, dict[str, float]]) -> list[Flag]:
             personal = personalised(key)
             value = metric(rows, key, personal)
             limits = METHODS.get(parse_method_spec(key).name).known_limits
+            options = key.partition(":")[2]
             for ref in REFERENCES:
                 ref_value = metric(rows, ref, personal)
                 if value < ref_value - TOLERANCE:
-                    limit = next((lim for lim in limits if lim.covers(ref, *astuple(cell))), None)
+                    limit = next(
+                        (
+                            lim
+                            for lim in limits
+                            if lim.covers(ref, *astuple(cell), options)
+                            and bound_below(rows, lim.bound, ref, personal)
+                        ),
+                        None,
+                    )
                     out.append(Flag(key, cell, ref, value, ref_value, limit))
     return out
+
+
+def bound_below(rows: dict[str, float], bound: str | None, ref: str, personal: bool) -> bool:
+    """No bound, or the bound itself is below the reference in this cell."""
+    if bound is None:
+        return True
+    if bound not in rows:
+        return False
+    return metric(rows, bound, personal) < metric(rows, ref, personal) - TOLERANCE
 
 
 def astuple(cell: Cell) -> tuple[str, str, str]:

@@ -158,3 +158,18 @@ def test_fol_stages_and_fedavg_rounds_run_exactly_their_own_epochs(
     monkeypatch.setattr(fedavg_rounds, "train_classifier", spy)
     run_experiment(tiny_config(methods=["fedavg_rounds:rounds=2:local_epochs=1"], local_steps=200))
     assert len(seen) == 2 * 3 and all(c.epochs == 1 and c.min_steps == 0 for c in seen)
+
+
+def test_a_method_that_ends_at_chance_is_warned_about(
+    tiny_config: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from oneshotfl.runner.experiment import run_experiment
+
+    doc = run_experiment(tiny_config(methods=["fedavg", "ensemble"], lr=1e-7, local_epochs=1))
+    for row in doc["methods"]:
+        at_chance = row["accuracy"] < 0.15  # 10 classes
+        assert (f"{row['key']} ended at chance" in caplog.text) == at_chance
+    assert "ended at chance" in caplog.text  # lr 1e-7 leaves the models where they started
+    caplog.clear()
+    run_experiment(tiny_config(methods=["fedavg"], local_epochs=3))
+    assert "ended at chance" not in caplog.text

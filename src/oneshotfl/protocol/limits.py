@@ -28,6 +28,11 @@ class KnownLimit:
             stem such as ``shapes16``); empty: every dataset.
         models: the client architectures it covers; empty: every model.
         partitions: the partitioners it covers; empty: every partition.
+        options: method options the limit is about (``combine=logits``): it covers a spec
+            only when it sets every one of them.
+        bound: a method whose result bounds this one (FedAGE: ``centralized_head``, one head
+            on every client's embeddings and true labels): the limit covers a cell only where
+            the bound is itself below the reference there, so the cause is checked per cell.
     """
 
     why: str
@@ -35,19 +40,27 @@ class KnownLimit:
     datasets: tuple[str, ...] = ()
     models: tuple[str, ...] = ()
     partitions: tuple[str, ...] = ()
+    options: tuple[str, ...] = ()
+    bound: str | None = None
 
     def __post_init__(self) -> None:
         unknown = [r for r in self.below if r not in REFERENCES]
         if not self.below or unknown:
             raise ValueError(f"KnownLimit.below: expected some of {REFERENCES}, got {self.below}")
 
-    def covers(self, reference: str, dataset: str, model: str, partition: str) -> bool:
-        """Whether this limit explains ending below ``reference`` in that setting."""
+    def covers(
+        self, reference: str, dataset: str, model: str, partition: str, options: str = ""
+    ) -> bool:
+        """Whether this limit explains ending below ``reference`` in that setting, for a spec
+        whose options are ``options`` (``key=value:key=value``; the bound is checked by the
+        caller, who has the results)."""
+        given = set(options.split(":")) if options else set()
         return (
             reference in self.below
             and (not self.datasets or dataset in self.datasets)
             and (not self.models or model in self.models)
             and (not self.partitions or partition in self.partitions)
+            and set(self.options) <= given
         )
 
     def scope(self) -> str:
@@ -60,4 +73,7 @@ class KnownLimit:
                 ("partition", self.partitions),
             )
         ]
-        return f"below {' and '.join(self.below)}; " + "; ".join(parts)
+        extra = [f"with {', '.join(self.options)}"] if self.options else []
+        if self.bound:
+            extra.append(f"where `{self.bound}` is below too")
+        return f"below {' and '.join(self.below)}; " + "; ".join([*parts, *extra])

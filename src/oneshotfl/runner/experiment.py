@@ -311,7 +311,21 @@ class Experiment:
         for key, method in methods:
             log.info("running %s", key)
             results.append(run_method(key, method, self, transport))
+            warn_at_chance(results[-1], self.data.task.num_classes)
         return results
+
+
+def warn_at_chance(result: MethodResult, classes: int) -> None:
+    """Log a warning when a method ends at chance (its own metric — personal accuracy for a
+    server-free method — below 1.5 / classes): usually an undertrained budget."""
+    peer = result.topology is not None
+    value = result.personal_accuracy if peer else result.accuracy
+    if value is not None and classes > 1 and value < 1.5 / classes:
+        log.warning(
+            "%s ended at chance: %.1f%% with %d classes (chance %.1f%%); a budget this small "
+            "may not train it (local_steps, local_epochs, lr, server_steps)",
+            result.key, 100 * value, classes, 100 / classes,
+        )  # fmt: skip
 
 
 Connect = Callable[[Experiment, Methods], Transport]
