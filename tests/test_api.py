@@ -122,7 +122,8 @@ def test_sweep_resumes_and_matches_the_command(tmp_path: Path) -> None:
     records = {p.name: json.loads(p.read_text()) for p in out.glob("sweep*.json")}
     # named as the command names them
     assert set(records) == {"sweep.json", "sweep-seeds-1_shard-1of2.json"}
-    assert records["sweep.json"]["ran_now"] == 0  # the last plain call read both runs back
+    # the plain call that read both runs back kept the record of the one that ran them
+    assert records["sweep.json"]["ran_now"] == 2
     assert records["sweep-seeds-1_shard-1of2.json"]["ran_now"] == 1
     cli = CliRunner().invoke(app, ["sweep", str(file), "--out", str(tmp_path / "cli")])
     assert cli.exit_code == 0, cli.output
@@ -176,3 +177,31 @@ def test_example_reproduces_its_committed_result() -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "identical to" in done.stdout and "| fedavg | 59.89 | 59.89 |" in done.stdout
+
+
+def test_a_sweep_checks_every_point_before_the_first_one_trains(tmp_path: Path) -> None:
+    spec = {
+        "name": "bad",
+        "base": {**TINY, "methods": ["fedavg"], "cache_dir": str(tmp_path / "cache")},
+        "grid": [{"partition": "dirichlet", "alpha": [1.0, -1.0]}, {"methods": [["fedol"]]}],
+    }
+    out = tmp_path / "bad"
+    with pytest.raises(
+        ConfigError, match=r"sweep point partition=dirichlet_alpha=-1.0_seed=0: partition"
+    ):
+        oneshotfl.sweep({**spec, "grid": spec["grid"][:1]}, out)
+    with pytest.raises(
+        ConfigError, match="methods=--fedol--_seed=0: cannot run: fedol needs a public"
+    ):
+        oneshotfl.sweep({**spec, "grid": spec["grid"][1:]}, out)
+    assert not list(out.rglob("result.json"))  # nothing trained
+    cli = CliRunner().invoke(app, ["sweep", str(_yaml(tmp_path, spec)), "--out", str(out)])
+    assert cli.exit_code == 2 and "Traceback" not in cli.output and "sweep point" in cli.output
+    done = oneshotfl.sweep({**spec, "grid": [{"partition": "iid"}]}, out, overrides={"clients": 2})
+    assert [r.config.clients for r in done.results.values()] == [2]
+
+
+def _yaml(tmp_path: Path, spec: dict[str, object]) -> Path:
+    file = tmp_path / "spec.yaml"
+    file.write_text(yaml.safe_dump(spec))
+    return file

@@ -19,14 +19,16 @@ A :class:`Result` has the fields of ``result.json`` and reads any result file ba
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from oneshotfl.cli_support import writable_dir
+from oneshotfl.runner.checks import preflight
 from oneshotfl.runner.compare import read_result, result_differences
 from oneshotfl.runner.config import (
     ConfigError,
@@ -337,6 +339,9 @@ def sweep(
     tracker: Tracker | None = None,
     track: Sequence[str] = (),
     track_dir: str | Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    on_result: Callable[[str, dict[str, Any]], None] | None = None,
+    argv: Sequence[str] | None = None,
 ) -> SweepResult:
     """Run every point of a sweep grid into ``out``, like ``oneshotfl sweep``: one folder per
     run, and a run whose ``result.json`` exists is read back rather than run again (resume).
@@ -352,8 +357,14 @@ def sweep(
         track: log each run it runs to these tracking backends, grouped under the sweep's
             name, as ``--track`` does.
         track_dir: the tracking directory (default ``runs/tensorboard``, ``mlruns``).
+        overrides: config keys applied to every point, on top of the file's (as
+            ``oneshotfl sweep FILE key=value``).
+        on_result: called with the run id and the result document of every run it runs.
+        argv: how it was invoked, for its record (default: this call).
 
-    It writes the invocation's record (``sweep.json``, or ``sweep-shard-0of2.json`` …) as the
+    Every point it will run is checked before the first one trains (:func:`preflight`: the
+    methods, names, requirements and graph), and a bad one is named. It writes the
+    invocation's record (``sweep.json``, or ``sweep-shard-0of2.json`` …) as the
     command does, so ``oneshotfl report`` states its wall time.
 
     Raises:
@@ -370,8 +381,22 @@ def sweep(
         seeds = ",".join(str(s) for s in seeds)
     if isinstance(shard, tuple):
         shard = f"{shard[0]}/{shard[1]}"
+    if overrides:
+        spec = Sweep(
+            spec.name,
+            tuple(
+                dataclasses.replace(p, config=make_config({**p.config.to_dict(), **overrides}))
+                for p in spec.runs
+            ),
+        )
     runs = select_shard(select_seeds(spec.runs, seeds), shard)
     root = writable_dir(Path(out))
+    for point in runs:  # every point checked before the first one trains
+        if force or not (root / point.run_id / RESULT_FILE).exists():
+            try:
+                preflight(point.config)
+            except ConfigError as exc:
+                raise ConfigError(f"sweep point {point.run_id}: {exc}") from None
     results: dict[str, Result] = {}
     ran: list[str] = []
     start = time.perf_counter()
@@ -386,6 +411,8 @@ def sweep(
         doc, path = run_and_write(point.config, run_dir, tracker, track, track_dir, named)
         results[point.run_id] = Result.from_dict(doc, path=path)
         ran.append(point.run_id)
+        if on_result is not None:
+            on_result(point.run_id, doc)
     call = f"oneshotfl.sweep({spec.name!r}, out={str(root)!r}, shard={shard!r}, seeds={seeds!r})"
     write_sweep_record(
         root,
@@ -393,7 +420,7 @@ def sweep(
         runs=len(runs),
         ran_now=len(ran),
         elapsed_s=time.perf_counter() - start,
-        argv=[call],
+        argv=list(argv) if argv is not None else [call],
         seeds=seeds,
         shard=shard,
     )

@@ -26,7 +26,6 @@ from oneshotfl.cli_support import (
     results_table,
     setup_logging,
     with_options,
-    writable_dir,
 )
 from oneshotfl.data.datasets import DATASETS, load_dataset
 from oneshotfl.data.federated import carve_federated_data
@@ -39,10 +38,10 @@ from oneshotfl.plugins import PluginError, load_plugins
 from oneshotfl.protocol.graph import GRAPHS
 from oneshotfl.registry import Registry, RegistryError
 from oneshotfl.runner.compare import compare_trees, read_result, result_differences
-from oneshotfl.runner.config import ExperimentConfig, load_config, make_config
+from oneshotfl.runner.config import ExperimentConfig, load_config, make_config, parse_overrides
 from oneshotfl.runner.report import splice_markdown, write_report
 from oneshotfl.runner.results import atomic_write_text
-from oneshotfl.runner.sweep import load_sweep, select_seeds, select_shard, write_sweep_record
+from oneshotfl.runner.sweep import load_sweep
 from oneshotfl.threats import ATTACKS
 from oneshotfl.training.components import COMPONENTS
 from oneshotfl.training.progress import RichTracker
@@ -246,6 +245,9 @@ def describe(
 @app.command()
 def sweep(
     file: Annotated[Path, typer.Argument(help="sweep YAML")],
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="key=value config overrides for every point")
+    ] = None,
     out: Annotated[Path | None, typer.Option(help="results root (default runs/NAME)")] = None,
     force: Annotated[bool, typer.Option("--force", help="rerun finished runs")] = False,
     seeds: Annotated[
@@ -260,49 +262,36 @@ def sweep(
     track_dir: TrackDirOption = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
-    """Run every point of a sweep grid; finished runs are skipped (resume). With ``--track``
-    each point is one tracked run, grouped under the sweep's name."""
+    """Run every point of a sweep grid; finished runs are skipped (resume). Every point to run
+    is checked before the first one trains. With ``--track`` each point is one tracked run,
+    grouped under the sweep's name."""
     setup_logging(verbose)
     try:
         spec = load_sweep(file)
-        runs = select_shard(select_seeds(spec.runs, seeds), shard)
+        changes = parse_overrides(overrides or [])
     except USER_ERRORS as exc:
         fail(exc)
     root = out or Path("runs") / spec.name
+    start = time.perf_counter()
     try:
-        writable_dir(root)
+        with RichTracker(err_console) as progress:
+            done = api.sweep(
+                spec,
+                root,
+                shard,
+                seeds=seeds,
+                force=force,
+                tracker=progress,
+                track=track or (),
+                track_dir=track_dir,
+                overrides=changes,
+                on_result=lambda _, doc: console.print(results_table(doc)),
+                argv=sys.argv[1:],
+            )
     except USER_ERRORS as exc:
         fail(exc)
-    start = time.perf_counter()
-    done = 0
-    for i, point in enumerate(runs, 1):
-        run_dir = root / point.run_id
-        if (run_dir / "result.json").exists() and not force:
-            log.info("[%d/%d] %s: done already, skipped", i, len(runs), point.run_id)
-            continue
-        log.info("[%d/%d] %s", i, len(runs), point.run_id)
-        try:
-            with RichTracker(err_console) as progress:
-                named = (spec.name, point.run_id)
-                doc, _ = api.run_and_write(
-                    point.config, run_dir, progress, track or (), track_dir, named
-                )
-        except USER_ERRORS as exc:
-            fail(exc)
-        done += 1
-        console.print(results_table(doc))
     elapsed = time.perf_counter() - start
-    write_sweep_record(
-        root,
-        spec.name,
-        runs=len(runs),
-        ran_now=done,
-        elapsed_s=elapsed,
-        argv=sys.argv[1:],
-        seeds=seeds,
-        shard=shard,
-    )
-    console.print(f"sweep {spec.name}: {done} run(s) in {elapsed / 60:.1f} min → {root}")
+    console.print(f"sweep {spec.name}: {len(done.ran)} run(s) in {elapsed / 60:.1f} min → {root}")
 
 
 @app.command()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import cached_property
@@ -25,16 +25,13 @@ import torch
 
 from oneshotfl.artefacts import ArtefactStore
 from oneshotfl.data.datasets import load_dataset
-from oneshotfl.data.feature_skew import FeatureSkewError, build_feature_skew, dataset_stats
+from oneshotfl.data.feature_skew import dataset_stats
 from oneshotfl.data.federated import ClientShard, FederatedData, carve_federated_data
 from oneshotfl.data.types import Dataset
 from oneshotfl.devices import resolve_device
 from oneshotfl.encoders import Encoder, EncoderError, build_encoder
-from oneshotfl.methods import METHODS, build_method, parse_method_spec
-from oneshotfl.models import MODELS
 from oneshotfl.protocol.contract import (
     ClientContext,
-    Method,
     Requires,
     ServerContext,
     Topology,
@@ -42,7 +39,13 @@ from oneshotfl.protocol.contract import (
 )
 from oneshotfl.protocol.graph import Graph, GraphError, build_graph
 from oneshotfl.protocol.spec import WireDims
-from oneshotfl.runner.config import ConfigError, ExperimentConfig, client_architectures
+from oneshotfl.runner.checks import (
+    Methods,
+    checked_names,
+    requirement_problems,
+    resolve_methods,
+)
+from oneshotfl.runner.config import ConfigError, ExperimentConfig
 from oneshotfl.runner.engine import RequirementError, run_method
 from oneshotfl.runner.pool import open_transport
 from oneshotfl.runner.results import MethodResult, result_document
@@ -52,27 +55,6 @@ from oneshotfl.training.loop import resolve_budget
 from oneshotfl.training.progress import NullTracker, Tracker
 
 log = logging.getLogger(__name__)
-
-Methods = Sequence[tuple[str, Method[Any]]]
-
-
-def resolve_methods(specs: Sequence[str]) -> list[tuple[str, Method[Any]]]:
-    """Parse and build every method spec, failing before any data is loaded."""
-    built: list[tuple[str, Method[Any]]] = []
-    for text in specs:
-        spec = parse_method_spec(text)
-        if spec.name not in METHODS:
-            raise ConfigError(
-                f"unknown method {spec.name!r}; expected one of: {', '.join(METHODS.names())}"
-            )
-        try:
-            built.append((spec.key, build_method(spec)))
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-    keys = [k for k, _ in built]
-    if len(set(keys)) != len(keys):
-        raise ConfigError(f"methods: the same method spec is listed twice in {keys}")
-    return built
 
 
 @dataclass(frozen=True)
@@ -118,19 +100,7 @@ class Experiment:
         Raises:
             ConfigError: for an unknown model, a bad encoder or graph spec.
         """
-        archs = client_architectures(cfg.model, cfg.clients)
-        for arch in {*archs, *([cfg.server_model] if cfg.server_model else [])}:
-            if arch not in MODELS:
-                raise ConfigError(
-                    f"unknown model {arch!r}; expected one of: {', '.join(MODELS.names())}"
-                )
-        partitioner = cfg.partitioner()
-        skew = None
-        if cfg.feature_skew:
-            try:
-                skew = build_feature_skew(cfg.feature_skew)
-            except FeatureSkewError as exc:
-                raise ConfigError(str(exc)) from None
+        archs, partitioner, skew = checked_names(cfg)
         if dataset is None:
             dataset = load_dataset(cfg.dataset, cfg.data_root, cfg.download)
         data = carve_federated_data(
@@ -270,30 +240,10 @@ class Experiment:
 
     def check(self, methods: Methods) -> None:
         """Raise :class:`RequirementError` listing every unmet requirement of every method."""
-        cfg, problems = self.cfg, []
-        for key, method in methods:
-            req = method.requires
-            if req.public_data and self.data.public is None:
-                problems.append(f"{key} needs a public unlabelled pool: set public_size > 0")
-            if req.same_architecture and len(set(self.archs)) > 1:
-                problems.append(
-                    f"{key} needs identical client architectures, got {sorted(set(self.archs))}"
-                )
-            if req.server_model and cfg.server_model is None:
-                problems.append(f"{key} needs a server architecture: set server_model")
-            if req.shared_encoder and self.encoder is None:
-                problems.append(f"{key} needs a shared frozen encoder: set encoder (e.g. random)")
-            if req.validation and cfg.val_fraction <= 0:
-                problems.append(
-                    f"{key} needs a private validation split on every client: set val_fraction > 0"
-                )
-            if cfg.clients < req.min_clients:
-                problems.append(
-                    f"{key} needs at least {req.min_clients} clients, got {cfg.clients}"
-                )
-            problems += [f"{key}: {p}" for p in method.setting_problems(cfg.client_train_config())]
-            if req.topology is Topology.PEER and method.num_rounds() != 1:
-                problems.append(f"{key}: peer methods run one round, got {method.num_rounds()}")
+        cfg = self.cfg
+        problems = requirement_problems(
+            cfg, methods, self.archs, self.data.public is not None, self.encoder is not None
+        )
         if not problems and self.attack is not None and cfg.malicious > 0:
             for key, method in methods:  # an attack that cannot act on this payload
                 misfit = self.attack.misfit(method.payload_spec(self.dims))

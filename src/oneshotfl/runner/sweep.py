@@ -165,7 +165,8 @@ def write_sweep_record(
     shard: str | None = None,
 ) -> Path:
     """Write what one sweep invocation did (``sweep.json``, or ``sweep-seeds-0_shard-1of2.json``
-    for a seed or shard selection) into ``root``; the report reads the wall times back.
+    for a seed or shard selection) into ``root``; the report reads the wall times back. An
+    invocation that ran nothing (the sweep was finished) keeps the record already there.
 
     Args:
         root: the sweep's results root.
@@ -187,5 +188,7 @@ def write_sweep_record(
     parts = [f"seeds-{seeds.replace(',', '-')}" if seeds else "", f"shard-{shard}" if shard else ""]
     suffix = "_".join(part.replace("/", "of") for part in parts if part)
     path = root / (f"sweep-{suffix}.json" if suffix else "sweep.json")
+    if ran_now == 0 and path.exists():  # a re-run of a finished sweep keeps its record
+        return path
     atomic_write_text(path, json.dumps(meta, indent=2) + "\n")
     return path

@@ -1,0 +1,118 @@
+"""What can be checked from a config alone, before any data is loaded or any client trains.
+
+:func:`checked_names` checks the names a run uses (models, partitioner, feature skew);
+:func:`requirement_problems` what each method's ``requires`` asks of the federation;
+:func:`preflight` both, and the methods and the graph, for one config — a sweep runs it on
+every grid point before its first run, so a bad point is named before anything trains.
+:class:`~oneshotfl.runner.experiment.Experiment` uses the same functions on its data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from oneshotfl.data.feature_skew import FeatureSkew, FeatureSkewError, build_feature_skew
+from oneshotfl.data.partition import Partitioner
+from oneshotfl.methods import METHODS, build_method, parse_method_spec
+from oneshotfl.models import MODELS
+from oneshotfl.protocol.contract import Method, Topology
+from oneshotfl.protocol.graph import GraphError, build_graph
+from oneshotfl.runner.config import ConfigError, ExperimentConfig, client_architectures
+from oneshotfl.runner.engine import RequirementError
+
+Methods = Sequence[tuple[str, Method[Any]]]
+
+
+def resolve_methods(specs: Sequence[str]) -> list[tuple[str, Method[Any]]]:
+    """Parse and build every method spec, failing before any data is loaded."""
+    built: list[tuple[str, Method[Any]]] = []
+    for text in specs:
+        spec = parse_method_spec(text)
+        if spec.name not in METHODS:
+            raise ConfigError(
+                f"unknown method {spec.name!r}; expected one of: {', '.join(METHODS.names())}"
+            )
+        try:
+            built.append((spec.key, build_method(spec)))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    keys = [k for k, _ in built]
+    if len(set(keys)) != len(keys):
+        raise ConfigError(f"methods: the same method spec is listed twice in {keys}")
+    return built
+
+
+def checked_names(
+    cfg: ExperimentConfig,
+) -> tuple[tuple[str, ...], Partitioner, FeatureSkew | None]:
+    """The client architectures, the partitioner and the feature skew of ``cfg``.
+
+    Raises:
+        ConfigError: for an unknown model, a bad partitioner option or feature skew.
+    """
+    archs = client_architectures(cfg.model, cfg.clients)
+    for arch in {*archs, *([cfg.server_model] if cfg.server_model else [])}:
+        if arch not in MODELS:
+            raise ConfigError(
+                f"unknown model {arch!r}; expected one of: {', '.join(MODELS.names())}"
+            )
+    partitioner = cfg.partitioner()
+    skew = None
+    if cfg.feature_skew:
+        try:
+            skew = build_feature_skew(cfg.feature_skew)
+        except FeatureSkewError as exc:
+            raise ConfigError(str(exc)) from None
+    return tuple(archs), partitioner, skew
+
+
+def requirement_problems(
+    cfg: ExperimentConfig,
+    methods: Methods,
+    archs: Sequence[str],
+    has_public: bool,
+    has_encoder: bool,
+) -> list[str]:
+    """Every unmet requirement of every method, one sentence each."""
+    problems: list[str] = []
+    for key, method in methods:
+        req = method.requires
+        if req.public_data and not has_public:
+            problems.append(f"{key} needs a public unlabelled pool: set public_size > 0")
+        if req.same_architecture and len(set(archs)) > 1:
+            problems.append(f"{key} needs identical client architectures, got {sorted(set(archs))}")
+        if req.server_model and cfg.server_model is None:
+            problems.append(f"{key} needs a server architecture: set server_model")
+        if req.shared_encoder and not has_encoder:
+            problems.append(f"{key} needs a shared frozen encoder: set encoder (e.g. random)")
+        if req.validation and cfg.val_fraction <= 0:
+            problems.append(
+                f"{key} needs a private validation split on every client: set val_fraction > 0"
+            )
+        if cfg.clients < req.min_clients:
+            problems.append(f"{key} needs at least {req.min_clients} clients, got {cfg.clients}")
+        problems += [f"{key}: {p}" for p in method.setting_problems(cfg.client_train_config())]
+        if req.topology is Topology.PEER and method.num_rounds() != 1:
+            problems.append(f"{key}: peer methods run one round, got {method.num_rounds()}")
+    return problems
+
+
+def preflight(cfg: ExperimentConfig) -> None:
+    """Everything about ``cfg`` that can fail without its data: the methods, the names, each
+    method's requirements and the graph of peer methods.
+
+    Raises:
+        ConfigError: for an unknown or badly set name or method.
+        RequirementError: for a method whose requirements the config does not meet.
+    """
+    methods = resolve_methods(cfg.methods)
+    archs, _, _ = checked_names(cfg)
+    problems = requirement_problems(cfg, methods, archs, cfg.public_size > 0, bool(cfg.encoder))
+    if problems:
+        raise RequirementError("cannot run: " + "; ".join(problems))
+    if any(m.requires.topology is Topology.PEER for _, m in methods):
+        try:
+            build_graph(cfg.graph, cfg.clients, cfg.data_seed)
+        except GraphError as exc:
+            raise ConfigError(str(exc)) from None
