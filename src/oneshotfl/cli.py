@@ -124,10 +124,7 @@ def run(
     except USER_ERRORS as exc:
         fail(exc)
     console.print(results_table(doc))
-    console.print(
-        f"results: {path}  (cache: {doc['cache']['hits']} hits, "
-        f"{doc['cache']['misses']} misses; {doc['wall_time_s']:.1f} s)"
-    )
+    console.print(f"results: {path}  ({cache_summary(doc)}; {doc['wall_time_s']:.1f} s)")
 
 
 @app.command()
@@ -240,6 +237,14 @@ def describe(
         typer.echo(describe_method(method))
     except RegistryError as exc:
         fail(exc)
+
+
+def cache_summary(doc: dict[str, Any]) -> str:
+    """``cache: 25 hits, 15 misses``, or with no disk cache what was reused within the run."""
+    hits, misses = doc["cache"]["hits"], doc["cache"]["misses"]
+    if doc["config"].get("cache_dir"):
+        return f"cache: {hits} hits, {misses} misses"
+    return f"no disk cache: {misses} artefacts computed, {hits} reuses within the run"
 
 
 @app.command()

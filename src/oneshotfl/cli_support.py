@@ -44,15 +44,17 @@ USER_ERRORS = (
 
 
 def setup_logging(verbose: bool) -> None:
-    """INFO (or DEBUG) lines through rich on stderr."""
+    """INFO lines through rich on stderr; ``verbose``: oneshotfl's own DEBUG lines too (not
+    the libraries': matplotlib alone logs hundreds of font lines at DEBUG)."""
     import logging
 
     logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
+        level=logging.INFO,
         format="%(message)s",
         handlers=[RichHandler(console=err_console, show_path=False, show_time=False)],
         force=True,
     )
+    logging.getLogger("oneshotfl").setLevel(logging.DEBUG if verbose else logging.INFO)
 
 
 def writable_dir(path: Path) -> Path:

@@ -16,6 +16,8 @@ import typing
 from collections.abc import Mapping
 from typing import Any
 
+from oneshotfl.registry import did_you_mean
+
 
 class Params:
     """Base of every frozen hyper-parameter dataclass (see the module docs)."""
@@ -94,8 +96,9 @@ def coerce_params(config_cls: type, params: Mapping[str, Any]) -> Any:
     fields = {f.name: f for f in dataclasses.fields(config_cls)}
     unknown = sorted(set(params) - set(fields))
     if unknown:
+        hint = did_you_mean(unknown[0], fields)
         raise ValueError(
-            f"unknown parameter(s) {unknown} for {config_cls.__qualname__}; "
+            f"unknown parameter(s) {unknown}{hint} for {config_cls.__qualname__}; "
             f"expected some of {sorted(fields)}"
         )
     hints = _hints(config_cls)

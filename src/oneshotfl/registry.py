@@ -6,7 +6,8 @@ entry under a unique name, a lookup by an unknown name raises an error that list
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import difflib
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -58,7 +59,10 @@ class Registry(Generic[T]):
             return self._entries[name].obj
         except KeyError:
             known = ", ".join(sorted(self._entries)) or "(none)"
-            raise RegistryError(f"unknown {self.kind} {name!r}; expected one of: {known}") from None
+            hint = did_you_mean(name, self._entries)
+            raise RegistryError(
+                f"unknown {self.kind} {name!r}{hint}; expected one of: {known}"
+            ) from None
 
     def names(self) -> list[str]:
         """All registered names, sorted."""
@@ -76,6 +80,13 @@ class Registry(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'alpha'?)`` for the closest of ``choices`` to a mistyped ``name``, or
+    ``""`` when none is close."""
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _first_doc_line(obj: object) -> str:

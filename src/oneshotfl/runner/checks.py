@@ -18,6 +18,7 @@ from oneshotfl.methods import METHODS, build_method, parse_method_spec
 from oneshotfl.models import MODELS
 from oneshotfl.protocol.contract import Method, Topology
 from oneshotfl.protocol.graph import GraphError, build_graph
+from oneshotfl.registry import did_you_mean
 from oneshotfl.runner.config import ConfigError, ExperimentConfig, client_architectures
 from oneshotfl.runner.engine import RequirementError
 
@@ -30,8 +31,9 @@ def resolve_methods(specs: Sequence[str]) -> list[tuple[str, Method[Any]]]:
     for text in specs:
         spec = parse_method_spec(text)
         if spec.name not in METHODS:
+            hint = did_you_mean(spec.name, METHODS)
             raise ConfigError(
-                f"unknown method {spec.name!r}; expected one of: {', '.join(METHODS.names())}"
+                f"unknown method {spec.name!r}{hint}; expected one of: {', '.join(METHODS.names())}"
             )
         try:
             built.append((spec.key, build_method(spec)))

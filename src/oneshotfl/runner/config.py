@@ -24,6 +24,7 @@ from oneshotfl.devices import DEVICE_CHOICES
 from oneshotfl.models.base import Init
 from oneshotfl.params import Params, coerce_params
 from oneshotfl.plugins import PluginError, load_plugins
+from oneshotfl.registry import did_you_mean
 from oneshotfl.threats import AttackError, build_attack
 from oneshotfl.training.loop import TrainConfig
 
@@ -224,7 +225,8 @@ class ExperimentConfig(Params):
                 raise ConfigError(str(exc)) from None
         elif self.dataset not in DATASETS:
             raise ConfigError(
-                f"dataset: unknown {self.dataset!r}; expected one of: "
+                f"dataset: unknown {self.dataset!r}{did_you_mean(self.dataset, DATASETS)}; "
+                "expected one of: "
                 f"{', '.join(DATASETS.names())}, or folder:path=DIR or npz:path=FILE"
             )
 
@@ -356,7 +358,8 @@ def make_config(values: Mapping[str, Any]) -> ExperimentConfig:
         key = str(raw_key).replace("-", "_")
         if key not in FIELD_NAMES:
             raise ConfigError(
-                f"unknown config key {raw_key!r}; expected one of {list(FIELD_NAMES)}"
+                f"unknown config key {raw_key!r}{did_you_mean(key, FIELD_NAMES)}; "
+                f"expected one of {list(FIELD_NAMES)}"
             )
         if key == "methods":
             value = normalise_methods(value)

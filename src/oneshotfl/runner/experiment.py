@@ -115,7 +115,10 @@ class Experiment:
             stats=dataset_stats(dataset.name),
         )
         store = ArtefactStore(Path(cfg.cache_dir) if cfg.cache_dir else None)
-        device = resolve_device(cfg.device)
+        try:
+            device = resolve_device(cfg.device)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         encoder = None
         if cfg.encoder:
             public = None if data.public is None else data.public.x
