@@ -82,3 +82,31 @@ def test_trees_pair_runs_by_path_and_set_intended_changes_apart(
     report = compare_trees(tmp_path / "a", tmp_path / "b", changed=["ensemble"])
     assert report["runs"]["seed=0"] == []
     assert report["changed_as_intended"]["seed=0"][0].startswith("ensemble:weighting=size.")
+
+
+def test_the_command_says_the_configs_differ_and_how_many_differences_it_left_out(
+    tiny_config: Any, tmp_path: Path
+) -> None:
+    from typer.testing import CliRunner
+
+    from oneshotfl.cli import app
+    from oneshotfl.runner.compare import config_differences
+
+    doc = run_experiment(tiny_config(methods=["local", "fedavg"]))
+    other = copy.deepcopy(doc)
+    other["config"]["alpha"] = 0.1
+    other["config"]["workers"] = 7  # execution only: never a difference
+    for row in other["methods"]:
+        row["accuracy"] += 0.01
+        row["upload_bytes_mean"] += 1
+        row["personal_accuracy"] += 0.01
+    for client in other["clients"]:
+        client["train_size"] += 1
+    assert config_differences(doc, other) == ["alpha: 1.0 before, 0.1 after"]
+    _write(tmp_path, "a", doc)
+    _write(tmp_path, "b", other)
+    result = CliRunner().invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "b")])
+    assert result.exit_code == 1
+    assert "the configs differ in alpha: 1.0 before, 0.1 after" in result.output
+    assert "more difference(s)" in result.output
+    assert "compared 1 run(s): 0 identical, 1 differ" in result.output and "{" not in result.output

@@ -37,7 +37,12 @@ from oneshotfl.plots import partition_heatmap
 from oneshotfl.plugins import PluginError, load_plugins
 from oneshotfl.protocol.graph import GRAPHS
 from oneshotfl.registry import Registry, RegistryError
-from oneshotfl.runner.compare import compare_trees, read_result, result_differences
+from oneshotfl.runner.compare import (
+    compare_trees,
+    config_differences,
+    read_result,
+    result_differences,
+)
 from oneshotfl.runner.config import ExperimentConfig, load_config, make_config, parse_overrides
 from oneshotfl.runner.report import splice_markdown, write_report
 from oneshotfl.runner.results import atomic_write_text
@@ -341,19 +346,39 @@ def compare(
         if reference.is_dir() and not (reference / "result.json").exists():
             report = compare_trees(reference, other, changed=changed or ())
         else:
-            diffs = result_differences(read_result(reference), read_result(other))
+            a, b = read_result(reference), read_result(other)
+            diffs = result_differences(a, b)
             report = {"runs": {str(other): diffs}, "summary": {"runs": 1}}
+            report["summary"]["runs_identical"] = int(not diffs)
+            if config_differences(a, b):
+                report["config_differences"] = {str(other): config_differences(a, b)}
     except ValueError as exc:
         fail(exc)
     if out is not None:
         atomic_write_text(out, json.dumps(report, indent=2) + "\n")
+    for run, lines in report.get("config_differences", {}).items():
+        err_console.print(f"{run}: the configs differ in {'; '.join(lines)}", markup=False)
     bad = {run: diffs for run, diffs in report["runs"].items() if diffs}
     for run, diffs in bad.items():
         for line in diffs[:5]:
             err_console.print(f"{run}: {line}", markup=False)
-    console.print(f"compared: {report['summary']}", markup=False)
+        if len(diffs) > 5:
+            err_console.print(f"{run}: … and {len(diffs) - 5} more difference(s)", markup=False)
+    console.print(compare_summary(report["summary"]), markup=False)
     if bad:
         raise typer.Exit(1)
+
+
+def compare_summary(summary: dict[str, Any]) -> str:
+    """``compared 3 run(s): 3 identical, 0 differ (12 of 12 method rows identical)``."""
+    runs, same = summary["runs"], summary.get("runs_identical", 0)
+    text = f"compared {runs} run(s): {same} identical, {runs - same} differ"
+    if "method_rows" in summary:
+        text += f" ({summary['method_rows_identical']} of {summary['method_rows']} method rows"
+        text += " identical)"
+    if summary.get("methods_changed_as_intended"):
+        text += f"; changed as intended: {', '.join(summary['methods_changed_as_intended'])}"
+    return text
 
 
 from oneshotfl.encoders.cli import app as encoder_app  # noqa: E402

@@ -100,6 +100,27 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
+_ROLE = re.compile(r":(?:mod|func|class|meth|attr|data|obj|exc):`~?([^`]+)`")
+
+
+def plain_text(doc: str) -> str:
+    """Docstring text for a terminal: ``:class:`~a.B``` becomes ``B``, literals lose their
+    backticks."""
+    return _ROLE.sub(lambda m: m.group(1).rsplit(".", 1)[-1], doc).replace("``", "")
+
+
+def default_text(f: dataclasses.Field[Any]) -> str:
+    """A field's default as a user would type it (lists comma-separated, None as none)."""
+    value = f.default if f.default is not dataclasses.MISSING else None
+    if f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()
+    if value is None:
+        return "none"
+    if isinstance(value, (tuple, list)):
+        return ",".join(str(v) for v in value) or "none"
+    return str(value)
+
+
 def _option_type(hint: Any) -> type:
     """The CLI type of a config field: its scalar type; strings for lists and choices."""
     options = literal_options(hint)
@@ -123,9 +144,10 @@ def config_options(
             continue
         kind = _option_type(hints[f.name])
         choices = literal_options(hints[f.name])
-        help_text = docs.get(f.name, "")
+        help_text = plain_text(docs.get(f.name, ""))
         if choices:
             help_text += f" [{'|'.join(str(c) for c in choices if c is not None)}]"
+        help_text += f" (default: {default_text(f)})"
         decls = (names or {}).get(f.name, ())
         option = typer.Option(*decls, help=help_text, show_default=False)
         annotation = Annotated[kind | None, option]  # type: ignore[valid-type]

@@ -25,6 +25,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from oneshotfl.runner.results import RECORDED_BEFORE
+
 COMPARED = (
     "key",
     "accuracy",
@@ -117,6 +119,24 @@ def result_differences(
     return diffs + _legacy_local(ref, new)
 
 
+EXECUTION_ONLY = ("workers", "cache_dir")
+"""Config keys that never change a result (how it ran, where it cached)."""
+
+
+def config_differences(
+    ref: Mapping[str, Any], new: Mapping[str, Any], labels: Sequence[str] = ("before", "after")
+) -> list[str]:
+    """The config keys two results differ in (``alpha: 0.1 before, 0.5 after``), besides the
+    execution-only ones; a key a result predates counts as the value it ran with."""
+    a = {**RECORDED_BEFORE, **ref.get("config", {})}
+    b = {**RECORDED_BEFORE, **new.get("config", {})}
+    return [
+        f"{key}: {a.get(key)!r} {labels[0]}, {b.get(key)!r} {labels[1]}"
+        for key in sorted(set(a) | set(b))
+        if key not in EXECUTION_ONLY and a.get(key) != b.get(key)
+    ]
+
+
 def read_result(path: Path) -> dict[str, Any]:
     """A result document from ``path`` (a ``result.json`` or a folder holding one).
 
@@ -154,6 +174,9 @@ def compare_trees(
             continue
         a, b = read_result(ref / run), read_result(new / run)
         diffs = result_differences(a, b, labels)
+        configs = config_differences(a, b, labels)
+        if configs:
+            report.setdefault("config_differences", {})[str(run)] = configs
         intended = [d for d in diffs if _about(d, a, changed) or d.endswith(UNUSED_LOCAL)]
         report["runs"][str(run)] = [d for d in diffs if d not in intended]
         if intended:
