@@ -205,7 +205,7 @@ FOLDER_ERRORS: list[tuple[Callable[[Path], str], str]] = [
     (lambda p: f"folder:path={p}:test_fraction=1", r"test_fraction: expected in \(0, 1\)"),
     (lambda p: f"folder:path={p}:std=0", "std: expected > 0"),
     (lambda p: "folder:size=8", r"path: expected a file or directory \(path=...\)"),
-    (lambda p: f"folder:path={p}:size", "expected key=value, got 'size'"),
+    (lambda p: f"folder:path={p}:sise=8", r"unknown option\(s\) sise"),
 ]  # fmt: skip
 
 
@@ -331,3 +331,19 @@ def test_run_on_npz_and_folder(tmp_path: Path, tiny_config: Callable[..., Any]) 
     doc = run_experiment(tiny_config(dataset=spec, methods=["local", "fedavg"]))
     assert doc["data"]["dataset"] == spec and doc["data"]["input_shape"] == [1, 8, 8]
     assert doc["data"]["test_size"] == 3 * 8 and len(doc["clients"]) == 3
+
+
+def test_a_path_may_hold_a_colon_and_labels_may_not_leave_gaps(tmp_path: Path) -> None:
+    from oneshotfl.data.user import load_user_dataset
+
+    folder = tmp_path / "run:2026-11-25"
+    folder.mkdir()
+    x = np.zeros((20, 8, 8), np.uint8)
+    np.savez(folder / "d.npz", x=x, y=np.arange(20) % 4)
+    data = load_user_dataset(f"npz:path={folder / 'd.npz'}:test_fraction=0.25")
+    assert data.num_classes == 4
+    np.savez(folder / "gap.npz", x=x, y=np.array([0, 1, 7] * 6 + [0, 1]))
+    with pytest.raises(UserDataError, match=r"expected every label 0..7 in y .*none of \[2, 3"):
+        load_user_dataset(f"npz:path={folder / 'gap.npz'}")
+    declared = load_user_dataset(f"npz:path={folder / 'gap.npz'}:classes=8")
+    assert declared.num_classes == 8  # declared: empty classes are the user's choice

@@ -28,6 +28,7 @@ naming the spec and the file.
 from __future__ import annotations
 
 import math
+import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +40,6 @@ from numpy.lib import format as npy
 from oneshotfl.data.datasets import DatasetFormatError, DatasetNotFoundError
 from oneshotfl.data.types import Dataset, LabelledData
 from oneshotfl.params import Params, coerce_params, is_int, require
-from oneshotfl.registry import parse_spec
 
 #: The spec names of user datasets.
 USER_KINDS = ("folder", "npz")
@@ -115,10 +115,13 @@ def parse_user_spec(spec: str) -> tuple[str, UserDataOptions]:
     Raises:
         UserDataError: for a malformed spec, an unknown option or a value out of range.
     """
-    try:
-        kind, raw = parse_spec(spec, "dataset")
-    except ValueError as exc:
-        raise _error(spec, str(exc).removeprefix(f"dataset spec {spec!r}: ")) from None
+    kind, _, rest = spec.strip().partition(":")
+    raw: dict[str, str] = {}
+    for item in re.split(r":(?=\w+=)", rest) if rest else []:
+        key, sep, value = item.partition("=")  # a path may hold ':' (only ':key=' splits)
+        if not sep or not key.strip():
+            raise _error(spec, f"expected key=value, got {item!r}")
+        raw[key.strip()] = value.strip()
     unknown = sorted(set(raw) - set(_OPTIONS[kind]))
     if unknown:
         allowed = ", ".join(sorted(_OPTIONS[kind]))
@@ -309,6 +312,13 @@ def _read_npz(spec: str, path: Path, opts: UserDataOptions) -> Splits:
     if top >= limit:
         why = f"classes={limit}" if opts.classes else f"at most {MAX_CLASSES} classes"
         raise _error(spec, f"expected labels in 0..{limit - 1} ({why}), got {top}")
+    absent = sorted(set(range(top + 1)) - set(np.unique(arrays["y"]).tolist()))
+    if absent and not opts.classes:  # a gap would add classes no example has
+        raise _error(
+            spec,
+            f"expected every label 0..{top} in y (or classes=K to declare empty ones), "
+            f"got none of {absent[:10]}{' …' if len(absent) > 10 else ''}",
+        )
     names = tuple(str(c) for c in range(opts.classes or top + 1))
     return arrays["x"], arrays["y"], arrays["x_test"], arrays["y_test"], names
 
