@@ -1,5 +1,6 @@
-"""FedAGE: "One-shot federated aggregation of generalized embeddings for edge environments"
-(the paper in ``shared/papers/fedage--001``), Algorithms 1 and 2, Section 3 — with the
+"""FedAGE: "One-Shot Federated Aggregation of Generalized Embeddings for Edge Environments"
+(anonymous; ICLR 2026 submission, withdrawn; OpenReview 9NxDihXqSc), Algorithms 1 and 2,
+Section 3 — with the
 authors' code (``fedage-droid/FEDAGE-One-Shot-Federated-Learning``, ``pipeline.py`` at
 ``bf54189``) as a second, named reading.
 

@@ -1,5 +1,6 @@
-"""FedEOV: one-shot federated ensembles of open-set clients (``../shared/papers/
-fedeov-appendix--004``; code: AnonSubmitter135/FedEOV), with its pruned variant.
+"""FedEOV: one-shot federated ensembles of open-set clients (an anonymous manuscript with
+its appendix, unpublished as far as we could find; code: AnonSubmitter135/FedEOV), with its
+pruned variant.
 
 Each client trains a (C+1)-way classifier whose last class is "unknown" (⊥) on its own data
 plus negatives labelled ⊥ (:mod:`oneshotfl.training.negatives`) in a staged curriculum, and

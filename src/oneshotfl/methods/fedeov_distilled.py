@@ -1,5 +1,5 @@
 """FedEOV-Distilled: the FedEOV ensemble distilled by the server into one student
-(``../shared/papers/fedeov-appendix--004``, Tables 2, 4 and 6; appendix C.3).
+(the FedEOV manuscript, Tables 2, 4 and 6; appendix C.3).
 
 The clients are FedEOV's (the same cached (C+1)-way models; every FedEOV knob applies). The
 server computes the ensemble's Theorem 2 prediction (with ``accepted_votes``) once on the

@@ -1,5 +1,5 @@
 """FedOL: Ye et al., "Towards a Larger Model via One-Shot Federated Learning on Heterogeneous
-Client Models" (the paper in ``shared/papers/fedol--000``).
+Client Models" (Ye, An, Ayan, Wang, Yan, Carle; arXiv:2508.13625, 2025).
 
 Clients train their own (possibly different) models once (Eq. 2) and send only their softmax
 predictions on the unlabelled public pool D_u. The server trains a larger model by the

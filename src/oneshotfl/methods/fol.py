@@ -1,7 +1,7 @@
 """FOL: Federated Oriented Learning, one-shot personalised learning without a server.
 
 Huang and Shu, "Federated Oriented Learning: A Practical One-Shot Personalized Federated
-Learning Framework" (the paper in ``shared/papers/fol--003``). Every client is a receiver:
+Learning Framework" (ICML 2025, OpenReview jwjvkWsePB). Every client is a receiver:
 
 1. **Pretrain** — the client trains θ_k^(1)- on its private training split (the federation's
    recipe) and sends it, once, to the graph neighbours it meets (one message per edge).

@@ -1,5 +1,5 @@
 """FOL's stages as pure functions (Huang and Shu, "Federated Oriented Learning: A Practical
-One-Shot Personalized Federated Learning Framework"; ``shared/papers/fol--003``).
+One-Shot Personalized Federated Learning Framework", ICML 2025, OpenReview jwjvkWsePB).
 
 * :func:`encounter_schedule` — which neighbours a client meets in each collection round.
 * Stage 2, collect and align: :func:`alignment_scores` and :func:`align_prune`, the

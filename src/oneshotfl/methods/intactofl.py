@@ -1,4 +1,5 @@
-"""IntactOFL: Zeng et al. (ACM MM 2024), "One-shot-but-not-degraded Federated Learning".
+"""IntactOFL: Zeng et al., "One-shot-but-not-degraded Federated Learning" (ACM MM 2024,
+OpenReview C7gSh5Y2bI).
 
 Every client trains its own model (any architecture) and sends it once. The server keeps the
 models intact as frozen experts and trains only a light gating network G, so the final model is

@@ -1,7 +1,7 @@
 """MA-Echo: Su, Li, Xue (Neural Networks 164, 2023), "One-Shot Federated Learning without
 Server-Side Training" — parameter-space aggregation of same-architecture models that keeps each
-client's layer outputs on its own data. The paper is not in ``../shared/papers``; this follows
-its official code (``FudanVI/MAEcho``), as IntactOFL compares against it.
+client's layer outputs on its own data. We could not read the paper here; this follows its
+official code (``FudanVI/MAEcho``), as IntactOFL compares against it.
 
 Client (one message): its locally trained model, and for every convolution and linear layer but
 the head a projection P_l that approximately projects onto the orthogonal complement of the

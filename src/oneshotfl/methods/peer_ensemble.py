@@ -8,8 +8,8 @@ p_k(x) = Σ_m w_m softmax(f_m(x)) / Σ_m w_m over m ∈ {k} ∪ N(k), with unifo
 members' example counts n_m (``weighting=size``); ``include_own=false`` leaves the client's
 own model out.
 
-It is the peer analogue of ``ensemble`` and what FOL's Top-K ensemble (Huang and Shu, the
-paper in ``shared/papers/fol--003``, stage 3) reduces to with K = every candidate, uniform
+It is the peer analogue of ``ensemble`` and what FOL's Top-K ensemble (Huang and Shu,
+ICML 2025, stage 3) reduces to with K = every candidate, uniform
 weights, and none of FOL's fine-tuning, alignment-aware pruning or distillation — the
 reference FOL's stages are measured against. Not a method of its own paper; the weighting is
 the choice of the ``ensemble`` baseline. A client whose neighbours all failed (or that has

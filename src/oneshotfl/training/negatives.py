@@ -1,7 +1,8 @@
 """Open-set negatives: outliers a client makes from its own data for an "unknown" class.
 
 FedOV (Diao, Li & He, ICLR 2023, "Towards Addressing Label Skews in One-Shot Federated
-Learning") and FedEOV (its extension; ``../shared/papers/fedeov-appendix--004``) train each
+Learning", OpenReview rzrqh85f4Sc) and FedEOV (its extension; an anonymous manuscript with
+its appendix, unpublished as far as we could find) train each
 client as a (C+1)-way classifier whose extra class, index C, is "unknown"; the negatives are
 corrupted copies of the client's own images:
 
