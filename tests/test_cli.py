@@ -172,3 +172,17 @@ def test_option_help_keeps_continuation_lines_that_hold_a_colon() -> None:
     assert docs["malicious"].endswith("0: nobody attacks, whatever attack says).")
     assert "0" not in docs  # a continuation line is never an option of its own
     assert all(name in docs["attack"] for name in ("over_report", "garbage", "wrong_arch"))
+
+
+def test_version_answers_without_importing_torch() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.argv = ['oneshotfl', '--version']\n"
+        "from oneshotfl._entry import main; main(); print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    from oneshotfl import __version__
+
+    assert out.stdout.splitlines() == [f"oneshotfl {__version__}", "False"]

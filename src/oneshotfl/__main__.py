@@ -1,5 +1,5 @@
 """``python -m oneshotfl`` is the ``oneshotfl`` command."""
 
-from oneshotfl.cli import app
+from oneshotfl._entry import main
 
-app()
+main()
