@@ -151,8 +151,12 @@ def test_report_merges_groups_into_one_setting() -> None:
     assert report.settings == ["dirichlet α=0.1"]  # model differs only between groups
     assert report.methods == ["fedavg", "ensemble [models]", "fedol", "ensemble [predictions]"]
     assert len(report.cells[("dirichlet α=0.1", "ensemble [models]")].accuracy) == 2
-    with pytest.raises(ValueError, match="two results for 'fedol'"):
-        collect([*docs, doc("predictions", "cnn,mlp", 0, ["fedol"])])
+    # a separate run of the same setting and seed (a folder of runs, not a sweep) stays apart,
+    # named by its folder
+    again = {**doc("predictions", "cnn,mlp", 0, ["fedol"]), "_run": "fedol-again"}
+    apart = collect([*docs, again])
+    assert "dirichlet α=0.1 · run fedol-again" in apart.settings
+    assert len(apart.cells[("dirichlet α=0.1 · run fedol-again", "fedol")].accuracy) == 1
 
 
 def test_sweep_shards_keep_the_groups_of_a_point_together() -> None:

@@ -111,22 +111,47 @@ class Report:
     wall_time_s: float = 0.0
 
 
+def _repeated_runs(
+    docs: list[Mapping[str, Any]], extra_keys: list[str], rows: Mapping[tuple[str, str], str]
+) -> set[int]:
+    """The indices of documents that share a (setting, method row, seed) with another."""
+    first: dict[tuple[str, str, int], int] = {}
+    repeated: set[int] = set()
+    for index, doc in enumerate(docs):
+        config = doc["config"]
+        extra = " ".join(f"{k}={config.get(k)}" for k in extra_keys if config.get(k) is not None)
+        setting = " · ".join(filter(None, [setting_label(config), extra]))
+        group = str(config.get("group", ""))
+        for result in doc["methods"]:
+            marker = (setting, rows[(group, result["key"])], int(config.get("seed", 0)))
+            if marker in first:
+                repeated |= {first[marker], index}
+            else:
+                first[marker] = index
+    return repeated
+
+
 def collect(docs: Iterable[Mapping[str, Any]]) -> Report:
     """Group result documents by (setting, method key).
 
     A setting is the partition label plus every other config value that varies across the
     documents (e.g. ``clients=20``), so runs that differ in more than their seed never merge.
+    Runs of one setting and seed that are not seeds of one sweep — a folder of separate runs
+    of the same method — stay apart: each such run's setting also names its folder (the
+    ``_run`` a document carries, :func:`write_report` sets it).
     """
     report = Report()
     docs = list(docs)
     extra_keys = varying_keys(doc["config"] for doc in docs)
     rows = method_rows(docs)
+    twice = _repeated_runs(docs, extra_keys, rows)
     seen: set[tuple[str, str, int]] = set()
-    for doc in docs:
+    for index, doc in enumerate(docs):
         config = doc["config"]
         group = str(config.get("group", ""))
         extra = " ".join(f"{k}={config.get(k)}" for k in extra_keys if config.get(k) is not None)
-        setting = " · ".join(filter(None, [setting_label(config), extra]))
+        run = f"run {doc.get('_run', index)}" if index in twice else ""
+        setting = " · ".join(filter(None, [setting_label(config), extra, run]))
         report.runs += 1
         report.wall_time_s += float(doc.get("wall_time_s", 0.0))
         if setting not in report.settings:
@@ -295,7 +320,10 @@ def write_report(
     Returns:
         The report and its markdown (table, plot links, run count and wall time).
     """
-    report = collect(doc for _, doc in iter_results(results_dir))
+    report = collect(
+        {**doc, "_run": path.parent.relative_to(results_dir).as_posix() or "."}
+        for path, doc in iter_results(results_dir)
+    )
     if report.runs == 0:
         raise FileNotFoundError(f"no result.json files under {results_dir}")
     out_dir.mkdir(parents=True, exist_ok=True)
