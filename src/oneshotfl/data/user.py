@@ -8,18 +8,22 @@
   other files are ignored), read with Pillow, converted to ``L`` (1 channel) or ``RGB`` (3;
   16-bit grey keeps its high byte) and resized to ``size``×``size``, bilinear.
 * ``npz:path=FILE[:classes=K]`` — arrays ``x`` and ``y``, optionally ``x_test`` and ``y_test``
-  (both or neither; without them the test split is carved). ``x``: ``[N, H, W]``, ``[N, C, H,
-  W]`` or ``[N, H, W, C]`` with C ∈ {1, 3} (channels-first wins where both fit) and H = W,
-  ``uint8`` or floats in [0, 1]; ``y``: integer labels 0..C−1, C = ``classes`` or the largest
-  label + 1. Shapes and dtypes are checked from the headers before any array is read; nothing
-  is unpickled.
+  (both or neither; without them the test split is carved). ``x``: images ``[N, H, W]``,
+  ``[N, C, H, W]`` or ``[N, H, W, C]`` with C ∈ {1, 3} (channels-first wins where both fit),
+  ``uint8`` or floats in [0, 1] — non-square images are padded with zeros, centred, to a
+  square of the longer side — or a table ``[N, D]`` of D features, any finite floats (or
+  uint8), read as D channels of a 1×1 image (models that need a picture, the CNNs, refuse it
+  before training; ``mlp`` takes it); ``y``: integer labels 0..C−1 with each present, C =
+  ``classes`` or the largest label + 1. Shapes and dtypes are checked from the headers before
+  any array is read; nothing is unpickled.
 
 Both take ``test_fraction`` (0.2: a carved split puts per class the first ``min(round(f·n),
 n − 1)`` of a permutation drawn from :data:`USER_SPLIT_SEED` in test, so every party loading the
-same files gets the same split), ``mean`` and ``std`` (0.5, 0.5: the declared normalisation
-``(x − mean) / std`` of the [0, 1] pixels, one value for every channel, so parties normalise
-alike without seeing each other's data) and ``max_images`` (2,000,000: more images in all are
-refused before any is decoded, as are sides above :data:`MAX_SIDE`). A relative path is
+same files gets the same split), ``mean`` and ``std`` (images 0.5, 0.5; tables 0, 1, their
+features as given: the declared normalisation ``(x − mean) / std`` of the [0, 1] pixels or the
+features, one value for every channel, so parties normalise alike without seeing each other's
+data) and ``max_images`` (2,000,000: more images in all are refused before any is decoded, as
+are sides above :data:`MAX_SIDE`). A relative path is
 relative to the working directory; ``data_root`` and ``download`` do not apply. Problems
 raise :class:`UserDataNotFoundError` (no such path) or :class:`UserDataError`, one sentence
 naming the spec and the file.
@@ -61,13 +65,15 @@ _LAYOUTS: tuple[tuple[str, int | None, int, int], ...] = (
     ("NCHW", 1, 2, 3),
     ("NHWC", 3, 1, 2),
 )
+#: The most features of a table ``[N, D]``.
+MAX_FEATURES = 100_000
 
 #: ``x, y, x_test, y_test, class_names``: ``[N, C, S, S]`` images (uint8 or floats in [0, 1]).
 Splits = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, tuple[str, ...]]
 #: An npz member's shape and dtype.
 Header = tuple[tuple[int, ...], np.dtype]
-#: An image array's layout, channels and side.
-Layout = tuple[str, int, int]
+#: An array's layout (``ND`` for a table), channels (a table's features) and image height, width.
+Layout = tuple[str, int, int, int]
 
 
 class UserDataError(DatasetFormatError):
@@ -88,8 +94,8 @@ class UserDataOptions(Params):
     channels: int = 3
     classes: int | None = None
     test_fraction: float = 0.2
-    mean: float = 0.5
-    std: float = 0.5
+    mean: float | None = None
+    std: float | None = None
     max_images: int = 2_000_000
 
     def validate(self) -> None:
@@ -99,8 +105,16 @@ class UserDataOptions(Params):
         ok = self.classes is None or (is_int(self.classes, 1) and self.classes <= MAX_CLASSES)
         require(ok, "classes", f"1..{MAX_CLASSES}", self.classes)
         require(0 < self.test_fraction < 1, "test_fraction", "in (0, 1)", self.test_fraction)
-        require(math.isfinite(self.mean), "mean", "a finite number", self.mean)
-        require(math.isfinite(self.std) and self.std > 0, "std", "> 0", self.std)
+        mean_ok = self.mean is None or math.isfinite(self.mean)
+        require(mean_ok, "mean", "a finite number", self.mean)
+        std_ok = self.std is None or (math.isfinite(self.std) and self.std > 0)
+        require(std_ok, "std", "> 0", self.std)
+
+    def normalisation(self, table: bool) -> tuple[float, float]:
+        """``(mean, std)``: as declared, else 0.5, 0.5 for pixels and 0, 1 for a table."""
+        mean = self.mean if self.mean is not None else (0.0 if table else 0.5)
+        std = self.std if self.std is not None else (1.0 if table else 0.5)
+        return mean, std
         require(is_int(self.max_images, 1), "max_images", "an integer >= 1", self.max_images)
 
 
@@ -137,16 +151,18 @@ def user_stats(spec: str) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
     file's channels come from its header (one value when it cannot be read)."""
     try:
         kind, opts = parse_user_spec(spec)
-        channels = opts.channels
+        channels, table = opts.channels, False
         if kind == "npz":
             channels = 1
             with zipfile.ZipFile(Path(opts.path).expanduser()) as archive:
-                channels = _layout(spec, "x", _headers(archive)["x"][0])[1]
+                layout = _layout(spec, "x", _headers(archive)["x"][0])
+                channels, table = layout[1], layout[0] == "ND"
     except UserDataError:
         return None
     except (OSError, ValueError, KeyError, zipfile.BadZipFile):
         pass  # an unreadable npz: one value for every channel
-    return (opts.mean,) * channels, (opts.std,) * channels
+    mean, std = opts.normalisation(table)
+    return (mean,) * channels, (std,) * channels
 
 
 def load_user_dataset(spec: str, need_test: bool = True) -> Dataset:
@@ -173,7 +189,15 @@ def load_user_dataset(spec: str, need_test: bool = True) -> Dataset:
             "expected at least one test image, got none (a carved split keeps "
             "a class's only image for training)",
         )
-    return Dataset(spec, _labelled(x, y, opts), _labelled(x_test, y_test, opts), len(names), names)
+    table = kind == "npz" and _npz_layout(spec, path)[0] == "ND"
+    train, test = _labelled(x, y, opts, table), _labelled(x_test, y_test, opts, table)
+    return Dataset(spec, train, test, len(names), names)
+
+
+def _npz_layout(spec: str, path: Path) -> Layout:
+    """The layout of an npz file's ``x``, from its header."""
+    with zipfile.ZipFile(path) as archive:
+        return _layout(spec, "x", _headers(archive)["x"][0])
 
 
 def carve_test(y: np.ndarray, fraction: float) -> np.ndarray:
@@ -196,11 +220,14 @@ def _check_count(spec: str, total: int, opts: UserDataOptions) -> None:
         raise _error(spec, f"expected 1..{opts.max_images} images in all (max_images), got {total}")
 
 
-def _labelled(x: np.ndarray, y: np.ndarray, opts: UserDataOptions) -> LabelledData:
+def _labelled(
+    x: np.ndarray, y: np.ndarray, opts: UserDataOptions, table: bool = False
+) -> LabelledData:
     images = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
     if x.dtype == np.uint8:
         images.div_(255.0)
-    images.sub_(opts.mean).div_(opts.std)
+    mean, std = opts.normalisation(table)
+    images.sub_(mean).div_(std)
     return LabelledData(images, torch.from_numpy(y.astype(np.int64)))
 
 
@@ -361,7 +388,7 @@ def _check_headers(
         layouts[xk] = _layout(spec, xk, x_shape)
         if layouts[xk][1:] != layouts["x"][1:]:
             want, got = layouts["x"][1:], layouts[xk][1:]
-            raise _error(spec, f"expected {xk} images of x's (channels, side) {want}, got {got}")
+            raise _error(spec, f"expected {xk} like x: (channels, height, width) {want}, got {got}")
         if len(y_shape) != 1 or y_dtype.kind not in "iu":
             raise _error(spec, f"expected {yk} as integer labels [N], got {y_dtype} {y_shape}")
         if y_shape[0] != x_shape[0]:
@@ -375,16 +402,21 @@ def _check_headers(
 
 
 def _layout(spec: str, key: str, shape: tuple[int, ...]) -> Layout:
-    """The layout, channels and side of an image array of ``shape``."""
+    """The layout, channels and height, width of an image array (or a table) of ``shape``."""
+    if len(shape) == 2:
+        if not 1 <= shape[1] <= MAX_FEATURES:
+            raise _error(spec, f"expected {key} with 1..{MAX_FEATURES} features, got {shape[1]}")
+        return "ND", shape[1], 1, 1
     for name, c, h, w in _LAYOUTS:
-        if len(shape) == len(name) and shape[h] == shape[w] and (c is None or shape[c] in (1, 3)):
-            if not 1 <= shape[h] <= MAX_SIDE:
-                raise _error(spec, f"expected {key} with sides in 1..{MAX_SIDE}, got {shape[h]}")
-            return name, 1 if c is None else shape[c], shape[h]
+        if len(shape) == len(name) and (c is None or shape[c] in (1, 3)):
+            if not (1 <= shape[h] <= MAX_SIDE and 1 <= shape[w] <= MAX_SIDE):
+                sides = f"{shape[h]}x{shape[w]}"
+                raise _error(spec, f"expected {key} with sides in 1..{MAX_SIDE}, got {sides}")
+            return name, 1 if c is None else shape[c], shape[h], shape[w]
     raise _error(
         spec,
-        f"expected {key} as square images [N, H, W], [N, C, H, W] or [N, H, W, C] with "
-        f"C in {{1, 3}} and H = W, got shape {shape}",
+        f"expected {key} as images [N, H, W], [N, C, H, W] or [N, H, W, C] with C in {{1, 3}}, "
+        f"or a table [N, D], got shape {shape}",
     )
 
 
@@ -394,12 +426,23 @@ def _array(archive: zipfile.ZipFile, key: str) -> np.ndarray:
 
 
 def _images(spec: str, key: str, x: np.ndarray, layout: Layout) -> np.ndarray:
-    """``x`` as ``[N, C, H, W]``: uint8, or floats checked to lie in [0, 1]."""
+    """``x`` as square ``[N, C, S, S]``: uint8, or floats checked to lie in [0, 1] (a table's
+    finite); a non-square image zero-padded, centred, to its longer side."""
     if x.dtype.kind == "f" and x.size:
         if not np.isfinite(x).all():
-            raise _error(spec, f"expected {key} as floats in [0, 1], got non-finite values")
-        if x.min() < 0 or x.max() > 1:
+            raise _error(spec, f"expected {key} as finite numbers, got non-finite values")
+        if layout[0] != "ND" and (x.min() < 0 or x.max() > 1):
             raise _error(spec, f"expected {key} as floats in [0, 1], got {x.min()}..{x.max()}")
+    if layout[0] == "ND":
+        return x[:, :, None, None]
     if layout[0] == "NHW":
-        return x[:, None]
-    return x.transpose(0, 3, 1, 2) if layout[0] == "NHWC" else x
+        x = x[:, None]
+    elif layout[0] == "NHWC":
+        x = x.transpose(0, 3, 1, 2)
+    h, w = x.shape[2:]
+    if h == w:
+        return x
+    side = max(h, w)
+    top, left = (side - h) // 2, (side - w) // 2
+    pad = ((0, 0), (0, 0), (top, side - h - top), (left, side - w - left))
+    return np.pad(x, pad)

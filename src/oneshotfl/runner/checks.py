@@ -12,10 +12,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import torch
+
 from oneshotfl.data.feature_skew import FeatureSkew, FeatureSkewError, build_feature_skew
 from oneshotfl.data.partition import Partitioner
+from oneshotfl.data.types import TaskInfo
 from oneshotfl.methods import METHODS, build_method, parse_method_spec
-from oneshotfl.models import MODELS
+from oneshotfl.models import MODELS, create_model
 from oneshotfl.protocol.contract import Method, Topology
 from oneshotfl.protocol.graph import GraphError, build_graph
 from oneshotfl.registry import did_you_mean
@@ -67,6 +70,25 @@ def checked_names(
         except FeatureSkewError as exc:
             raise ConfigError(str(exc)) from None
     return tuple(archs), partitioner, skew
+
+
+def check_models_fit(archs: Sequence[str], server: str | None, task: TaskInfo) -> None:
+    """Build every configured architecture once on the meta device (no memory, no weights)
+    for the task's input: one that cannot take it (a CNN on a table's 1×1 "images") is refused
+    here, before any training.
+
+    Raises:
+        ConfigError: naming the architecture and why.
+    """
+    for arch in dict.fromkeys([*archs, *([server] if server else [])]):
+        try:
+            with torch.device("meta"):
+                create_model(arch, task.in_channels, task.num_classes, task.image_size)
+        except ValueError as exc:
+            raise ConfigError(
+                f"model {arch!r} cannot take this data ({task.in_channels} channel(s), side "
+                f"{task.image_size}): {exc}"
+            ) from None
 
 
 def requirement_problems(

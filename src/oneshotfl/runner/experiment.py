@@ -41,6 +41,7 @@ from oneshotfl.protocol.graph import Graph, GraphError, build_graph
 from oneshotfl.protocol.spec import WireDims
 from oneshotfl.runner.checks import (
     Methods,
+    check_models_fit,
     checked_names,
     requirement_problems,
     resolve_methods,
@@ -114,6 +115,7 @@ class Experiment:
             feature_skew=skew,
             stats=dataset_stats(dataset.name),
         )
+        check_models_fit(archs, cfg.server_model, data.task)
         store = ArtefactStore(Path(cfg.cache_dir) if cfg.cache_dir else None)
         try:
             device = resolve_device(cfg.device)
