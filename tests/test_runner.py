@@ -189,3 +189,32 @@ def test_every_party_bounds_self_reported_counts_by_the_same_n_max(tiny_config: 
     assert exp.client_context(1).dims.max_examples == exp.train_pool
     receiver = exp.receiver_context(1)
     assert receiver.neighbours == (0, 2) and receiver.topology_seed == exp.cfg.data_seed
+
+
+def test_client_time_does_not_depend_on_the_order_methods_ran_in(tiny_config: Any) -> None:
+    import dataclasses
+
+    from oneshotfl.runner.accounting import attribute_client_time
+    from oneshotfl.runner.results import MethodResult
+
+    doc = run_experiment(tiny_config(methods=["local", "fedavg", "fedprox"], clients=2))
+    base = {m["key"]: MethodResult.from_dict(m) for m in doc["methods"]}
+    shared = [{"local_model:a0": 4.0}, {"local_model:a1": 4.0}]  # per client; local, fedavg
+    # local ran first and trained it (made now); fedavg loaded it; fedprox trained its own
+    runs = [
+        dataclasses.replace(base["local"], client_wall_s=[4.5, 4.5], client_made_s=[4.0, 4.0],
+                            client_artefacts=shared),
+        dataclasses.replace(base["fedavg"], client_wall_s=[0.25, 0.25], client_made_s=[0.0, 0.0],
+                            client_artefacts=shared),
+        dataclasses.replace(base["fedprox"], client_wall_s=[3.0, 3.0], client_made_s=[2.5, 2.5],
+                            client_artefacts=[{"local_model:b0": 2.5}, {"local_model:b1": 2.5}]),
+    ]  # fmt: skip
+    attributed, rows = attribute_client_time(runs)
+    own = {r.key: r.client_own_s for r in attributed}
+    assert own == {"local": [0.5, 0.5], "fedavg": [0.25, 0.25], "fedprox": [3.0, 3.0]}
+    assert rows == [
+        {"kind": "local_model", "methods": ["fedavg", "local"], "seconds_per_client": 4.0}
+    ]
+    flipped, _ = attribute_client_time([runs[1], runs[0], runs[2]])  # fedavg first: same charges
+    assert {r.key: r.client_own_s for r in flipped} == own
+    assert all(r.client_artefacts is not None for r in map(MethodResult.from_dict, doc["methods"]))

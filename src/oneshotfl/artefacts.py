@@ -11,8 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,12 +45,23 @@ def tensor_fingerprint(*tensors: torch.Tensor) -> str:
     return digest.hexdigest()
 
 
+@dataclass(frozen=True)
+class Use:
+    """One artefact a party used: its ``kind:key`` label, the seconds it took to make (when
+    it was made, in this run or an earlier one; NaN when unknown) and whether it was made now."""
+
+    label: str
+    seconds: float
+    made_now: bool
+
+
 @dataclass
 class CacheCounts:
-    """Hits and misses, shared by a store and its scoped views."""
+    """Hits and misses, and every artefact used, shared by a store and its scoped views."""
 
     hits: int = 0
     misses: int = 0
+    used: list[Use] = field(default_factory=list)
 
 
 @dataclass
@@ -69,6 +82,7 @@ class ArtefactStore:
     scope: str = ""
     counts: CacheCounts = field(default_factory=CacheCounts)
     _memo: dict[str, Payload] = field(default_factory=dict, repr=False)
+    _seconds: dict[str, float] = field(default_factory=dict, repr=False)
     _views: dict[str, ArtefactStore] = field(default_factory=dict, repr=False)
 
     @property
@@ -97,19 +111,26 @@ class ArtefactStore:
             ``(payload, hit)``.
         """
         key = cache_key({"kind": kind, "scope": self.scope, **parts})
+        use = f"{kind}:{key[:12]}"
         if key in self._memo:
             self.counts.hits += 1
+            self.counts.used.append(Use(use, self._seconds.get(key, math.nan), False))
             return self._memo[key], True
         cached = self._read(kind, key, label)
         if cached is not None:
             self.counts.hits += 1
             log.info("cache hit: %s (%s %s)", label, kind, key[:12])
             self._memo[key] = cached
+            self._seconds[key] = self._read_seconds(kind, key)
+            self.counts.used.append(Use(use, self._seconds[key], False))
             return cached, True
         self.counts.misses += 1
+        start = time.perf_counter()
         payload = make()
+        self._seconds[key] = time.perf_counter() - start
         self._write(kind, key, payload)
         self._memo[key] = payload
+        self.counts.used.append(Use(use, self._seconds[key], True))
         return payload, False
 
     def memo(
@@ -142,7 +163,20 @@ class ArtefactStore:
         if path is None:
             return
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(encode(payload))
-        os.replace(tmp, path)
+        seconds = path.with_suffix(".seconds")  # how long it took to make, beside it
+        _atomic_bytes(seconds, f"{self._seconds.get(key, math.nan)!r}\n".encode())
+        _atomic_bytes(path, encode(payload))
+
+    def _read_seconds(self, kind: str, key: str) -> float:
+        path = self._path(kind, key)
+        try:
+            return float(path.with_suffix(".seconds").read_text()) if path else math.nan
+        except (OSError, ValueError):
+            return math.nan
+
+
+def _atomic_bytes(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)

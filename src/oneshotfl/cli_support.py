@@ -189,6 +189,7 @@ def results_table(doc: dict[str, Any]) -> Table:
         "upload/client",
         "client s",
         "server s",
+        "peer s",
     ):
         table.add_column(name, justify="left" if name == "method" else "right")
     for r in doc["methods"]:
@@ -203,7 +204,20 @@ def results_table(doc: dict[str, Any]) -> Table:
             extremes,
             f"{100 * r['personal_accuracy']:.2f}%",
             human_bytes(r["upload_bytes_mean"]),
-            f"{r['client_wall_s_mean']:.2f}",
+            f"{_mean(r.get('client_own_s', r['client_wall_s'])):.2f}",
             f"{r['server_wall_s']:.2f}",
+            f"{_mean(r['receiver_wall_s']):.2f}" if r.get("receiver_wall_s") else "",
+        )
+    shared = doc.get("shared_client_training") or []
+    if shared:
+        table.caption = "client s: each method's own client time; shared client training: " + (
+            "; ".join(
+                f"{s['kind']} {s['seconds_per_client']:.2f} s/client ({', '.join(s['methods'])})"
+                for s in shared
+            )
         )
     return table
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / max(1, len(values))

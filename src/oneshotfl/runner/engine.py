@@ -65,6 +65,8 @@ class RoundTraffic:
     client_wall: list[float]
     facts: dict[int, dict[str, float]] = field(default_factory=dict)
     missing: Missing = field(default_factory=dict)
+    work: dict[int, tuple[dict[str, float | None], float]] = field(default_factory=dict)
+    """Per client: the artefacts its update used and the seconds spent making them now."""
 
 
 def admit_replies(
@@ -146,6 +148,7 @@ def collect_round(
     traffic = RoundTraffic({}, {}, [0] * n, download, [0.0] * n, missing=named)
     for cid, reply in admitted.items():  # what crossed the wire counts, refused or not
         traffic.client_wall[cid] = reply.wall_s
+        traffic.work[cid] = (reply.artefacts, reply.made_s)
         traffic.upload_bytes[cid] = len(reply.data) if method.communicates else 0
     reported = set() if reported is None else reported
     traffic.rejected.update(screen_shards(key, exp, admitted, reported, round_index))
@@ -233,6 +236,8 @@ def _run_star(key: str, method: Method[Any], exp: Experiment, transport: Transpo
     missing: Missing = {}
     facts: dict[int, dict[str, float]] = {}
     reported: set[int] = set()
+    artefacts: list[dict[str, float | None]] = [{} for _ in range(n)]
+    made = np.zeros(n)
     for r in range(rounds):
         broadcast = encode_broadcast(key, method, exp, r, outcome)
         replies, silent = transport.upload(key, method, r, broadcast)
@@ -240,6 +245,9 @@ def _run_star(key: str, method: Method[Any], exp: Experiment, transport: Transpo
         traffic = collect_round(key, method, exp, r, replies, size, silent, reported)
         upload += np.asarray(traffic.upload_bytes, dtype=np.int64)
         client_wall += np.asarray(traffic.client_wall)
+        for cid, (used, made_now) in traffic.work.items():
+            artefacts[cid].update(used)
+            made[cid] += made_now
         download += traffic.download_bytes
         for cid, why in traffic.rejected.items():  # the first round's reason stays
             rejected.setdefault(str(cid), why)
@@ -273,6 +281,8 @@ def _run_star(key: str, method: Method[Any], exp: Experiment, transport: Transpo
         communicates=method.communicates,
         client_wall_s=client_wall.tolist(),
         server_wall_s=server_wall,
+        client_artefacts=artefacts,
+        client_made_s=made.tolist(),
         clients_used=sorted(traffic.received),
         diagnostics=getattr(outcome, "info", {}),
         inference=inference or None,
@@ -326,9 +336,10 @@ def _run_peer(
     )
     if not reports:
         raise QuorumError(f"{key}: no receiver reported a model; no reply: {dict(missing)}")
-    wall, receiver_wall = [0.0] * n, [0.0] * n
+    wall, receiver_wall, made = [0.0] * n, [0.0] * n, [0.0] * n
+    artefacts: list[dict[str, float | None]] = [{} for _ in range(n)]
     for c, reply in admitted.items():
-        wall[c] = reply.wall_s
+        wall[c], artefacts[c], made[c] = reply.wall_s, reply.artefacts, reply.made_s
     for p in reports:
         receiver_wall[p.receiver] = p.wall_s
     return MethodResult(
@@ -342,6 +353,8 @@ def _run_peer(
         communicates=method.communicates,
         client_wall_s=wall,
         server_wall_s=0.0,
+        client_artefacts=artefacts,
+        client_made_s=made,
         clients_used=[p.receiver for p in reports],
         diagnostics={str(p.receiver): p.diagnostics for p in reports if p.diagnostics},
         rejected={**refused, **rejected},

@@ -39,6 +39,7 @@ from oneshotfl.protocol.contract import (
 )
 from oneshotfl.protocol.graph import Graph, GraphError, build_graph
 from oneshotfl.protocol.spec import WireDims
+from oneshotfl.runner.accounting import attribute_client_time
 from oneshotfl.runner.checks import (
     Methods,
     check_models_fit,
@@ -300,6 +301,9 @@ def run_experiment(
     exp = Experiment.prepare(cfg, tracker)
     exp.check(methods)
     if connect is not None:
-        return result_document(exp, exp.run(methods, connect(exp, methods)), started, t0)
-    with open_transport(exp) as (transport, workers):  # in process, or in worker processes
-        return result_document(exp, exp.run(methods, transport), started, t0, workers)
+        results, workers = exp.run(methods, connect(exp, methods)), 1
+    else:
+        with open_transport(exp) as (transport, workers):  # in process, or worker processes
+            results = exp.run(methods, transport)
+    attributed, shared = attribute_client_time(results)
+    return result_document(exp, attributed, started, t0, workers, shared)

@@ -43,7 +43,9 @@ METHOD_COLUMNS = (
     "upload_bytes_mean",
     "download_bytes_per_client",
     "client_wall_s_mean",
+    "client_own_s_mean",
     "server_wall_s",
+    "receiver_wall_s_mean",
 )
 CLIENT_COLUMNS = ("client", "arch", "train_size", "val_size", "label_histogram")
 LOCAL_COLUMNS = ("method", "client", "local_test_accuracy", "local_val_accuracy")
@@ -66,6 +68,13 @@ class MethodResult:
         received_bytes_per_client: peer methods only: what each client received, the sum
             over its incoming edges.
         receiver_wall_s: peer methods only: seconds each receiver spent building its model.
+        client_artefacts: per client, the artefacts its update used (``kind:key`` → seconds
+            they took to make, cached or not).
+        client_made_s: per client, the seconds of ``client_wall_s`` spent making artefacts.
+        client_own_s: per client, the client time this method alone costs, whichever method
+            ran first: its update's own work plus the artefacts no other method of the run
+            used (:func:`attribute_client_time`; shared ones are in the document's
+            ``shared_client_training``).
         client_facts: per fact a method reports about its clients (``Method.client_facts``,
             e.g. FedAGE's pseudo-label agreement), the per-client values.
         local_test_accuracy: per client, the test accuracy of the model this method's client
@@ -102,6 +111,9 @@ class MethodResult:
     topology: dict[str, Any] | None = None
     received_bytes_per_client: list[int] | None = None
     receiver_wall_s: list[float] | None = None
+    client_artefacts: list[dict[str, float | None]] | None = None
+    client_made_s: list[float] | None = None
+    client_own_s: list[float] | None = None
     local_test_accuracy: list[float | None] | None = None
     local_val_accuracy: list[float | None] | None = None
     client_facts: dict[str, list[float | None]] | None = None
@@ -125,8 +137,8 @@ class MethodResult:
             data[f.name] = value
             if f.name == "upload_bytes_per_client":
                 data["upload_bytes_mean"] = self.upload_bytes_mean
-            elif f.name == "client_wall_s":
-                data["client_wall_s_mean"] = self.client_wall_s_mean
+            elif f.name in ("client_wall_s", "client_own_s", "receiver_wall_s"):
+                data[f"{f.name}_mean"] = float(sum(value) / max(1, len(value)))
         return data
 
     @classmethod
@@ -297,6 +309,7 @@ def result_document(
     started: datetime,
     t0: float,
     workers: int = 1,
+    shared: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The result document of run ``exp``: config, environment, data, clients, methods, cache.
 
@@ -306,6 +319,8 @@ def result_document(
         started: when the run started (UTC).
         t0: ``time.perf_counter()`` at the start, for the wall time.
         workers: the processes its client steps ran in (execution only).
+        shared: the client training several methods shared
+            (:func:`oneshotfl.runner.accounting.attribute_client_time`).
     """
     fed = exp.data
     doc: dict[str, Any] = {
@@ -338,6 +353,7 @@ def result_document(
         },
         "clients": client_rows(exp),
         "methods": [r.to_dict() for r in results],
+        "shared_client_training": list(shared),
         "cache": {"hits": exp.store.hits, "misses": exp.store.misses},
     }
     if any(r.topology is not None for r in results):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -123,6 +124,10 @@ class ClientReply:
             ``local_test_accuracy`` / ``local_val_accuracy`` of the model the method's client
             trained (absent when it trains none) and the method's own ``client_facts``.
         shard: round 0: the client's report on its own data (:class:`ShardReport`).
+        artefacts: the artefacts its update used (``kind:key`` → the seconds each took to
+            make, cached or made now), for the time columns: a model two methods share is
+            charged to neither (:func:`oneshotfl.runner.results.attribute_client_time`).
+        made_s: seconds of ``wall_s`` spent making artefacts now (not cached before).
     """
 
     client_id: int
@@ -130,6 +135,8 @@ class ClientReply:
     wall_s: float
     facts: dict[str, float] = field(default_factory=dict)
     shard: ShardReport | None = None
+    artefacts: dict[str, float | None] = field(default_factory=dict)
+    made_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -184,17 +191,20 @@ def client_step(
     """The client side of one round: ``client_update`` (timed), serialisation, and in round 0
     the local model's accuracies and the client's ``shard`` report. The same function runs in
     the simulation and in a Flower ClientApp."""
-    start = time.perf_counter()
+    start, mark = time.perf_counter(), len(ctx.store.counts.used)
     payload = method.client_update(ctx)
     if ctx.attack is not None:  # a simulated malicious client tampers with its own message
         rng = numpy_rng(ctx.seed, "attack", ctx.client_id, ctx.round)
         payload = ctx.attack.tamper(payload, method.payload_spec(ctx.dims), ctx.dims, rng)
     wall = time.perf_counter() - start
+    used = ctx.store.counts.used[mark:]
+    artefacts = {u.label: (u.seconds if math.isfinite(u.seconds) else None) for u in used}
+    made = sum(u.seconds for u in used if u.made_now and math.isfinite(u.seconds))
     data = encode(payload)  # what crosses the network; counted even if rejected
     if ctx.round > 0:
-        return ClientReply(ctx.client_id, data, wall)
+        return ClientReply(ctx.client_id, data, wall, artefacts=artefacts, made_s=made)
     facts = {**local_stats(method.local_model(ctx), ctx, test), **method.client_facts(ctx)}
-    return ClientReply(ctx.client_id, data, wall, facts, shard)
+    return ClientReply(ctx.client_id, data, wall, facts, shard, artefacts, made)
 
 
 def peer_step(

@@ -1,0 +1,206 @@
+"""Typed results: a run's ``result.json`` (:class:`Result`) and a sweep's runs
+(:class:`SweepResult`), as :func:`oneshotfl.run` and :func:`oneshotfl.sweep` return them."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from oneshotfl.runner.compare import read_result, result_differences
+from oneshotfl.runner.config import ConfigError, ExperimentConfig
+from oneshotfl.runner.results import (
+    METHOD_COLUMNS,
+    RESULT_FILE,
+    MethodResult,
+    recorded_config,
+    required_fields,
+    write_result,
+)
+
+__all__ = ["Result", "SweepResult"]
+
+
+@dataclass(frozen=True)
+class Result:
+    """One run: the fields of its ``result.json``, typed.
+
+    Attributes:
+        config: the experiment configuration (settings a result file predates take their
+            defaults, which reproduce what that version ran).
+        methods: one record per method, in run order (``result.json``'s ``methods``).
+        clients: per client: id, architecture, data sizes and label histogram.
+        data: the dataset facts (name, classes, input shape, split sizes).
+        environment: Python and torch versions, device and thread count of the run.
+        cache: artefact-cache ``hits`` and ``misses``.
+        oneshotfl_version: the version that ran it.
+        started: when it started (ISO 8601, UTC).
+        wall_time_s: how long it took, in seconds.
+        encoder: the shared encoder's spec and fingerprint, if the run had one.
+        graph: the neighbour graph, if a peer method ran.
+        shared_client_training: the client training several methods shared, charged to none
+            of them (``kind``, ``methods``, ``seconds_per_client``).
+        path: the ``result.json`` this result was read from or written to, if any (not part
+            of the document).
+    """
+
+    config: ExperimentConfig
+    methods: tuple[MethodResult, ...]
+    clients: tuple[dict[str, Any], ...]
+    data: dict[str, Any]
+    environment: dict[str, Any]
+    cache: dict[str, Any]
+    oneshotfl_version: str
+    started: str
+    wall_time_s: float
+    encoder: dict[str, Any] | None = None
+    graph: dict[str, Any] | None = None
+    shared_client_training: tuple[dict[str, Any], ...] = ()
+    path: Path | None = field(default=None, compare=False)
+    _document: dict[str, Any] | None = field(default=None, init=False, compare=False, repr=False)
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any], path: Path | None = None) -> Result:
+        """The result a ``result.json`` document describes (written by any version).
+
+        Args:
+            doc: the parsed document.
+            path: where it was read from, if anywhere.
+
+        Raises:
+            ValueError: when ``doc`` is not a result document.
+            ConfigError: when its config does not parse with this version.
+        """
+        missing = [k for k in required_fields(cls) if k not in doc]  # what every version wrote
+        if missing:
+            raise ValueError(f"expected a result document, got one without {missing}")
+        try:
+            config = recorded_config(doc["config"], doc.get("environment"))
+        except ConfigError as exc:
+            where = f" {path}" if path is not None else ""
+            raise ConfigError(f"result{where}: its config does not parse: {exc}") from None
+        result = cls(
+            config=config,
+            methods=tuple(MethodResult.from_dict(m) for m in doc["methods"]),
+            clients=tuple(copy.deepcopy(c) for c in doc["clients"]),
+            data=copy.deepcopy(dict(doc["data"])),
+            environment=copy.deepcopy(dict(doc["environment"])),
+            cache=copy.deepcopy(dict(doc["cache"])),
+            oneshotfl_version=str(doc["oneshotfl_version"]),
+            started=str(doc["started"]),
+            wall_time_s=float(doc["wall_time_s"]),
+            encoder=copy.deepcopy(doc.get("encoder")),
+            graph=copy.deepcopy(doc.get("graph")),
+            shared_client_training=tuple(copy.deepcopy(doc.get("shared_client_training", []))),
+            path=path,
+        )
+        object.__setattr__(result, "_document", copy.deepcopy(dict(doc)))
+        return result
+
+    @classmethod
+    def load(cls, path: str | Path) -> Result:
+        """Read a ``result.json`` (or the run folder holding one).
+
+        Raises:
+            ValueError: when there is no result document there.
+        """
+        file = Path(path)
+        file = file / RESULT_FILE if file.is_dir() else file
+        return cls.from_dict(read_result(file), path=file)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``result.json`` document: the one this result was read from, as it was
+        written (older versions wrote fewer fields), unless this result differs from it."""
+        if self._document is not None and Result.from_dict(self._document) == self:
+            return copy.deepcopy(self._document)
+        doc: dict[str, Any] = {
+            "oneshotfl_version": self.oneshotfl_version,
+            "started": self.started,
+            "wall_time_s": self.wall_time_s,
+            "environment": copy.deepcopy(self.environment),
+            "config": self.config.to_dict(),
+            "encoder": copy.deepcopy(self.encoder),
+            "data": copy.deepcopy(self.data),
+            "clients": [copy.deepcopy(c) for c in self.clients],
+            "methods": [m.to_dict() for m in self.methods],
+            "cache": copy.deepcopy(self.cache),
+            "shared_client_training": [copy.deepcopy(s) for s in self.shared_client_training],
+        }
+        if self.graph is not None:
+            doc["graph"] = copy.deepcopy(self.graph)
+        return doc
+
+    def save(self, out: str | Path) -> Path:
+        """Write ``result.json`` and its CSV views into the folder ``out``, as a run does;
+        returns the JSON path."""
+        return write_result(Path(out), self.to_dict())
+
+    def method(self, key: str) -> MethodResult:
+        """The record of the method run as ``key`` (``fedavg``, ``ensemble:weighting=size``),
+        or of the only method of that name.
+
+        Raises:
+            KeyError: when no (or more than one) method matches.
+        """
+        for m in self.methods:
+            if m.key == key:
+                return m
+        named = [m for m in self.methods if m.method == key]
+        if len(named) == 1:
+            return named[0]
+        raise KeyError(f"expected one of the methods {list(self.keys)}, got {key!r}")
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The methods' keys, in run order."""
+        return tuple(m.key for m in self.methods)
+
+    @property
+    def accuracy(self) -> dict[str, float]:
+        """Test accuracy (global model or ensemble; mean over clients when personalised),
+        by method key."""
+        return {m.key: m.accuracy for m in self.methods}
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per method with the columns of ``methods.csv``."""
+        rows = []
+        for m in self.methods:
+            values = m.to_dict()
+            rows.append({c: values.get(c) for c in METHOD_COLUMNS})
+        return rows
+
+    def differences(self, other: Result, labels: Sequence[str] = ("this", "other")) -> list[str]:
+        """What differs from ``other`` in what two runs of one experiment must share — every
+        method's metrics, bytes and clients (see :mod:`oneshotfl.runner.compare`); empty when
+        ``other`` reproduces this run."""
+        return result_differences(self.to_dict(), other.to_dict(), labels)
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """The runs of a sweep (or of the shard or seeds asked for).
+
+    Attributes:
+        name: the sweep's name.
+        root: the folder holding one sub-folder per run.
+        results: every run's result by run id, in sweep order (runs finished before are read
+            back from their ``result.json``).
+        ran: the ids of the runs this call ran (the others were finished already).
+    """
+
+    name: str
+    root: Path
+    results: Mapping[str, Result]
+    ran: tuple[str, ...] = ()
+
+    def __getitem__(self, run_id: str) -> Result:
+        return self.results[run_id]
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per run and method: the run id, then the columns of ``methods.csv``."""
+        return [{"run": rid, **row} for rid, r in self.results.items() for row in r.table()]
