@@ -19,7 +19,7 @@ import oneshotfl
 from helpers import TINY
 from oneshotfl.cli import app
 from oneshotfl.runner.config import ConfigError
-from oneshotfl.tracking import TrackedProgress, metric_key, open_logs, result_points
+from oneshotfl.tracking import TrackedProgress, open_logs, result_points, tag_name
 
 event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
 mlflow_tracking = pytest.importorskip("mlflow.tracking")
@@ -56,7 +56,7 @@ def test_a_tracked_run_is_read_back_from_tensorboard_and_mlflow(tmp_path: Path) 
     tb = _tensorboard(track / "oneshotfl" / "out")
     tags = tb.Tags()
     assert [e.value for e in tb.Scalars("fedavg/accuracy")] == pytest.approx([accuracy["fedavg"]])
-    server = [t for t in tags["scalars"] if t.startswith("loss/feddf server")]
+    server = [t for t in tags["scalars"] if t.startswith("loss/feddf_server")]
     assert len(server) == 1 and [e.step for e in tb.Scalars(server[0])] == [0, 1]
     clients = tb.Scalars("clients/train_size")
     assert [e.value for e in clients] == [row["train_size"] for row in doc["clients"]]
@@ -69,7 +69,7 @@ def test_a_tracked_run_is_read_back_from_tensorboard_and_mlflow(tmp_path: Path) 
     assert run.info.run_name == "out" and run.info.status == "FINISHED"
     assert run.data.params["dataset"] == "digits" and run.data.params["server_epochs"] == "2"
     assert run.data.metrics["feddf/accuracy"] == pytest.approx(accuracy["feddf"])
-    history = client.get_metric_history(run.info.run_id, metric_key(server[0]))
+    history = client.get_metric_history(run.info.run_id, tag_name(server[0]))
     assert [m.step for m in history] == [0, 1]
     files = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"result.json", "methods.csv", "clients.csv", "partition.png"} <= files
@@ -117,6 +117,7 @@ def test_the_python_api_tracks_a_run_and_a_sweep_as_the_command_does(tmp_path: P
 
 def _open_and_close(root: str, run: str) -> None:
     for log in open_logs(["mlflow"], "shards", run, Path(root)):
+        log.scalar("opened", 0, 1.0)  # a run opens on its first record
         log.close()
 
 
@@ -174,3 +175,43 @@ def test_unknown_or_missing_backends_are_one_line_errors(
     )
     assert result.exit_code != 0 and "oneshotfl[track]" in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_run_refused_before_training_leaves_nothing_in_the_stores(tmp_path: Path) -> None:
+    track = tmp_path / "track"
+    args = ["run", *_args(SETTINGS), "methods=fedavg", "model=no_such_model", "--no-cache"]
+    args += ["--out", str(tmp_path / "out"), "--track", "tensorboard", "--track", "mlflow"]
+    result = CliRunner().invoke(app, [*args, "--track-dir", str(track)])
+    assert result.exit_code == 2 and "unknown model 'no_such_model'" in result.output
+    assert not list(track.rglob("events.out.tfevents.*"))  # no empty event file
+    if (track / "mlflow.db").exists():  # no FAILED run either
+        client = _mlflow(track)
+        assert not [
+            r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])
+        ]
+
+
+def test_mlflow_tracking_uri_names_and_what_is_logged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uri = f"sqlite:///{(tmp_path / 'server.db').resolve()}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(tmp_path)  # TensorBoard's default directory is relative
+    oneshotfl.run(
+        {**SETTINGS, "methods": ["fedavg:weighting=size"], "cache_dir": None},
+        track=["mlflow", "tensorboard"], track_dir=None, track_experiment="my-study",
+        track_run="first-try",
+    )  # fmt: skip
+    client = mlflow_tracking.MlflowClient(uri)
+    experiment = client.get_experiment_by_name("my-study")
+    assert experiment is not None
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.info.run_name == "first-try"
+    params = run.data.params
+    assert params["method.fedavg:weighting_size.weighting"] == "size"
+    assert params["environment.data_hash"] and params["environment.cpu"]
+    assert "environment.git_commit" in params
+    assert all(" " not in key for key in [*run.data.metrics, *params])
+    tb = _tensorboard(Path("runs/tensorboard") / "my-study" / "first-try")
+    assert tb.PluginTagToContent("hparams")  # the HParams view
+    assert all(" " not in tag for tag in tb.Tags()["scalars"])

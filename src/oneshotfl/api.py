@@ -91,6 +91,8 @@ def run(
     tracker: Tracker | None = None,
     track: Sequence[str] = (),
     track_dir: str | Path | None = None,
+    track_experiment: str | None = None,
+    track_run: str | None = None,
     **overrides: Any,
 ) -> Result:
     """Run every configured method on one federation, like ``oneshotfl run``.
@@ -104,7 +106,10 @@ def run(
         track: log the run to these tracking backends, as ``--track`` does
             (``["tensorboard", "mlflow"]``; the ``track`` extra); the run is named after
             ``out`` (else ``api``), grouped under ``oneshotfl``.
-        track_dir: the tracking directory (default ``runs/tensorboard``, ``mlruns``).
+        track_dir: the tracking directory (default ``runs/tensorboard``, ``mlruns``; MLflow:
+            ``MLFLOW_TRACKING_URI`` when it is set and this is not).
+        track_experiment: the experiment (group) to log under instead of ``oneshotfl``.
+        track_run: the run's name instead of ``out``'s.
         **overrides: config keys applied on top of ``config`` (``methods=["fedavg"]``).
 
     Returns:
@@ -120,8 +125,9 @@ def run(
         if (out_dir / RESULT_FILE).exists():
             raise ConfigError(f"{out_dir}/{RESULT_FILE} exists; choose another out")
         writable_dir(out_dir)
-    name = "api" if out_dir is None else out_dir.name
-    doc, path = run_and_write(cfg, out_dir, tracker, track, track_dir, ("oneshotfl", name))
+    name = track_run or ("api" if out_dir is None else out_dir.name)
+    named = (track_experiment or "oneshotfl", name)
+    doc, path = run_and_write(cfg, out_dir, tracker, track, track_dir, named)
     return Result.from_dict(doc, path=path)
 
 
@@ -157,6 +163,7 @@ def sweep(
     track_dir: str | Path | None = None,
     overrides: Mapping[str, Any] | None = None,
     on_result: Callable[[str, dict[str, Any]], None] | None = None,
+    track_experiment: str | None = None,
     argv: Sequence[str] | None = None,
 ) -> SweepResult:
     """Run every point of a sweep grid into ``out``, like ``oneshotfl sweep``: one folder per
@@ -177,6 +184,8 @@ def sweep(
             ``oneshotfl sweep FILE key=value``).
         on_result: called with the run id and the result document of every run it runs.
         argv: how it was invoked, for its record (default: this call).
+        track_experiment: the experiment (group) its tracked runs go under instead of the
+            sweep's name.
 
     Every point it will run is checked before the first one trains (:func:`preflight`: the
     methods, names, requirements and graph), and a bad one is named. It writes the
@@ -223,7 +232,7 @@ def sweep(
             results[point.run_id] = Result.load(run_dir)
             continue
         log.info("[%d/%d] %s", i, len(runs), point.run_id)
-        named = (spec.name, point.run_id)
+        named = (track_experiment or spec.name, point.run_id)
         doc, path = run_and_write(point.config, run_dir, tracker, track, track_dir, named)
         results[point.run_id] = Result.from_dict(doc, path=path)
         ran.append(point.run_id)

@@ -82,7 +82,18 @@ TrackOption = Annotated[
 ]
 TrackDirOption = Annotated[
     Path | None,
-    typer.Option(help="tracking directory (default runs/tensorboard, mlruns)"),
+    typer.Option(
+        help="tracking directory (default runs/tensorboard, mlruns; MLflow: $MLFLOW_TRACKING_URI"
+        " when set)"
+    ),
+]
+TrackExperimentOption = Annotated[
+    str | None,
+    typer.Option(help="the tracking experiment (group) to log under (default oneshotfl, or the"
+                 " sweep's name)"),
+]  # fmt: skip
+TrackRunOption = Annotated[
+    str | None, typer.Option(help="the tracked run's name (default: the --out folder's)")
 ]
 
 RUN_OPTIONS = config_options(
@@ -106,6 +117,8 @@ def run(
     out: Annotated[Path | None, typer.Option(help="results directory")] = None,
     track: TrackOption = None,
     track_dir: TrackDirOption = None,
+    track_experiment: TrackExperimentOption = None,
+    track_run: TrackRunOption = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
     **options: Any,
 ) -> None:
@@ -124,7 +137,15 @@ def run(
         cfg = load_config(config, overrides or [], cli)
         out_dir = out or Path("runs") / datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         with RichTracker(err_console) as progress:
-            result = api.run(cfg, out_dir, tracker=progress, track=track or (), track_dir=track_dir)
+            result = api.run(
+                cfg,
+                out_dir,
+                tracker=progress,
+                track=track or (),
+                track_dir=track_dir,
+                track_experiment=track_experiment,
+                track_run=track_run,
+            )
         doc, path = result.to_dict(), result.path
     except USER_ERRORS as exc:
         fail(exc)
@@ -270,6 +291,7 @@ def sweep(
     ] = None,
     track: TrackOption = None,
     track_dir: TrackDirOption = None,
+    track_experiment: TrackExperimentOption = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run every point of a sweep grid; finished runs are skipped (resume). Every point to run
@@ -296,6 +318,7 @@ def sweep(
                 track_dir=track_dir,
                 overrides=changes,
                 on_result=lambda _, doc: console.print(results_table(doc)),
+                track_experiment=track_experiment,
                 argv=sys.argv[1:],
             )
     except USER_ERRORS as exc:

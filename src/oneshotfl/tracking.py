@@ -3,7 +3,10 @@
 ``oneshotfl run --track tensorboard`` (or ``mlflow``; both may be given) and the same option of
 ``oneshotfl sweep`` log, per run:
 
-* **parameters** — the resolved experiment config and the data facts (``data.*``);
+* **parameters** — the resolved experiment config, every method's hyper-parameters
+  (``method.<key>.<name>``), the data facts (``data.*``) and the environment
+  (``environment.*``: versions, device, CPU, git commit, the data's hash); TensorBoard also
+  gets them as HParams, with each method's accuracy as the metric;
 * **training curves, live** — every per-epoch loss of the one training layer and every
   synthesis round's generator and learner loss (``loss/<what was trained>``: the server's
   distillation, pseudo-label and synthesis losses and the clients' training);
@@ -15,24 +18,31 @@
   (TensorBoard: the PNGs as images, the tables as text).
 
 A sweep logs one run per grid point, grouped under the sweep's name (an MLflow experiment; a
-TensorBoard directory). Backends are a registry (:data:`TRACKING`); the libraries are the
+TensorBoard directory); ``--track-experiment`` and ``--track-run`` name them instead. Tags have
+no spaces (``loss/client_0_erm_cnn``). A run is opened on its first record, so a run refused
+before training leaves nothing behind (no failed MLflow run, no empty event file); a run that
+fails after that is marked failed. Backends are a registry (:data:`TRACKING`); the libraries are the
 ``track`` extra (``pip install 'oneshotfl[track]'``) and are imported only when asked for.
 
 * ``tensorboard`` writes event files with ``torch.utils.tensorboard.SummaryWriter`` (the
   ``tensorboard`` package's format) to ``DIR/<group>/<run>`` (``DIR`` default
   ``runs/tensorboard``); view with ``tensorboard --logdir runs/tensorboard``.
-* ``mlflow`` writes a local store with no server: ``DIR/mlflow.db`` (SQLite) and
-  ``DIR/artifacts`` (``DIR`` default ``mlruns``); view with ``mlflow ui
-  --backend-store-uri sqlite:///mlruns/mlflow.db``. (MLflow 3 refuses its plain-file store
-  unless told otherwise; SQLite is its supported local backend.)
+* ``mlflow`` logs to ``MLFLOW_TRACKING_URI`` when it is set and no ``--track-dir`` is given
+  (a server, or any store MLflow takes), else to a local store with no server:
+  ``DIR/mlflow.db`` (SQLite) and ``DIR/artifacts`` (``DIR`` default ``mlruns``); view with
+  ``mlflow ui --backend-store-uri sqlite:///mlruns/mlflow.db``. (MLflow 3 refuses its
+  plain-file store unless told otherwise; SQLite is its supported local backend.)
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
+import functools
+import importlib
 import io
 import json
+import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -71,13 +81,54 @@ class RunLog(Protocol):
         """Attach the run's result files."""
         ...
 
+    def hparams(self, values: Mapping[str, str], metrics: Mapping[str, float]) -> None:
+        """Record the parameters against the run's headline metrics."""
+        ...
+
     def close(self, failed: bool = False) -> None:
         """End the run (``failed``: it raised)."""
         ...
 
 
-Backend = Callable[[Path, str, str], RunLog]
-"""A backend: ``(directory, group, run name) -> RunLog``."""
+Backend = Callable[[Path | None, str, str], RunLog]
+"""A backend: ``(directory or None for its default, group, run name) -> RunLog``."""
+
+_LIBRARIES = {
+    "tensorboard": ("torch.utils.tensorboard", "tensorboard"),
+    "mlflow": ("mlflow.tracking", "mlflow-skinny"),
+}
+"""Backend → (module its writer needs, the package that provides it)."""
+
+
+class LazyLog:
+    """A run log opened on its first record, so a run refused before training leaves
+    nothing in the store; closing one that never opened does nothing."""
+
+    def __init__(self, make: Callable[[], RunLog]) -> None:
+        self.make = make
+        self.log: RunLog | None = None
+
+    def _open(self) -> RunLog:
+        if self.log is None:
+            self.log = self.make()
+        return self.log
+
+    def scalar(self, tag: str, step: int, value: float) -> None:
+        self._open().scalar(tag, step, value)
+
+    def params(self, values: Mapping[str, str]) -> None:
+        self._open().params(values)
+
+    def files(self, paths: Sequence[Path]) -> None:
+        self._open().files(paths)
+
+    def hparams(self, values: Mapping[str, str], metrics: Mapping[str, float]) -> None:
+        self._open().hparams(values, metrics)
+
+    def close(self, failed: bool = False) -> None:
+        if self.log is not None:
+            self.log.close(failed)
+
 
 TRACKING: Registry[Backend] = Registry("tracking backend")
 
@@ -93,20 +144,33 @@ def _missing(backend: str, module: str) -> ConfigError:
 class TensorBoardLog:
     """Event files in ``root/group/run``."""
 
-    def __init__(self, root: Path, group: str, run: str) -> None:
+    def __init__(self, root: Path | None, group: str, run: str) -> None:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:  # torch's writer needs the tensorboard package
             raise _missing("tensorboard", "tensorboard") from None
+        root = root or DEFAULT_DIRS["tensorboard"]
         self.dir = root / _path_part(group) / _path_part(run)
         self.writer = SummaryWriter(log_dir=str(self.dir))
 
     def scalar(self, tag: str, step: int, value: float) -> None:
-        self.writer.add_scalar(tag, value, step)
+        self.writer.add_scalar(tag_name(tag), value, step)
 
     def params(self, values: Mapping[str, str]) -> None:
         rows = "\n".join(f"| {k} | {v} |" for k, v in values.items())
         self.writer.add_text("config", f"| setting | value |\n|---|---|\n{rows}")
+
+    def hparams(self, values: Mapping[str, str], metrics: Mapping[str, float]) -> None:
+        """TensorBoard's HParams view, in this run's own directory (``add_hparams`` would
+        make a sub-run): the parameters and the metrics, each metric also a scalar."""
+        from torch.utils.tensorboard.summary import hparams
+
+        tags = {f"hparam/{tag_name(k)}": v for k, v in metrics.items()}
+        writer = self.writer._get_file_writer()
+        for summary in hparams(dict(values), tags):
+            writer.add_summary(summary)
+        for tag, value in tags.items():
+            self.writer.add_scalar(tag, value, 0)
 
     def files(self, paths: Sequence[Path]) -> None:
         import numpy as np
@@ -127,32 +191,43 @@ class TensorBoardLog:
 class MlflowLog:
     """One MLflow run in the experiment ``group`` of the store in ``root``."""
 
-    def __init__(self, root: Path, group: str, run: str) -> None:
+    def __init__(self, root: Path | None, group: str, run: str) -> None:
         try:
             from mlflow.tracking import MlflowClient
         except ImportError:
             raise _missing("mlflow", "mlflow-skinny") from None
-        root = root.resolve()
-        root.mkdir(parents=True, exist_ok=True)
-        # Sweep shards may open one store at once: creating its tables and the group's
-        # experiment happens under a lock, so two processes never both create either.
-        with _locked(root / ".lock"):
-            self.client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+        uri = os.environ.get("MLFLOW_TRACKING_URI") if root is None else None
+        if uri:  # the user's store or server: MLflow places the artifacts
+            self.client = MlflowClient(uri)
             found = self.client.get_experiment_by_name(group)
-            experiment = (
-                found.experiment_id
-                if found is not None
-                else self.client.create_experiment(group, artifact_location=str(root / "artifacts"))
-            )
-            tags = {"oneshotfl.group": group}
-            self.run_id = self.client.create_run(experiment, run_name=run, tags=tags).info.run_id
+            experiment = found.experiment_id if found else self.client.create_experiment(group)
+        else:
+            root = (root or DEFAULT_DIRS["mlflow"]).resolve()
+            root.mkdir(parents=True, exist_ok=True)
+            # Sweep shards may open one store at once: creating its tables and the group's
+            # experiment happens under a lock, so two processes never both create either.
+            with _locked(root / ".lock"):
+                self.client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+                found = self.client.get_experiment_by_name(group)
+                experiment = (
+                    found.experiment_id
+                    if found is not None
+                    else self.client.create_experiment(
+                        group, artifact_location=str(root / "artifacts")
+                    )
+                )
+        tags = {"oneshotfl.group": group}
+        self.run_id = self.client.create_run(experiment, run_name=run, tags=tags).info.run_id
 
     def scalar(self, tag: str, step: int, value: float) -> None:
-        self.client.log_metric(self.run_id, metric_key(tag), value, step=step)
+        self.client.log_metric(self.run_id, tag_name(tag), value, step=step)
 
     def params(self, values: Mapping[str, str]) -> None:
         for key, value in values.items():
-            self.client.log_param(self.run_id, metric_key(key), value[:6000])
+            self.client.log_param(self.run_id, tag_name(key), value[:6000])
+
+    def hparams(self, values: Mapping[str, str], metrics: Mapping[str, float]) -> None:
+        """MLflow shows parameters and metrics side by side already."""
 
     def files(self, paths: Sequence[Path]) -> None:
         for path in paths:
@@ -193,15 +268,14 @@ def open_logs(backends: Sequence[str], group: str, run: str, root: Path | None) 
         raise ConfigError(
             f"--track: expected one of {', '.join(TRACKING.names())}, got {unknown[0]!r}"
         )
-    logs: list[RunLog] = []
-    try:
-        for name in names:
-            logs.append(TRACKING.get(name)(root or DEFAULT_DIRS[name], group, run))
-    except BaseException:
-        for log in logs:  # the backends that did open are ended, not left running
-            log.close(failed=True)
-        raise
-    return logs
+    for name in names:  # a missing library is a one-line error now, not after training
+        module, package = _LIBRARIES.get(name, (None, None))
+        if module and package:
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                raise _missing(name, package) from None
+    return [LazyLog(functools.partial(TRACKING.get(name), root, group, run)) for name in names]
 
 
 @contextlib.contextmanager
@@ -246,7 +320,11 @@ def log_result(logs: Sequence[RunLog], doc: Mapping[str, Any], out_dir: Path | N
     if not logs:
         return
     params = {k: _text(v) for k, v in doc["config"].items()}
+    for m in doc["methods"]:
+        params.update({f"method.{m['key']}.{k}": _text(v) for k, v in m.get("params", {}).items()})
     params.update({f"data.{k}": _text(v) for k, v in doc.get("data", {}).items()})
+    params.update({f"environment.{k}": _text(v) for k, v in doc.get("environment", {}).items()})
+    metrics = {f"{m['key']}/accuracy": float(m["accuracy"]) for m in doc["methods"]}
     points = list(result_points(doc))
     files = (
         []
@@ -255,6 +333,7 @@ def log_result(logs: Sequence[RunLog], doc: Mapping[str, Any], out_dir: Path | N
     )
     for log in logs:
         log.params(params)
+        log.hparams(params, metrics)
         for tag, step, value in points:
             log.scalar(tag, step, value)
         log.files(files)
@@ -281,9 +360,11 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def metric_key(tag: str) -> str:
-    """MLflow's key alphabet: letters, digits, ``_ - . / :`` and spaces; others become ``_``."""
-    return re.sub(r"[^\w\-. /:]", "_", tag)
+def tag_name(tag: str) -> str:
+    """A tag both backends take, without spaces: letters, digits and ``_ - . / :``; every run
+    of other characters becomes one ``_`` (``loss/client 0 erm (cnn)`` becomes
+    ``loss/client_0_erm_cnn``)."""
+    return re.sub(r"[^\w\-./:]+", "_", tag).strip("_") or "_"
 
 
 def _path_part(name: str) -> str:

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 import oneshotfl
+from oneshotfl.environment import cpu_model, data_hash, git_commit
 from oneshotfl.plots import partition_heatmap
 from oneshotfl.runner.config import ExperimentConfig, make_config
 
@@ -333,6 +334,9 @@ def result_document(
             "device": str(exp.device),
             "threads": torch.get_num_threads(),
             "workers": workers,
+            "cpu": cpu_model(),
+            "git_commit": git_commit(),
+            "data_hash": data_hash(fed),
         },
         "config": exp.cfg.to_dict(),
         "encoder": None
