@@ -199,8 +199,8 @@ def test_mlflow_tracking_uri_names_and_what_is_logged(
     monkeypatch.chdir(tmp_path)  # TensorBoard's default directory is relative
     oneshotfl.run(
         {**SETTINGS, "methods": ["fedavg:weighting=size"], "cache_dir": None},
-        track=["mlflow", "tensorboard"], track_dir=None, track_experiment="my-study",
-        track_run="first-try",
+        tmp_path / "out", track=["mlflow", "tensorboard"], track_dir=None,
+        track_experiment="my-study", track_run="first-try", save_models=True,
     )  # fmt: skip
     client = mlflow_tracking.MlflowClient(uri)
     experiment = client.get_experiment_by_name("my-study")
@@ -212,6 +212,8 @@ def test_mlflow_tracking_uri_names_and_what_is_logged(
     assert params["environment.data_hash"] and params["environment.cpu"]
     assert "environment.git_commit" in params
     assert all(" " not in key for key in [*run.data.metrics, *params])
+    logged = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"result.json", "fedavg_weighting=size.safetensors"} <= logged  # the saved model
     tb = _tensorboard(Path("runs/tensorboard") / "my-study" / "first-try")
     assert tb.PluginTagToContent("hparams")  # the HParams view
     assert all(" " not in tag for tag in tb.Tags()["scalars"])

@@ -93,6 +93,7 @@ def run(
     track_dir: str | Path | None = None,
     track_experiment: str | None = None,
     track_run: str | None = None,
+    save_models: bool = False,
     **overrides: Any,
 ) -> Result:
     """Run every configured method on one federation, like ``oneshotfl run``.
@@ -110,6 +111,8 @@ def run(
             ``MLFLOW_TRACKING_URI`` when it is set and this is not).
         track_experiment: the experiment (group) to log under instead of ``oneshotfl``.
         track_run: the run's name instead of ``out``'s.
+        save_models: save every star method's final model(s) beside ``result.json`` (needs
+            ``out``); :meth:`Result.load_model` reads one back.
         **overrides: config keys applied on top of ``config`` (``methods=["fedavg"]``).
 
     Returns:
@@ -127,7 +130,7 @@ def run(
         writable_dir(out_dir)
     name = track_run or ("api" if out_dir is None else out_dir.name)
     named = (track_experiment or "oneshotfl", name)
-    doc, path = run_and_write(cfg, out_dir, tracker, track, track_dir, named)
+    doc, path = run_and_write(cfg, out_dir, tracker, track, track_dir, named, save_models)
     return Result.from_dict(doc, path=path)
 
 
@@ -138,14 +141,19 @@ def run_and_write(
     track: Sequence[str],
     track_dir: str | Path | None,
     tracked_as: tuple[str, str],
+    save_models: bool = False,
 ) -> tuple[dict[str, Any], Path | None]:
     """Run one experiment, write its files into ``out_dir`` (``None``: none) and log it to the
     ``track`` backends as run ``tracked_as = (group, name)``; the one body of :func:`run`,
     :func:`sweep` and the ``run`` and ``sweep`` commands. Returns the result document (as
-    ``result.json`` holds it) and the path of ``result.json``."""
+    ``result.json`` holds it) and the path of ``result.json``. ``save_models``: every star
+    method's final model(s) into ``out_dir/models`` (:mod:`oneshotfl.protocol.saved`)."""
+    if save_models and out_dir is None:
+        raise ConfigError("save_models: expected an out folder to save the models in, got none")
     root = None if track_dir is None else Path(track_dir)
     with tracked(list(track), *tracked_as, root, tracker) as (progress, logs):
-        doc = json_document(run_experiment(cfg, progress))
+        save_to = out_dir if save_models else None
+        doc = json_document(run_experiment(cfg, progress, save_to=save_to))
         path = write_result(out_dir, doc) if out_dir is not None else None
         log_result(logs, doc, out_dir)
     return doc, path
@@ -165,6 +173,7 @@ def sweep(
     on_result: Callable[[str, dict[str, Any]], None] | None = None,
     track_experiment: str | None = None,
     argv: Sequence[str] | None = None,
+    save_models: bool = False,
 ) -> SweepResult:
     """Run every point of a sweep grid into ``out``, like ``oneshotfl sweep``: one folder per
     run, and a run whose ``result.json`` exists is read back rather than run again (resume).
@@ -186,6 +195,7 @@ def sweep(
         argv: how it was invoked, for its record (default: this call).
         track_experiment: the experiment (group) its tracked runs go under instead of the
             sweep's name.
+        save_models: save every run's final models beside its ``result.json``.
 
     Every point it will run is checked before the first one trains (:func:`preflight`: the
     methods, names, requirements and graph), and a bad one is named. It writes the
@@ -233,7 +243,9 @@ def sweep(
             continue
         log.info("[%d/%d] %s", i, len(runs), point.run_id)
         named = (track_experiment or spec.name, point.run_id)
-        doc, path = run_and_write(point.config, run_dir, tracker, track, track_dir, named)
+        doc, path = run_and_write(
+            point.config, run_dir, tracker, track, track_dir, named, save_models
+        )
         results[point.run_id] = Result.from_dict(doc, path=path)
         ran.append(point.run_id)
         if on_result is not None:

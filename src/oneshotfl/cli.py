@@ -92,6 +92,14 @@ TrackExperimentOption = Annotated[
     typer.Option(help="the tracking experiment (group) to log under (default oneshotfl, or the"
                  " sweep's name)"),
 ]  # fmt: skip
+SaveModelsOption = Annotated[
+    bool,
+    typer.Option(
+        "--save-models",
+        help="save every method's final model(s) as safetensors in OUT/models (load with "
+        "oneshotfl.Result.load_model)",
+    ),
+]
 TrackRunOption = Annotated[
     str | None, typer.Option(help="the tracked run's name (default: the --out folder's)")
 ]
@@ -119,6 +127,7 @@ def run(
     track_dir: TrackDirOption = None,
     track_experiment: TrackExperimentOption = None,
     track_run: TrackRunOption = None,
+    save_models: SaveModelsOption = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
     **options: Any,
 ) -> None:
@@ -145,6 +154,7 @@ def run(
                 track_dir=track_dir,
                 track_experiment=track_experiment,
                 track_run=track_run,
+                save_models=save_models,
             )
         doc, path = result.to_dict(), result.path
     except USER_ERRORS as exc:
@@ -292,6 +302,7 @@ def sweep(
     track: TrackOption = None,
     track_dir: TrackDirOption = None,
     track_experiment: TrackExperimentOption = None,
+    save_models: SaveModelsOption = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run every point of a sweep grid; finished runs are skipped (resume). Every point to run
@@ -319,6 +330,7 @@ def sweep(
                 overrides=changes,
                 on_result=lambda _, doc: console.print(results_table(doc)),
                 track_experiment=track_experiment,
+                save_models=save_models,
                 argv=sys.argv[1:],
             )
     except USER_ERRORS as exc:

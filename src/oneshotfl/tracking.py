@@ -329,7 +329,11 @@ def log_result(logs: Sequence[RunLog], doc: Mapping[str, Any], out_dir: Path | N
     files = (
         []
         if out_dir is None
-        else sorted(p for p in out_dir.iterdir() if p.is_file() and p.suffix != ".tmp")
+        else sorted(
+            p
+            for p in [*out_dir.iterdir(), *out_dir.glob("models/*.safetensors")]
+            if p.is_file() and p.suffix != ".tmp"
+        )
     )
     for log in logs:
         log.params(params)

@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from oneshotfl.protocol.outcome import Outcome
+from oneshotfl.protocol.saved import load_outcome
+from oneshotfl.protocol.spec import WireDims
 from oneshotfl.runner.compare import read_result, result_differences
 from oneshotfl.runner.config import ConfigError, ExperimentConfig
 from oneshotfl.runner.results import (
@@ -136,6 +139,31 @@ class Result:
         """Write ``result.json`` and its CSV views into the folder ``out``, as a run does;
         returns the JSON path."""
         return write_result(Path(out), self.to_dict())
+
+    def load_model(self, key: str) -> Outcome:
+        """The final model(s) method ``key`` built, saved by ``--save-models``: a
+        :class:`~oneshotfl.protocol.outcome.GlobalModel` or an
+        :class:`~oneshotfl.protocol.outcome.Ensemble`, ready for ``predict_proba(x, device)``
+        on inputs normalised as the run's were.
+
+        Raises:
+            ConfigError: when the run saved no model for it (run with ``--save-models``;
+                server-free methods keep their models on the clients), or the result was not
+                read from a file.
+            SavedModelError: for a model saved as a plain state dict (see
+                :mod:`oneshotfl.protocol.saved`).
+        """
+        record = self.method(key)
+        if record.model_file is None:
+            raise ConfigError(
+                f"{key}: expected a saved model, got none (run with --save-models; a "
+                "server-free method's models stay on its clients)"
+            )
+        if self.path is None:
+            raise ConfigError(f"{key}: this result was not read from a file; its models neither")
+        channels, side, _ = self.data["input_shape"]
+        dims = WireDims(int(self.data["num_classes"]), int(channels), int(side))
+        return load_outcome(self.path.parent / record.model_file, dims)
 
     def method(self, key: str) -> MethodResult:
         """The record of the method run as ``key`` (``fedavg``, ``ensemble:weighting=size``),

@@ -16,9 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-import torch
-
-from oneshotfl.functional import Weighting, client_weights, weighted_logit_mean
+from oneshotfl.functional import Weighting, client_weights
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import SendsTrainedModel
 from oneshotfl.params import Params, require
@@ -27,7 +25,6 @@ from oneshotfl.protocol.fields import model_from_fields
 from oneshotfl.protocol.outcome import Ensemble as EnsembleOutcome
 from oneshotfl.protocol.outcome import Outcome
 from oneshotfl.protocol.payload import Payload
-from oneshotfl.robust import robust_probability_mean
 
 
 @dataclass(frozen=True)
@@ -66,13 +63,8 @@ class Ensemble(SendsTrainedModel[EnsembleConfig]):
         sizes = [float(payloads[c].scalars["n_examples"]) for c in ids]
         weights = client_weights(sizes, self.config.weighting).float()
         cfg = self.config
-        if cfg.aggregation != "mean":
-            rule, trim = cfg.aggregation, cfg.trim
-
-            def robust(logits: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
-                return robust_probability_mean(torch.softmax(logits, -1), rule, trim)
-
-            return EnsembleOutcome(members, weights, combine=robust)
-        if cfg.combine == "logits":
-            return EnsembleOutcome(members, weights, combine=weighted_logit_mean)
-        return EnsembleOutcome(members, weights)
+        if cfg.aggregation == "median":
+            return EnsembleOutcome(members, weights, rule="median")
+        if cfg.aggregation == "trimmed_mean":
+            return EnsembleOutcome(members, weights, rule=f"trimmed_mean:{cfg.trim}")
+        return EnsembleOutcome(members, weights, rule=cfg.combine)

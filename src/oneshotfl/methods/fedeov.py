@@ -57,13 +57,12 @@ import torch
 from torch import nn
 
 from oneshotfl.cost import inference_latency_ms, sparse_forward_flops
-from oneshotfl.functional import abstention_weighted_ensemble
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import SendsTrainedModel
 from oneshotfl.params import Params, require
 from oneshotfl.protocol.contract import ClientContext, ServerContext
 from oneshotfl.protocol.fields import model_from_fields
-from oneshotfl.protocol.outcome import Combiner, Ensemble, Outcome
+from oneshotfl.protocol.outcome import Ensemble, Outcome
 from oneshotfl.protocol.payload import Payload
 from oneshotfl.protocol.spec import ModelSpec, PayloadSpec, WireDims, n_examples_spec
 from oneshotfl.training.components import ComponentSpec
@@ -165,15 +164,6 @@ def curriculum(cfg: FedEOVConfig, length: int, offset: int = 0) -> list[Componen
     return specs
 
 
-def abstention_combiner(accepted: int | None) -> Combiner:
-    """An :class:`Ensemble` combiner applying Theorem 2 (member weights are not used)."""
-
-    def combine(logits: Any, weights: Any) -> Any:
-        return abstention_weighted_ensemble(logits, accepted)
-
-    return combine
-
-
 class KnownClasses(nn.Module):
     """A (C+1)-way open-set model read as a C-way classifier: its first C logits."""
 
@@ -226,7 +216,7 @@ class OpenSetEnsemble(SendsTrainedModel[Any]):
             model_from_fields(payloads[c], ctx.dims, extra_outputs=1) for c in sorted(payloads)
         ]
         votes = self.accepted_votes()
-        ensemble = Ensemble(members, combine=abstention_combiner(votes))
+        ensemble = Ensemble(members, rule=f"abstention:{votes or 'all'}")
         probe = torch.zeros(
             LATENCY_BATCH, ctx.task.in_channels, ctx.task.image_size, ctx.task.image_size
         )
@@ -344,7 +334,6 @@ __all__ = [
     "FedEOVPruned",
     "KnownClasses",
     "OpenSetEnsemble",
-    "abstention_combiner",
     "curriculum",
     "stage_negatives",
 ]

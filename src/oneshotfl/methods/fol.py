@@ -55,7 +55,6 @@ import torch
 from torch import nn
 
 from oneshotfl.artefacts import tensor_fingerprint
-from oneshotfl.functional import weighted_logit_mean
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import SendsTrainedModel
 from oneshotfl.methods.fol_stages import (
@@ -266,7 +265,7 @@ class Fol(PeerMethod[FolConfig], SendsTrainedModel[FolConfig]):
                     ctx, members, weights, current, e
                 )
             else:
-                teacher = Ensemble(members, weights, combine=weighted_logit_mean)
+                teacher = Ensemble(members, weights, rule="logits")
             rounds.append(entry)
         info = {"rounds": rounds, "senders": sorted(payloads), "timings": seconds}
         if dropped:

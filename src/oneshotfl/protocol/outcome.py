@@ -9,13 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from oneshotfl.functional import weighted_softmax_mean
+from oneshotfl.functional import (
+    abstention_weighted_ensemble,
+    weighted_logit_mean,
+    weighted_softmax_mean,
+)
+from oneshotfl.robust import robust_probability_mean
 from oneshotfl.training.loop import predict_logits
 
 #: Turns member logits ``[M, N, K]`` (and member weights ``[M]``) into probabilities ``[N, C]``.
@@ -33,16 +38,54 @@ class GlobalModel:
         return F.softmax(predict_logits(self.model, x, device), dim=-1)
 
 
+def combiner(rule: str) -> Combiner:
+    """The combiner a rule names: ``probabilities`` (weighted mean of softmaxes), ``logits``
+    (softmax of the weighted mean logits), ``median`` / ``trimmed_mean:T`` (per class, over
+    the members' probabilities), ``abstention:K`` (FedOV/FedEOV's vote of the K members least
+    sure of the last, "unknown", class; ``abstention:all`` is Theorem 2 over every member).
+
+    Raises:
+        ValueError: for an unknown rule.
+    """
+    name, _, arg = rule.partition(":")
+    if name == "probabilities":
+        return weighted_softmax_mean
+    if name == "logits":
+        return weighted_logit_mean
+    if name in ("median", "trimmed_mean"):
+        trim = float(arg) if arg else 0.2
+        mode: Literal["median", "trimmed_mean"] = "median" if name == "median" else "trimmed_mean"
+
+        def robust(logits: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
+            return robust_probability_mean(torch.softmax(logits, -1), mode, trim)
+
+        return robust
+    if name == "abstention":
+        accepted = None if arg in ("", "all") else int(arg)
+
+        def abstain(logits: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
+            return abstention_weighted_ensemble(logits, accepted)
+
+        return abstain
+    raise ValueError(
+        f"ensemble rule: expected probabilities, logits, median, trimmed_mean:T or "
+        f"abstention:K, got {rule!r}"
+    )
+
+
 @dataclass
 class Ensemble:
-    """Members whose outputs a combiner merges (default: weighted mean of softmaxes)."""
+    """Members whose outputs a combiner merges, as ``rule`` names it (:func:`combiner`;
+    default: the weighted mean of softmaxes) — the rule is what a saved ensemble records."""
 
     members: Sequence[nn.Module]
     weights: torch.Tensor | None = None
-    combine: Combiner = field(default=weighted_softmax_mean)
+    rule: str = "probabilities"
     info: dict[str, Any] = field(default_factory=dict)
+    combine: Combiner = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        self.combine = combiner(self.rule)
         if not self.members:
             raise ValueError("an ensemble needs at least one member, got none")
         if self.weights is None:

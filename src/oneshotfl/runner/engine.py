@@ -30,6 +30,7 @@ import numpy as np
 from oneshotfl.protocol.contract import Method, PeerMethod, Topology
 from oneshotfl.protocol.outcome import Outcome
 from oneshotfl.protocol.payload import Payload, WireError, encode
+from oneshotfl.protocol.saved import save_outcome
 from oneshotfl.protocol.spec import PayloadError
 from oneshotfl.protocol.wire import receive
 from oneshotfl.runner.config import ConfigError
@@ -269,6 +270,9 @@ def _run_star(key: str, method: Method[Any], exp: Experiment, transport: Transpo
             )
     assert outcome is not None  # rounds >= 1
     metrics = evaluate_outcome(outcome, test, histograms, exp.device)
+    saved = None
+    if exp.save_to is not None:
+        saved = save_outcome(exp.save_to, key, outcome, exp.data.task.num_classes)
     inference = inference_cost(outcome, test.x, exp.device)
     return MethodResult(
         key=key,
@@ -283,6 +287,7 @@ def _run_star(key: str, method: Method[Any], exp: Experiment, transport: Transpo
         server_wall_s=server_wall,
         client_artefacts=artefacts,
         client_made_s=made.tolist(),
+        model_file=saved,
         clients_used=sorted(traffic.received),
         diagnostics=getattr(outcome, "info", {}),
         inference=inference or None,

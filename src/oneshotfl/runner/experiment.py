@@ -77,6 +77,8 @@ class Experiment:
         ledger: the clients' :class:`~oneshotfl.runner.transport.ShardReport` s, by client
             id, as the engine admitted them (the first valid report of each client): the
             server's only source for client sizes and label histograms.
+        save_to: a run folder to save every star method's final model(s) into
+            (:mod:`oneshotfl.protocol.saved`), or None.
 
     The neighbour graph (:attr:`graph`) is built only when a peer method runs — checked by
     :meth:`check` before any training — so star runs and Flower nodes never need it.
@@ -91,6 +93,7 @@ class Experiment:
     encoder: Encoder | None = None
     train_pool: int = 0
     ledger: dict[int, ShardReport] = field(default_factory=dict, compare=False)
+    save_to: Path | None = None
 
     @classmethod
     def prepare(
@@ -289,7 +292,10 @@ Connect = Callable[[Experiment, Methods], Transport]
 
 
 def run_experiment(
-    cfg: ExperimentConfig, tracker: Tracker | None = None, connect: Connect | None = None
+    cfg: ExperimentConfig,
+    tracker: Tracker | None = None,
+    connect: Connect | None = None,
+    save_to: Path | None = None,
 ) -> dict[str, Any]:
     """Run every configured method on one federation; return the result document.
 
@@ -298,7 +304,7 @@ def run_experiment(
     """
     started, t0 = datetime.now(UTC), time.perf_counter()
     methods = resolve_methods(cfg.methods)
-    exp = Experiment.prepare(cfg, tracker)
+    exp = replace(Experiment.prepare(cfg, tracker), save_to=save_to)
     exp.check(methods)
     if connect is not None:
         results, workers = exp.run(methods, connect(exp, methods)), 1

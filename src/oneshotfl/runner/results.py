@@ -76,6 +76,8 @@ class MethodResult:
             ran first: its update's own work plus the artefacts no other method of the run
             used (:func:`attribute_client_time`; shared ones are in the document's
             ``shared_client_training``).
+        model_file: with ``--save-models``, the final model's file, relative to the run's
+            folder (:mod:`oneshotfl.protocol.saved`).
         client_facts: per fact a method reports about its clients (``Method.client_facts``,
             e.g. FedAGE's pseudo-label agreement), the per-client values.
         local_test_accuracy: per client, the test accuracy of the model this method's client
@@ -115,6 +117,7 @@ class MethodResult:
     client_artefacts: list[dict[str, float | None]] | None = None
     client_made_s: list[float] | None = None
     client_own_s: list[float] | None = None
+    model_file: str | None = None
     local_test_accuracy: list[float | None] | None = None
     local_val_accuracy: list[float | None] | None = None
     client_facts: dict[str, list[float | None]] | None = None

@@ -1,0 +1,57 @@
+"""Saving what a run built (``--save-models``): every star method's final model(s) as
+safetensors beside ``result.json``, read back by ``Result.load_model`` into the same outcome."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import oneshotfl
+from helpers import TINY, prepare
+from oneshotfl.cli import app
+from oneshotfl.protocol.outcome import Ensemble, GlobalModel
+from oneshotfl.protocol.saved import SavedModelError
+from oneshotfl.runner.config import ConfigError, make_config
+from oneshotfl.training.loop import accuracy
+
+METHODS = [
+    "fedavg",
+    "ensemble:combine=logits",
+    "fedov:fgsm_steps=1",
+    "centralized_head",
+    "peer_ensemble",
+]
+
+
+def test_saved_models_reproduce_the_recorded_accuracy(tmp_path: Path) -> None:
+    settings = {**TINY, "methods": METHODS, "encoder": "random:dim=16", "cache_dir": None}
+    result = oneshotfl.run(settings, tmp_path / "run", save_models=True)
+    test = prepare(make_config(settings)).data.test
+    for key in ("fedavg", "ensemble:combine=logits", "fedov:fgsm_steps=1"):
+        model = result.load_model(key)
+        assert isinstance(model, GlobalModel if key == "fedavg" else Ensemble)
+        probs = model.predict_proba(test.x, torch.device("cpu"))
+        recorded = result.method(key).accuracy  # the same count of correct images (1e-6 << 1/N)
+        assert accuracy(probs, test.y) == pytest.approx(recorded, abs=1e-6)
+    fedov = result.load_model("fedov:fgsm_steps=1")
+    assert isinstance(fedov, Ensemble) and fedov.rule == "abstention:5"
+    assert (tmp_path / "run" / "models" / "fedavg.safetensors").is_file()
+    with pytest.raises(SavedModelError, match="state dict of EncodedClassifier"):
+        result.load_model("centralized_head")  # encoder + head: saved as its state
+    with pytest.raises(ConfigError, match="server-free method's models stay on its clients"):
+        result.load_model("peer_ensemble")
+    again = oneshotfl.Result.load(tmp_path / "run")  # a result read back loads them too
+    assert isinstance(again.load_model("fedavg"), GlobalModel)
+
+
+def test_the_command_saves_models_and_needs_an_out(tmp_path: Path, tiny_config: Any) -> None:
+    args = ["run", *(f"{k}={v}" for k, v in TINY.items()), "methods=fedavg", "--no-cache"]
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "c"), "--save-models"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "c" / "models" / "fedavg.safetensors").is_file()
+    with pytest.raises(ConfigError, match="save_models: expected an out folder"):
+        oneshotfl.run(tiny_config(methods=["fedavg"]), save_models=True)
