@@ -186,3 +186,16 @@ def test_version_answers_without_importing_torch() -> None:
     from oneshotfl import __version__
 
     assert out.stdout.splitlines() == [f"oneshotfl {__version__}", "False"]
+
+
+def test_one_run_command_runs_several_seeds(tmp_path: Path) -> None:
+    out = tmp_path / "seeds"
+    result = runner.invoke(
+        app, ["run", *TINY, "--method", "fedavg", "--seed", "0,1", "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    docs = [json.loads((out / f"seed={s}" / "result.json").read_text()) for s in (0, 1)]
+    assert [d["config"]["seed"] for d in docs] == [0, 1]
+    assert "2 run(s), one per seed" in result.output
+    bad = runner.invoke(app, ["run", *TINY, "--seed", "0,0", "--out", str(tmp_path / "b")])
+    assert bad.exit_code == 2 and "distinct integers" in bad.output

@@ -43,7 +43,13 @@ from oneshotfl.runner.compare import (
     read_result,
     result_differences,
 )
-from oneshotfl.runner.config import ExperimentConfig, load_config, make_config, parse_overrides
+from oneshotfl.runner.config import (
+    ConfigError,
+    ExperimentConfig,
+    load_config,
+    make_config,
+    parse_overrides,
+)
 from oneshotfl.runner.report import splice_markdown, write_report
 from oneshotfl.runner.results import atomic_write_text
 from oneshotfl.runner.sweep import load_sweep
@@ -107,7 +113,7 @@ TrackRunOption = Annotated[
 RUN_OPTIONS = config_options(
     ExperimentConfig,
     names={"methods": ("--method", "--methods"), "plugins": ("--plugin", "--plugins")},
-    skip=("cache_dir",),
+    skip=("cache_dir", "seed"),
 )
 
 
@@ -128,6 +134,13 @@ def run(
     track_experiment: TrackExperimentOption = None,
     track_run: TrackRunOption = None,
     save_models: SaveModelsOption = False,
+    seed: Annotated[
+        str | None,
+        typer.Option(
+            help="model/training seed root (default: 0); several, 0,1,2, run the same "
+            "config once per seed into OUT/seed=S"
+        ),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
     **options: Any,
 ) -> None:
@@ -143,8 +156,22 @@ def run(
     if no_cache:
         cli["cache_dir"] = None
     try:
+        seeds = parse_seeds(seed)
+        if len(seeds) == 1:
+            cli["seed"] = seeds[0]
         cfg = load_config(config, overrides or [], cli)
         out_dir = out or Path("runs") / datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+        if len(seeds) > 1:  # one run per seed: a sweep over the seeds, checked up front
+            spec = {"name": out_dir.name, "base": {**cfg.to_dict(), "seed": 0}, "seeds": seeds}
+            with RichTracker(err_console) as progress:
+                done = api.sweep(
+                    spec, out_dir, tracker=progress, track=track or (), track_dir=track_dir,
+                    track_experiment=track_experiment, save_models=save_models,
+                    on_result=lambda _, doc: console.print(results_table(doc)),
+                    argv=sys.argv[1:],
+                )  # fmt: skip
+            console.print(f"results: {len(done.ran)} run(s), one per seed, in {out_dir}")
+            return
         with RichTracker(err_console) as progress:
             result = api.run(
                 cfg,
@@ -273,6 +300,19 @@ def describe(
         typer.echo(describe_method(method))
     except RegistryError as exc:
         fail(exc)
+
+
+def parse_seeds(text: str | None) -> list[int]:
+    """``--seed``: one seed, or a comma-separated list (``0,1,2``); none: the config's."""
+    if text is None:
+        return []
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise ConfigError(f"--seed: expected integers such as 0 or 0,1,2, got {text!r}") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"--seed: expected distinct integers such as 0,1,2, got {text!r}")
+    return seeds
 
 
 def cache_summary(doc: dict[str, Any]) -> str:
