@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
 .PHONY: setup data demo test test-fast docs check-wheel lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
-	bench-fedeov bench-fedeov-target bench-intactofl bench-fol bench-robust bench-robustness bench-small-data bench-membership bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed \
+	bench-fedeov bench-fedeov-target bench-intactofl bench-fol bench-robust bench-robustness bench-small-data bench-workers bench-membership bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed \
 	clean-cache
 VENV := .venv/bin
 
@@ -111,6 +111,11 @@ bench-fol: setup data
 bench-robust: setup data
 	VENV=$(VENV) bash scripts/sweep_shards.sh robust-models robust-predictions
 	$(VENV)/python scripts/robust_report.py
+
+## Clients in parallel (issue 27): one federation at 1 and 2 worker processes, no cache, on an
+## otherwise idle machine; identical results, speedup, Amdahl's serial fraction.
+bench-workers: setup data
+	$(VENV)/python scripts/bench_workers.py
 
 ## The small-data study of issue 26 (docs/benchmarks.md): the initialisation and the step
 ## floors on and off, on digits with each small model and both optimisers; two shards.

@@ -29,7 +29,7 @@ export PATH="$BIN:$PATH" FLWR_HOME="$WORK/flwr-home" FLWR_TELEMETRY_ENABLED=0 \
   FLWR_DISABLE_UPDATE_CHECK=1 RAY_USAGE_STATS_ENABLED=0 OMP_NUM_THREADS=1
 PIDS=()
 
-log() { echo "flower-e2e: $*" >&2; }
+log() { echo "flower-e2e: [${SECONDS}s] $*" >&2; }
 fail() { log "FAILED: $*"; exit 1; }
 
 cleanup() {

@@ -22,6 +22,7 @@ from oneshotfl.functional import Weighting, client_weights, weighted_average
 from oneshotfl.models import create_model
 from oneshotfl.protocol.contract import ClientContext, ConfigT, Method, ServerContext
 from oneshotfl.protocol.fields import model_fields, model_from_fields
+from oneshotfl.protocol.limits import KnownLimit, Reference
 from oneshotfl.protocol.payload import Payload
 from oneshotfl.protocol.spec import ArraySpec, ModelSpec, PayloadSpec, WireDims, n_examples_spec
 from oneshotfl.robust import (
@@ -167,6 +168,41 @@ def average_models(
     model = model_from_fields(payloads[ids[0]], dims)
     model.load_state_dict({k: torch.from_numpy(v) for k, v in averaged.items()})
     return model
+
+
+BOTH: tuple[Reference, ...] = ("ensemble", "local")
+SKEW = ("dirichlet", "disjoint")
+
+AVERAGING_LIMIT = KnownLimit(
+    "one round of parameter averaging: models trained apart from one initialisation for the "
+    "whole local budget (300 steps) drift apart, so their average is below the ensemble of "
+    "the same models in the matrix, most under label skew, and can fall below a client's own "
+    "model - one-shot FedAvg's known failure, which the FedOL, FedEOV and IntactOFL tables "
+    "report too",
+    below=BOTH,
+)
+STUDENT_LIMIT = KnownLimit(
+    "distils into one server model on the public pool (300 images in the matrix): the student "
+    "is bounded by its teacher - the clients' ensemble or vote, which the `ensemble` row is "
+    "or comes close to - and by a pool smaller than one client's data, so it can also fall "
+    "below a client's own model where clients hold every class; it buys one model at "
+    "inference instead of K",
+    below=BOTH,
+)
+DATA_FREE_LIMIT = KnownLimit(
+    "data-free: the student (or IntactOFL's gate) learns only from inputs a generator "
+    "synthesises against the frozen client models, at a third of the rounds in the matrix "
+    "(CPU time); at full rounds the IntactOFL benchmark also puts every data-free method below "
+    "the probability ensemble, DENSE and Co-Boosting near chance",
+    below=BOTH,
+)
+IID_OPEN_SET_LIMIT = KnownLimit(
+    "built for label skew: on IID data every client holds every class, the abstention "
+    "weighting has no unknown classes to filter, and training the extra 'unknown' class on "
+    "negatives costs known-class accuracy, so the plain ensemble of ERM models is ahead",
+    below=BOTH,
+    partitions=("iid",),
+)
 
 
 def client_embeddings(ctx: ClientContext) -> torch.Tensor:

@@ -44,7 +44,7 @@ from torch import nn
 
 from oneshotfl.functional import kl_to_student, masked_disagreement
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.common import SendsTrainedModel, initial_model
+from oneshotfl.methods.common import DATA_FREE_LIMIT, SendsTrainedModel, initial_model
 from oneshotfl.models.generator import ImageGenerator
 from oneshotfl.params import require
 from oneshotfl.protocol.contract import Requires, ServerContext
@@ -200,6 +200,8 @@ class HardSamples(DistilFromEnsemble):
 
 class DataFreeDistillation(SendsTrainedModel[Any]):
     """The server half DENSE and Co-Boosting share (see the module docs)."""
+
+    known_limits = (DATA_FREE_LIMIT,)
 
     requires = Requires(data_free=True)
     problem: type[DistilFromEnsemble] = DistilFromEnsemble

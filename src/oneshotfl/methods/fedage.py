@@ -87,6 +87,7 @@ from torch import nn
 from oneshotfl.encoders.base import EncodedClassifier, Encoder
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import (
+    BOTH,
     client_embeddings,
     encoded_head,
     head_from_payload,
@@ -98,6 +99,7 @@ from oneshotfl.params import Params, require
 from oneshotfl.privacy import gaussian_release, latent_privacy_report, randomized_response
 from oneshotfl.protocol.contract import ClientContext, Method, Requires, ServerContext
 from oneshotfl.protocol.fields import model_fields
+from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
 from oneshotfl.protocol.payload import Payload
 from oneshotfl.protocol.spec import ArraySpec, ModelSpec, PayloadSpec, ScalarSpec, WireDims
@@ -243,6 +245,17 @@ class FedAGEConfig(Params):
 @register_method("fedage", "FedAGE: frozen encoder, latents + head upload, progressive KD")
 class FedAGE(Method[FedAGEConfig]):
     """FedAGE: clients send embeddings and a head; the server distils progressively."""
+
+    known_limits = (
+        KnownLimit(
+            "bounded by the shared encoder: heads learn on its embeddings only, and in the "
+            "matrix it is a small SimCLR encoder pretrained on the 300-image pool (the paper's "
+            "is an ImageNet ResNet-18); the cell is covered where one head on every client's "
+            "embeddings with the true labels (`centralized_head`) is below the reference too",
+            below=BOTH,
+            bound="centralized_head",
+        ),
+    )
 
     Config = FedAGEConfig
     requires = Requires(shared_encoder=True)

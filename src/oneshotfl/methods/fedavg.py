@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from oneshotfl.functional import Weighting
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.common import SendsTrainedModel, average_models
+from oneshotfl.methods.common import AVERAGING_LIMIT, SendsTrainedModel, average_models
 from oneshotfl.params import Params, require
 from oneshotfl.protocol.contract import Requires, ServerContext
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
@@ -54,6 +54,8 @@ class FedAvgConfig(Params):
 @register_method("fedavg", "one round of FedAvg: data-size-weighted parameter average")
 class FedAvg(SendsTrainedModel[FedAvgConfig]):
     """One-shot FedAvg (McMahan et al. 2017)."""
+
+    known_limits = (AVERAGING_LIMIT,)
 
     Config = FedAvgConfig
     requires = Requires(same_architecture=True)

@@ -29,10 +29,11 @@ from dataclasses import dataclass
 from torch import nn
 
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.common import SendsTrainedModel, average_models, initial_model
+from oneshotfl.methods.common import SKEW, SendsTrainedModel, average_models, initial_model
 from oneshotfl.params import Params, require
 from oneshotfl.protocol.contract import ClientContext, Requires, ServerContext
 from oneshotfl.protocol.fields import model_fields, model_from_fields
+from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
 from oneshotfl.protocol.payload import Payload
 from oneshotfl.protocol.spec import ModelSpec, PayloadSpec, WireDims
@@ -63,6 +64,15 @@ class FedAvgRoundsConfig(Params):
 )
 class FedAvgRounds(SendsTrainedModel[FedAvgRoundsConfig]):
     """R rounds of FedAvg with full participation; every round's bytes are counted."""
+
+    known_limits = (
+        KnownLimit(
+            "a few rounds of FedAvg (3 in the matrix) under label skew: each round's local "
+            "training drifts towards the client's classes, so the average stays below the "
+            "ensemble of one-shot models until many more rounds have passed",
+            partitions=SKEW,
+        ),
+    )
 
     Config = FedAvgRoundsConfig
     requires = Requires(same_architecture=True)

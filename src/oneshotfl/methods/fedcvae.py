@@ -37,9 +37,10 @@ from torch import nn
 
 from oneshotfl.data.types import LabelledData, TaskInfo
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.common import initial_model
+from oneshotfl.methods.common import BOTH, initial_model
 from oneshotfl.params import Params, require
 from oneshotfl.protocol.contract import ClientContext, Method, Requires, ServerContext
+from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
 from oneshotfl.protocol.payload import Payload
 from oneshotfl.protocol.spec import ArraySpec, PayloadSpec, WireDims
@@ -137,6 +138,15 @@ def allocate(total: int, weights: np.ndarray) -> np.ndarray:
 @register_method("fedcvae", "FedCVAE: clients send CVAE decoders; server trains on samples")
 class FedCVAE(Method[FedCVAEConfig]):
     """FedCVAE-Ens / FedCVAE-KD (Heinbaugh et al. 2023)."""
+
+    known_limits = (
+        KnownLimit(
+            "trains the server's classifier on samples of CVAE decoders each client fits to "
+            "its 450-550 images in the matrix: the samples are blurry (worst on the 16x16 RGB "
+            "shapes), so the classifier stays below models trained on the real images",
+            below=BOTH,
+        ),
+    )
 
     Config = FedCVAEConfig
     requires = Requires()

@@ -52,6 +52,7 @@ from torch import nn
 from oneshotfl.functional import average_probabilities, ensemble_target, kl_to_student
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import (
+    STUDENT_LIMIT,
     SendsTrainedModel,
     average_models,
     initial_model,
@@ -140,6 +141,8 @@ def choose_student(
 )
 class FedDF(SendsTrainedModel[FedDFConfig]):
     """Ensemble distillation of client models (or their predictions) into a server student."""
+
+    known_limits = (STUDENT_LIMIT,)
 
     Config = FedDFConfig
     requires = Requires(public_data=True)

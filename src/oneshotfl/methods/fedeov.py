@@ -51,17 +51,18 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import nn
 
 from oneshotfl.cost import inference_latency_ms, sparse_forward_flops
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.common import SendsTrainedModel
+from oneshotfl.methods.common import IID_OPEN_SET_LIMIT, SendsTrainedModel
 from oneshotfl.params import Params, require
 from oneshotfl.protocol.contract import ClientContext, ServerContext
 from oneshotfl.protocol.fields import model_from_fields
+from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import Ensemble, Outcome
 from oneshotfl.protocol.payload import Payload
 from oneshotfl.protocol.spec import ModelSpec, PayloadSpec, WireDims, n_examples_spec
@@ -180,6 +181,8 @@ class OpenSetEnsemble(SendsTrainedModel[Any]):
     """Shared by FedOV and FedEOV: the client sends its (C+1)-way model; the server keeps
     every model and predicts with the abstention-weighted vote."""
 
+    known_limits: ClassVar[tuple[KnownLimit, ...]] = (IID_OPEN_SET_LIMIT,)
+
     def accepted_votes(self) -> int | None:
         votes: int | None = self.config.accepted_votes
         return votes
@@ -273,6 +276,16 @@ class FedEOVPrunedConfig(FedEOVConfig):
 @register_method("fedeov_pruned", "FedEOV-Pruned: iterative magnitude pruning in the budget")
 class FedEOVPruned(FedEOV):
     """FedEOV with iterative magnitude pruning inside the client's budget (Algorithm 2)."""
+
+    known_limits = (
+        IID_OPEN_SET_LIMIT,
+        KnownLimit(
+            "prunes half of every layer's weights inside the 300-step budget (rewinding to "
+            "the start after the pruning phase): where the unpruned FedEOV is only level with "
+            "the ensemble, the pruned members fall below it",
+            partitions=("dirichlet",),
+        ),
+    )
 
     Config = FedEOVPrunedConfig
 

@@ -24,7 +24,7 @@ import torch
 from oneshotfl.cost import inference_latency_ms
 from oneshotfl.functional import kl_to_student
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.common import initial_model
+from oneshotfl.methods.common import IID_OPEN_SET_LIMIT, STUDENT_LIMIT, initial_model
 from oneshotfl.methods.fedeov import LATENCY_BATCH, FedEOV, FedEOVConfig
 from oneshotfl.params import require
 from oneshotfl.protocol.contract import Requires, ServerContext
@@ -58,6 +58,8 @@ class FedEOVDistilledConfig(FedEOVConfig):
 @register_method("fedeov_distilled", "FedEOV ensemble distilled into one model on the public pool")
 class FedEOVDistilled(FedEOV):
     """FedEOV-Distilled (see the module docs)."""
+
+    known_limits = (IID_OPEN_SET_LIMIT, STUDENT_LIMIT)
 
     Config = FedEOVDistilledConfig
     requires = Requires(public_data=True)

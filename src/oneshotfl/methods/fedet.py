@@ -49,6 +49,7 @@ import torch.nn.functional as F
 from oneshotfl.functional import EPS, kl_rows, soft_cross_entropy_rows
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import (
+    STUDENT_LIMIT,
     SendsTrainedModel,
     initial_model,
     probabilities_payload,
@@ -144,6 +145,8 @@ def fedet_loss(
 @register_method("fedet", "Fed-ET: variance-weighted consensus + diversity-regularised KD")
 class FedET(SendsTrainedModel[FedETConfig]):
     """Weighted-consensus distillation with diversity regularisation into a server model."""
+
+    known_limits = (STUDENT_LIMIT,)
 
     Config = FedETConfig
     requires = Requires(public_data=True, server_model=True)

@@ -24,7 +24,12 @@ import torch.nn.functional as F
 
 from oneshotfl.functional import entropy_weights, weighted_kl_rows, weighted_mixture
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.common import SharesPredictions, initial_model, stack_probabilities
+from oneshotfl.methods.common import (
+    STUDENT_LIMIT,
+    SharesPredictions,
+    initial_model,
+    stack_probabilities,
+)
 from oneshotfl.params import Params, require
 from oneshotfl.protocol.contract import Requires, ServerContext
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
@@ -55,6 +60,8 @@ class FedHKTConfig(Params):
 @register_method("fedhkt", "FedHKT: entropy-weighted per-sample KD of client predictions")
 class FedHKT(SharesPredictions[FedHKTConfig]):
     """Confidence-weighted knowledge transfer from client predictions to a server model."""
+
+    known_limits = (STUDENT_LIMIT,)
 
     Config = FedHKTConfig
     requires = Requires(public_data=True, server_model=True)

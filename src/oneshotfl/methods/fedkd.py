@@ -48,7 +48,7 @@ from torch import nn
 
 from oneshotfl.functional import kl_to_student
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.common import initial_model
+from oneshotfl.methods.common import STUDENT_LIMIT, initial_model
 from oneshotfl.params import Params, require
 from oneshotfl.protocol.contract import ClientContext, Method, Requires, ServerContext
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
@@ -118,6 +118,8 @@ def noisy_mean(dists: torch.Tensor, noise_std: float, generator: torch.Generator
 @register_method("fedkd", "FedKD: one-shot ensemble KD of (quantised, noisy) client predictions")
 class FedKD(Method[FedKDConfig]):
     """FedKD (Gong et al. 2022): clients send public-pool predictions once; server distils."""
+
+    known_limits = (STUDENT_LIMIT,)
 
     Config = FedKDConfig
     requires = Requires(public_data=True, server_model=True)

@@ -52,7 +52,7 @@ import torch
 from oneshotfl.data.types import LabelledData
 from oneshotfl.functional import consistent_vote_counts, noisy_argmax, vote_counts
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.common import initial_model
+from oneshotfl.methods.common import STUDENT_LIMIT, initial_model
 from oneshotfl.models import create_model
 from oneshotfl.params import Params, require
 from oneshotfl.protocol.contract import ClientContext, Method, Requires, ServerContext
@@ -122,6 +122,8 @@ def query_indices(n: int, fraction: float, seed: int) -> torch.Tensor:
 @register_method("fedkt", "FedKT: two-tier PATE voting (teachers → students → server vote)")
 class FedKT(Method[FedKTConfig]):
     """FedKT (Li, He, Song 2021): per-client teacher votes → students; server student vote."""
+
+    known_limits = (STUDENT_LIMIT,)
 
     Config = FedKTConfig
     requires = Requires(public_data=True)

@@ -51,7 +51,12 @@ from oneshotfl.functional import (
     weighted_mixture,
 )
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.common import SharesPredictions, initial_model, stack_probabilities
+from oneshotfl.methods.common import (
+    STUDENT_LIMIT,
+    SharesPredictions,
+    initial_model,
+    stack_probabilities,
+)
 from oneshotfl.params import Params, require
 from oneshotfl.protocol.contract import Requires, ServerContext
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
@@ -163,6 +168,8 @@ def fedol_loss(
 class FedOL(SharesPredictions[FedOLConfig]):
     """FedOL (Ye et al.): prediction sharing, server-side pseudo-label/KD alternation. The
     client half is Eq. (2) local training (the federation's recipe), then predictions on D_u."""
+
+    known_limits = (STUDENT_LIMIT,)
 
     Config = FedOLConfig
     requires = Requires(public_data=True, server_model=True)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.common import SendsTrainedModel, average_models
+from oneshotfl.methods.common import AVERAGING_LIMIT, SendsTrainedModel, average_models
 from oneshotfl.params import Params, require
 from oneshotfl.protocol.contract import ClientContext, Requires, ServerContext
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
@@ -58,6 +58,8 @@ class FedProxConfig(Params):
 class FedProx(SendsTrainedModel[FedProxConfig]):
     """One-shot FedProx (Li et al. 2020): the federation's recipe plus the ``proximal``
     training component (:mod:`oneshotfl.training.components`)."""
+
+    known_limits = (AVERAGING_LIMIT,)
 
     Config = FedProxConfig
     requires = Requires(same_architecture=True)

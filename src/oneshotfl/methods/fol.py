@@ -56,7 +56,7 @@ from torch import nn
 
 from oneshotfl.artefacts import tensor_fingerprint
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.common import SendsTrainedModel
+from oneshotfl.methods.common import BOTH, SendsTrainedModel
 from oneshotfl.methods.fol_stages import (
     align_prune,
     encounter_schedule,
@@ -71,6 +71,7 @@ from oneshotfl.models import create_model
 from oneshotfl.params import Params, is_int, require
 from oneshotfl.protocol.contract import ClientContext, PeerMethod, Requires, Topology
 from oneshotfl.protocol.fields import model_fields, model_from_fields
+from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import Ensemble, GlobalModel, Outcome
 from oneshotfl.protocol.payload import Payload
 from oneshotfl.protocol.spec import WireDims
@@ -152,6 +153,17 @@ def _pruned_model(payload: Payload, dims: WireDims) -> nn.Module:
 @register_method("fol", "FOL: server-free one-shot personalisation (align-prune, top-K, KD)")
 class Fol(PeerMethod[FolConfig], SendsTrainedModel[FolConfig]):
     """Each client aligns, prunes and ensembles its neighbours' models, then distils."""
+
+    known_limits = (
+        KnownLimit(
+            "personalisation with nothing to personalise: on IID data each client's own "
+            "distribution is everyone's, and FOL distils its Top-K ensemble into one model, "
+            "which stays below the ensemble of all five client models (measured, as FOL is, "
+            "on each client's own distribution)",
+            below=BOTH,
+            partitions=("iid",),
+        ),
+    )
 
     Config: ClassVar[type] = FolConfig
     requires: ClassVar[Requires] = Requires(topology=Topology.PEER, validation=True)

@@ -33,6 +33,8 @@ from oneshotfl.data.types import LabelledData
 from oneshotfl.functional import Weighting, client_weights, weighted_average
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import (
+    BOTH,
+    SKEW,
     client_embeddings,
     encoded_head,
     head_from_payload,
@@ -46,6 +48,7 @@ from oneshotfl.params import Params, require
 from oneshotfl.privacy import latent_privacy_report
 from oneshotfl.protocol.contract import ClientContext, Method, Requires, ServerContext
 from oneshotfl.protocol.fields import model_fields
+from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import Ensemble, GlobalModel, Outcome
 from oneshotfl.protocol.payload import Payload
 from oneshotfl.protocol.spec import ArraySpec, ModelSpec, PayloadSpec, WireDims, n_examples_spec
@@ -118,6 +121,15 @@ class SendsHead(Method[HeadConfig]):
 class HeadAverage(SendsHead):
     """FedAGE's Table 6 parameter-averaging baselines."""
 
+    known_limits = (
+        KnownLimit(
+            "averages heads each client initialised and trained on its own: near chance in "
+            "every setting, as the FedAGE paper's Table 6 reports for its parameter-averaging "
+            "baselines (12.7-25.8% on CIFAR-10)",
+            below=BOTH,
+        ),
+    )
+
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         ids = sorted(payloads)
         archs = sorted({str(payloads[c].scalars["head.arch"]) for c in ids})
@@ -138,6 +150,18 @@ class HeadAverage(SendsHead):
 class HeadEnsemble(SendsHead):
     """The ensemble of client heads on E(x)."""
 
+    known_limits = (
+        *FedAGE.known_limits,
+        KnownLimit(
+            "the plain ensemble's label-skew weakness on weaker features: each head knows only "
+            "its client's classes, as each model of `ensemble` does, but sits on the frozen "
+            "encoder rather than features learned end to end, so under skew it falls below "
+            "the ensemble of full models even where one head on all labels is above it",
+            below=BOTH,
+            partitions=SKEW,
+        ),
+    )
+
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         return Ensemble([encoded_head(ctx, h) for h in self.heads(payloads, ctx)])
 
@@ -147,6 +171,16 @@ class HeadEnsemble(SendsHead):
 )
 class CentralizedHead(Method[HeadConfig]):
     """One head trained on the union of all clients' embeddings and labels."""
+
+    known_limits = (
+        KnownLimit(
+            "the encoder's ceiling: one head on every client's embeddings and true labels is "
+            "as good as the shared encoder's features allow - in the matrix a small SimCLR "
+            "encoder pretrained on the 300-image pool (near chance on the RGB shapes), against "
+            "models trained on the images themselves",
+            below=BOTH,
+        ),
+    )
 
     Config = HeadConfig
     requires = Requires(shared_encoder=True)

@@ -81,7 +81,7 @@ from oneshotfl.functional import (
     masked_disagreement,
 )
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.common import SendsTrainedModel
+from oneshotfl.methods.common import DATA_FREE_LIMIT, SendsTrainedModel
 from oneshotfl.models.generator import ImageGenerator, input_statistics
 from oneshotfl.params import require
 from oneshotfl.protocol.contract import Requires, ServerContext
@@ -316,6 +316,8 @@ def synthesis_config(cfg: IntactOFLConfig) -> SynthesisConfig:
 @register_method("intactofl", "IntactOFL: frozen client experts, MoE gate on generated data")
 class IntactOFL(SendsTrainedModel[IntactOFLConfig]):
     """IntactOFL (see the module docs)."""
+
+    known_limits = (DATA_FREE_LIMIT,)
 
     Config = IntactOFLConfig
     requires = Requires(data_free=True)

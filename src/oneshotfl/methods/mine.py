@@ -37,7 +37,12 @@ from torch import nn
 from oneshotfl.data.types import LabelledData
 from oneshotfl.functional import entropy
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.common import SharesPredictions, initial_model, stack_probabilities
+from oneshotfl.methods.common import (
+    STUDENT_LIMIT,
+    SharesPredictions,
+    initial_model,
+    stack_probabilities,
+)
 from oneshotfl.params import Params, require
 from oneshotfl.protocol.contract import Requires, ServerContext
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
@@ -86,6 +91,8 @@ def lowest_entropy_labels(probs: torch.Tensor) -> torch.Tensor:
 @register_method("mine", "MinE: pseudo-label by the lowest-entropy client prediction, train server")
 class MinE(SharesPredictions[MinEConfig]):
     """The lowest-entropy vote over client predictions, distilled into a server model."""
+
+    known_limits = (STUDENT_LIMIT,)
 
     Config = MinEConfig
     requires = Requires(public_data=True, server_model=True)

@@ -23,10 +23,11 @@ from dataclasses import dataclass
 
 from oneshotfl.functional import Weighting, client_weights
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.common import SendsTrainedModel
+from oneshotfl.methods.common import SKEW, SendsTrainedModel
 from oneshotfl.params import Params
 from oneshotfl.protocol.contract import ClientContext, PeerMethod
 from oneshotfl.protocol.fields import model_from_fields
+from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import Ensemble, Outcome
 from oneshotfl.protocol.payload import Payload
 
@@ -48,6 +49,17 @@ class PeerEnsembleConfig(Params):
 @register_method("peer_ensemble", "server-free: each client's ensemble of its own + neighbours")
 class PeerEnsemble(PeerMethod[PeerEnsembleConfig], SendsTrainedModel[PeerEnsembleConfig]):
     """Each client predicts with the softmax ensemble of its own and its neighbours' models."""
+
+    known_limits = (
+        KnownLimit(
+            "does not personalise: every client averages its neighbours' models with its own "
+            "uniformly, so under label skew the result knows the client's own classes worse "
+            "than the client's own model does (FOL's Top-K weighting and distillation are "
+            "what add personalisation)",
+            below=("local",),
+            partitions=SKEW,
+        ),
+    )
 
     Config = PeerEnsembleConfig
 
