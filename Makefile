@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
 .PHONY: setup data demo test test-fast docs check-wheel lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
-	bench-fedeov bench-fedeov-target bench-intactofl bench-fol bench-robust bench-robustness bench-small-data bench-workers bench-membership bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed \
+	bench-fedeov bench-fedeov-target bench-fedeov-fgsm3 bench-intactofl bench-fol bench-robust bench-robustness bench-small-data bench-workers bench-membership bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed \
 	clean-cache
 VENV := .venv/bin
 
@@ -92,6 +92,11 @@ bench-fedeov-target: setup data
 	$(VENV)/oneshotfl report benchmarks/results/fedeov-target \
 	  --out docs/figures/fedeov-target --markdown docs/benchmarks.md --section fedeov-target
 	$(VENV)/python scripts/fedeov_report.py target
+
+## FedEOV's three-step FGSM against the 15-step default (issue 27), on the Table 6 federations.
+bench-fedeov-fgsm3: setup data
+	VENV=$(VENV) bash scripts/sweep_shards.sh fedeov-fgsm3
+	$(VENV)/python scripts/fedeov_report.py fgsm3
 
 ## The IntactOFL benchmark of issue 13 (see docs/benchmarks.md): the α table (parameter methods
 ## on 10 resnet8 clients, MoE and data-free KD on a cnn/mlp/resnet8/vgg mix), the generator and

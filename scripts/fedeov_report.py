@@ -15,7 +15,14 @@ ensemble with ideal sparse kernels (what the pruned members' zeros would save) a
 distilled student, and the CPU latency the servers measured (median over seeds; dense
 kernels, members evaluated one after another, one thread).
 
-Usage: python scripts/fedeov_report.py target|latency [RESULTS_DIR] [MARKDOWN]
+``fgsm3`` reads ``benchmarks/results/fedeov-fgsm3`` (the three-step FGSM, issue 27) beside
+the committed 15-step ``fedeov`` of ``fedeov-fmnist`` and splices, between the
+``<!-- report:fedeov-fgsm3-table -->`` markers, per client count and seed both readings' accuracy
+(Theorem 2), their difference, the three-step reading under the code's top-5 vote, and the
+client minutes of each; the last column says whether the three-step reading is within a point
+of the 15-step one at every seed.
+
+Usage: python scripts/fedeov_report.py target|latency|fgsm3 [RESULTS_DIR] [MARKDOWN]
 """
 
 from __future__ import annotations
@@ -125,9 +132,51 @@ def latency_table(results: Path) -> str:
     return "\n".join(lines)
 
 
+FGSM3 = "fedeov:fgsm_step=0.01:fgsm_steps=3:fgsm_warmup_steps=1"
+
+
+def fgsm3_table(results: Path) -> str:
+    """Three-step against 15-step FedEOV per client count and seed (see the module docs)."""
+    fifteen = {
+        (d["config"]["clients"], d["config"]["seed"]): d for _, d in results_of(
+            Path("benchmarks/results/fedeov-fmnist"))
+    }  # fmt: skip
+    rows: dict[int, list[tuple[int, float, float, float, float, float]]] = defaultdict(list)
+    for _, doc in results_of(results):
+        n, seed = doc["config"]["clients"], doc["config"]["seed"]
+        base = fifteen.get((n, seed))
+        if base is None:
+            continue
+        old = next(m for m in base["methods"] if m["key"] == "fedeov")
+        new = {m["key"]: m for m in doc["methods"]}
+        rows[n].append((
+            seed, 100 * old["accuracy"], 100 * new[FGSM3]["accuracy"],
+            100 * new[FGSM3 + ":accepted_votes=5"]["accuracy"],
+            n * old["client_wall_s_mean"] / 60, n * new[FGSM3]["client_wall_s_mean"] / 60,
+        ))  # fmt: skip
+    lines = [
+        "| n | seed | 15 steps | 3 steps | difference | 3 steps, top-5 vote "
+        "| client min, 15 → 3 steps |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    verdicts = []
+    for n in sorted(rows):
+        for seed, old, new, top5, m_old, m_new in sorted(rows[n]):
+            lines.append(
+                f"| {n} | {seed} | {old:.2f} | {new:.2f} | {new - old:+.2f} | {top5:.2f} "
+                f"| {m_old:.1f} → {m_new:.1f} |"
+            )
+        diffs = [new - old for _, old, new, *_ in rows[n]]
+        mean = statistics.mean(diffs)
+        ok = all(d >= -1.0 for d in diffs)
+        verdicts.append(f"n = {n}: mean {mean:+.2f} ({'within' if ok else 'not within'} a point)")
+    return "\n".join(lines) + "\n\n" + "; ".join(verdicts) + "."
+
+
 TABLES = {
     "target": ("benchmarks/results/fedeov-target", "fedeov-target-time", target_table),
     "latency": ("benchmarks/results/fedeov-fmnist", "fedeov-latency", latency_table),
+    "fgsm3": ("benchmarks/results/fedeov-fgsm3", "fedeov-fgsm3-table", fgsm3_table),
 }
 
 
