@@ -34,7 +34,7 @@ test-fast: setup data
 	$(VENV)/ruff check src tests examples scripts
 	$(VENV)/ruff format --check src tests examples scripts
 	$(VENV)/mypy
-	$(VENV)/python -m pytest -q -n auto
+	OMP_NUM_THREADS=1 $(VENV)/python -m pytest -q -n auto
 
 ## The documentation site (mkdocs.yml) into site/; --strict: a broken link or reference fails.
 docs: setup
