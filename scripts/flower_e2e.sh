@@ -94,9 +94,28 @@ methods: [fedavg, ensemble, "fedavg_rounds:rounds=2", peer_ensemble]
 EOF
 "$BIN/oneshotfl" flower app-dir "$WORK/app" >/dev/null
 
-log "local simulation (reference)"
+log "local simulations (references), in the background while the SuperLinks start"
 timeout 300 "$BIN/oneshotfl" run --config "$WORK/experiment.yaml" "cache_dir=$WORK/cache-local" \
-  --out "$WORK/local" >"$WORK/logs/local.log" 2>&1 || fail "the local simulation failed"
+  --out "$WORK/local" >"$WORK/logs/local.log" 2>&1 &
+LOCAL_PID=$!
+cat >"$WORK/ring.yaml" <<EOF
+dataset: digits
+clients: 4
+model: mlp
+local_epochs: 1
+local_steps: 0
+batch_size: 32
+lr: 0.05
+alpha: 1.0
+min_samples: 5
+val_fraction: 0.2
+device: cpu
+graph: ring
+methods: ["fol:rounds=2:kd_epochs=1:weight_steps=20"]
+EOF
+timeout 300 "$BIN/oneshotfl" run --config "$WORK/ring.yaml" "cache_dir=$WORK/cache-ring" \
+  --out "$WORK/ring-local" >"$WORK/logs/ring-local.log" 2>&1 &
+RING_LOCAL_PID=$!
 
 # submit NAME CONNECTION RUN-CONFIG: submit the app, poll `flwr ls` (flwr run exits 0 even when
 # the run fails) until it finishes; the final status goes to $WORK/NAME-status.
@@ -113,7 +132,7 @@ submit() {
     status=$(json_get "$WORK/$name-ls.json" "d['runs'][0]['status']")
     case "$status" in finished:*) break ;; esac
     [ "$SECONDS" -lt "$deadline" ] || fail "$name: run $run_id still '$status' after ${RUN_TIMEOUT}s"
-    sleep 3
+    sleep 1
   done
   echo "$status" >"$WORK/$name-status"
 }
@@ -123,6 +142,7 @@ submit() {
 flower_run() {
   local name=$1 conn=$2 config=${3:-$WORK/experiment.yaml} local=${4:-$WORK/local} status
   submit "$name" "$conn" "config='$config' out='$WORK/$name' node-timeout=60.0 reply-timeout=240.0"
+  wait_local "$local"
   status=$(cat "$WORK/$name-status")
   [ "$status" = "finished:completed" ] || fail "$name: run ended '$status'"
   "$BIN/oneshotfl" compare "$local/result.json" "$WORK/$name/result.json" \
@@ -130,6 +150,16 @@ flower_run() {
   log "$name: bytes on the wire (flwr ls): $(json_get "$WORK/$name-ls.json" "d['runs'][0]['network-traffic']")"
   log "$name: bytes we counted (uploads + downloads): $(json_get "$WORK/$name/result.json" \
     "sum(sum(m['upload_bytes_per_client']) + m['download_bytes_per_client'] * d['config']['clients'] for m in d['methods'])")"
+}
+
+# wait_local DIR: the background reference simulation writing DIR must have finished well.
+WAITED=""
+wait_local() {
+  local pid=$LOCAL_PID
+  [ "$1" = "$WORK/ring-local" ] && pid=$RING_LOCAL_PID
+  case " $WAITED " in *" $pid "*) return 0 ;; esac
+  wait "$pid" || fail "the local simulation $1 failed (log: $WORK/logs/$(basename "$1").log)"
+  WAITED="$WAITED $pid"
 }
 
 node_config() { echo "partition-id=$1 num-partitions=${2:-3} cache-dir='$WORK/cache-node-$1'"; }
@@ -179,8 +209,9 @@ done
 
 # Dropout: node 2 goes away; with min_clients=2 the server aggregates the other two and names
 # client 2; with min_clients=3 the run must fail (and `flwr ls` must say so).
-kill -TERM -- "-$(cat "$WORK/logs/node-2.pid")"
-sleep 3
+node2=$(cat "$WORK/logs/node-2.pid")
+kill -TERM -- "-$node2"
+for _ in $(seq 50); do kill -0 "$node2" 2>/dev/null || break; sleep 0.2; done
 log "dropout: node 2 stopped, min_clients=2"
 submit_dropout dropout 2
 [ "$(cat "$WORK/dropout-status")" = "finished:completed" ] || fail "dropout: run ended $(cat "$WORK/dropout-status")"
@@ -283,23 +314,6 @@ log "bind: node ${NODE_IDS[3]} (bound to client 2) claimed client 1 and was refu
 stop_all
 
 # --- 4. FOL on a 4-node ring ---------------------------------------------------------------------
-cat >"$WORK/ring.yaml" <<EOF
-dataset: digits
-clients: 4
-model: mlp
-local_epochs: 1
-local_steps: 0
-batch_size: 32
-lr: 0.05
-alpha: 1.0
-min_samples: 5
-val_fraction: 0.2
-device: cpu
-graph: ring
-methods: ["fol:rounds=2:kd_epochs=1:weight_steps=20"]
-EOF
-timeout 300 "$BIN/oneshotfl" run --config "$WORK/ring.yaml" "cache_dir=$WORK/cache-ring" \
-  --out "$WORK/ring-local" >"$WORK/logs/ring-local.log" 2>&1 || fail "ring: the local simulation failed"
 RING_PORT=$((PORT + 6))
 log "ring: SuperLink on 127.0.0.1:$RING_PORT and 4 SuperNodes"
 start superlink-ring 600 flower-superlink --insecure --disable-runtime-dependency-installation \
