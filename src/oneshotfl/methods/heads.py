@@ -14,7 +14,9 @@ server builds differ:
   pseudo-label (what the authors' phase 2 hands the server), on the reading's phase-2 budget.
 * ``centralized_head`` — the upper bound for this encoder: clients upload their embeddings
   *and labels* (bytes counted; this is a reference, not a private method) and the server
-  trains one head on their union, in client-id order, with the same recipe.
+  trains one head on their union, in client-id order, with the same recipe; its step floor
+  (``steps`` unset) is the clients' ``local_steps`` times their number, the federation's total,
+  as ``centralized``'s is — an undertrained bound would excuse methods it bounds.
 
 Choices: head architecture ``head`` (one for all clients here), ``epochs`` and ``lr`` as in
 FedAGE (Adam; Table 5's Fashion-MNIST values by default).
@@ -203,7 +205,8 @@ class CentralizedHead(Method[HeadConfig]):
         with seeded_torch(ctx.seed, "centralized_head"):
             head = create_model(self.config.head, encoder.dim, ctx.task.num_classes, 1, ctx.init)
         cfg, client = self.config, ctx.client_train_config
-        steps = client.min_steps if cfg.steps is None else cfg.steps
+        # the federation's total: one client's floor times the clients, as `centralized` has
+        steps = client.min_steps * len(ids) if cfg.steps is None else cfg.steps
         train_classifier(
             head,
             LabelledData(z, y),
