@@ -199,6 +199,11 @@ def test_a_sweep_checks_every_point_before_the_first_one_trains(tmp_path: Path) 
     assert cli.exit_code == 2 and "Traceback" not in cli.output and "sweep point" in cli.output
     done = oneshotfl.sweep({**spec, "grid": [{"partition": "iid"}]}, out, overrides={"clients": 2})
     assert [r.config.clients for r in done.results.values()] == [2]
+    for key in ("partition", "seed"):  # the grid and the seeds give those: never overridden
+        with pytest.raises(
+            ConfigError, match=f"expected keys the grid does not set, got \\['{key}'\\]"
+        ):
+            oneshotfl.sweep({**spec, "grid": [{"partition": "iid"}]}, out, overrides={key: 0})
 
 
 def _yaml(tmp_path: Path, spec: dict[str, object]) -> Path:

@@ -137,3 +137,19 @@ def test_the_readme_walkthrough_runs_as_written(tmp_path: Path) -> None:
     assert experiment is not None
     (run,) = client.search_runs([experiment.experiment_id])
     assert run.info.run_name == "first" and "largest_client/accuracy" in run.data.metrics
+
+
+def test_reading_a_result_back_never_runs_its_plugins(tmp_path: Path, forget: list[str]) -> None:
+    import oneshotfl
+
+    forget.append("mine_read")
+    marker = tmp_path / "imported"
+    file = tmp_path / "mine_read.py"
+    file.write_text(PLUGIN.format(name="mine_read") + f"\nopen({str(marker)!r}, 'a').write('x')\n")
+    settings = {"dataset": "digits", "clients": 2, "model": "mlp", "local_epochs": 1,
+                "local_steps": 0, "workers": 1, "cache_dir": None}  # fmt: skip
+    oneshotfl.run({**settings, "methods": ["mine_read"], "plugins": [str(file)]}, tmp_path / "r")
+    assert marker.read_text() == "x"  # the run imported it once
+    file.unlink()  # the plugin is gone, as on another machine
+    again = oneshotfl.Result.load(tmp_path / "r")
+    assert again.config.plugins == (str(file),) and marker.read_text() == "x"

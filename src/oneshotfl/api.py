@@ -18,7 +18,6 @@ A :class:`Result` has the fields of ``result.json`` and reads any result file ba
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -45,6 +44,7 @@ from oneshotfl.runner.sweep import (
     parse_sweep,
     select_seeds,
     select_shard,
+    sweep_mapping,
     write_sweep_record,
 )
 from oneshotfl.tracking import log_result, tracked
@@ -159,6 +159,33 @@ def run_and_write(
     return doc, path
 
 
+def with_base_overrides(
+    path_or_mapping: str | Path | Mapping[str, Any], overrides: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A sweep mapping with ``overrides`` in its ``base``.
+
+    Raises:
+        ConfigError: for an override of a key the grid or the groups set, or of the seed.
+    """
+    data = (
+        dict(path_or_mapping)
+        if isinstance(path_or_mapping, Mapping)
+        else sweep_mapping(Path(path_or_mapping))
+    )
+    varied = {"seed", "seeds"}
+    for subgrid in data.get("grid") or []:
+        varied |= set(subgrid) if isinstance(subgrid, Mapping) else set()
+    for group in (data.get("groups") or {}).values():
+        varied |= set(group) if isinstance(group, Mapping) else set()
+    clash = sorted(k for k in (str(k).replace("-", "_") for k in overrides) if k in varied)
+    if clash:
+        raise ConfigError(
+            f"sweep overrides: expected keys the grid does not set, got {clash} (the grid, its "
+            "groups and the seeds give those values)"
+        )
+    return {**data, "base": {**(data.get("base") or {}), **overrides}}
+
+
 def sweep(
     path_or_sweep: str | Path | Sweep | Mapping[str, Any],
     out: str | Path,
@@ -207,7 +234,11 @@ def sweep(
             tracking backend that is unknown or not installed.
     """
     if isinstance(path_or_sweep, Sweep):
+        if overrides:
+            raise ConfigError("overrides: expected a sweep file or mapping to apply them to")
         spec = path_or_sweep
+    elif overrides:  # into the base, beneath every grid point: grid keys and seeds stay theirs
+        spec = parse_sweep(with_base_overrides(path_or_sweep, overrides))
     elif isinstance(path_or_sweep, Mapping):
         spec = parse_sweep(path_or_sweep)
     else:
@@ -216,14 +247,6 @@ def sweep(
         seeds = ",".join(str(s) for s in seeds)
     if isinstance(shard, tuple):
         shard = f"{shard[0]}/{shard[1]}"
-    if overrides:
-        spec = Sweep(
-            spec.name,
-            tuple(
-                dataclasses.replace(p, config=make_config({**p.config.to_dict(), **overrides}))
-                for p in spec.runs
-            ),
-        )
     runs = select_shard(select_seeds(spec.runs, seeds), shard)
     root = writable_dir(Path(out))
     for point in runs:  # every point checked before the first one trains

@@ -359,7 +359,7 @@ def sweep(
     try:
         with RichTracker(err_console) as progress:
             done = api.sweep(
-                spec,
+                file,
                 root,
                 shard,
                 seeds=seeds,

@@ -111,6 +111,7 @@ class Centralized(Method[CentralizedConfig]):
             "arch": arch,
             "train": train.as_dict(),
             "seed": ctx.seed,
+            "init": ctx.init,
             "task": [ctx.task.num_classes, ctx.task.in_channels, ctx.task.image_size],
         }
         payload, _ = ctx.store.get_or_make("centralized", parts, make, "centralized model")

@@ -194,6 +194,7 @@ class ClientContext:
             "task": [self.task.num_classes, self.task.in_channels, self.task.image_size],
             "seed": self.seed,
             "client": self.client_id,
+            "init": self.init,  # a model trained here starts from it (heads, FedKT students)
         }
         payload, _ = self.store.get_or_make(kind, key, make, f"client {self.client_id} {label}")
         return payload

@@ -9,8 +9,10 @@ overrides apply on top. ``methods`` is a list of method specs (``name`` or
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -31,6 +33,22 @@ from oneshotfl.training.loop import TrainConfig
 
 class ConfigError(ValueError):
     """A configuration that cannot be run, with a sentence saying why."""
+
+
+NAMES_CHECKED: contextvars.ContextVar[bool] = contextvars.ContextVar("names_checked", default=True)
+"""Whether a config being built imports its plugins and checks its registry names (off only
+while a recorded config is read back: reading a result never runs its plugins' code)."""
+
+
+@contextlib.contextmanager
+def names_unchecked() -> Iterator[None]:
+    """Build configs without importing plugins or checking registry names (a result read
+    back: :func:`oneshotfl.runner.results.recorded_config`)."""
+    token = NAMES_CHECKED.set(False)
+    try:
+        yield
+    finally:
+        NAMES_CHECKED.reset(token)
 
 
 @dataclass(frozen=True)
@@ -168,10 +186,11 @@ class ExperimentConfig(Params):
             raise ConfigError(str(exc)) from None
 
     def validate(self) -> None:
-        try:  # before any name is checked: a plugin may register it
-            load_plugins(self.plugins)
-        except PluginError as exc:
-            raise ConfigError(str(exc)) from None
+        if NAMES_CHECKED.get():
+            try:  # before any name is checked: a plugin may register it
+                load_plugins(self.plugins)
+            except PluginError as exc:
+                raise ConfigError(str(exc)) from None
         if not self.methods:
             raise ConfigError("methods: expected at least one method, got none")
         self._validate_dataset()
@@ -218,6 +237,8 @@ class ExperimentConfig(Params):
     def _validate_dataset(self) -> None:
         """A registered name, or a ``folder:``/``npz:`` spec whose options parse (its files
         are read only when the data are loaded)."""
+        if not NAMES_CHECKED.get():
+            return
         if is_user_spec(self.dataset):
             try:
                 parse_user_spec(self.dataset)

@@ -22,7 +22,7 @@ import torch
 import oneshotfl
 from oneshotfl.environment import cpu_model, data_hash, git_commit
 from oneshotfl.plots import partition_heatmap
-from oneshotfl.runner.config import ExperimentConfig, make_config
+from oneshotfl.runner.config import ExperimentConfig, make_config, names_unchecked
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -189,7 +189,8 @@ def recorded_config(
     before = dict(RECORDED_BEFORE)
     if environment and isinstance(environment.get("threads"), int):
         before["client_threads"] = environment["threads"]
-    return make_config({**before, **values})
+    with names_unchecked():  # reading a result never imports (runs) its plugins
+        return make_config({**before, **values})
 
 
 def required_fields(cls: type) -> list[str]:

@@ -104,8 +104,8 @@ def parse_sweep(data: Mapping[str, Any], default_name: str = "sweep") -> Sweep:
     return Sweep(str(data.get("name", default_name)), tuple(runs))
 
 
-def load_sweep(path: str | Path) -> Sweep:
-    """Read and expand a sweep YAML file."""
+def sweep_mapping(path: str | Path) -> dict[str, Any]:
+    """A sweep YAML file's mapping (named after the file unless it names itself)."""
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text())
@@ -113,7 +113,12 @@ def load_sweep(path: str | Path) -> Sweep:
         raise ConfigError(f"sweep file {path} does not exist") from None
     if not isinstance(data, Mapping):
         raise ConfigError(f"sweep file {path}: expected a mapping, got {type(data).__name__}")
-    return parse_sweep(data, default_name=path.stem)
+    return {"name": path.stem, **data}
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    """Read and expand a sweep YAML file."""
+    return parse_sweep(sweep_mapping(path))
 
 
 def select_seeds(runs: tuple[SweepRun, ...], seeds: str | None) -> tuple[SweepRun, ...]:
