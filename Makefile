@@ -136,7 +136,8 @@ ROBUSTNESS := $(VENV)/oneshotfl sweep benchmarks/robustness.yaml --out benchmark
 bench-robustness: setup data
 	$(VENV)/python scripts/make_shapes.py runs/data/shapes16.npz
 	OMP_NUM_THREADS=1 $(ROBUSTNESS) --shard 0/2 & first=$$!; \
-	  OMP_NUM_THREADS=1 $(ROBUSTNESS) --shard 1/2 && wait $$first
+	  OMP_NUM_THREADS=1 $(ROBUSTNESS) --shard 1/2; second=$$?; \
+	  wait $$first && test $$second -eq 0
 	$(VENV)/python scripts/robustness_report.py --check
 
 ## The membership-inference audit of issue 15 (docs/benchmarks.md): loss-threshold, shadow-model

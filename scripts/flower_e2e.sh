@@ -35,6 +35,7 @@ fail() { log "FAILED: $*"; exit 1; }
 cleanup() {
   local rc=$?
   for pid in "${PIDS[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
+  for pid in ${LOCAL_PID:-} ${RING_LOCAL_PID:-}; do kill -TERM "$pid" 2>/dev/null || true; done
   sleep 2
   for pid in "${PIDS[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
   if [ "$rc" -ne 0 ]; then

@@ -34,7 +34,8 @@ from oneshotfl.runner.report import splice_markdown
 TOLERANCE = 1.0
 """Points below a reference that count as level with it (one seed: run-to-run noise)."""
 REFERENCES = ("local", "ensemble")
-FIGURE = Path("docs/figures/robustness/matrix.png")
+FIGURE = Path("figures/robustness/matrix.png")
+"""The heatmap, relative to the markdown file's folder (docs/)."""
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,10 @@ def astuple(cell: Cell) -> tuple[str, str, str]:
 
 def matrix_tables(table: dict[Cell, dict[str, float]], found: list[Flag]) -> str:
     """Per dataset, one table: a row per method, a column per model × partition."""
-    marked = {(f.method, f.cell): f for f in found}
+    marked: dict[tuple[str, Cell], Flag] = {}
+    for f in found:  # an unexplained flag wins the cell's mark over an explained one
+        if (f.method, f.cell) not in marked or f.limit is None:
+            marked[(f.method, f.cell)] = f
     methods = sorted({k for rows in table.values() for k in rows if not k.endswith("@personal")})
     parts = []
     for dataset in sorted({c.dataset for c in table}):
@@ -242,7 +246,7 @@ def main(argv: list[str]) -> int:
                                              for k in r})  # fmt: skip
     found = flags(table)
     write_csv(table, root / "matrix.csv")
-    heatmap(table, found, FIGURE)
+    heatmap(table, found, markdown.parent / FIGURE)
     unexplained = [f for f in found if f.limit is None]
     summary = (
         f"{len(table)} federations, {len(METHODS.names()) - len(missing)} of "

@@ -9,8 +9,10 @@ for name in "$@"; do
   sweep=("$venv/oneshotfl" sweep "benchmarks/$name.yaml" --out "benchmarks/results/$name")
   OMP_NUM_THREADS=1 "${sweep[@]}" --shard 0/2 &
   first=$!
-  OMP_NUM_THREADS=1 "${sweep[@]}" --shard 1/2
-  wait "$first"
+  rc=0
+  OMP_NUM_THREADS=1 "${sweep[@]}" --shard 1/2 || rc=$?
+  wait "$first" || rc=$?  # both shards finish before a failure stops the script
+  [ "$rc" -eq 0 ] || exit "$rc"
   "$venv/oneshotfl" report "benchmarks/results/$name" --out "docs/figures/$name" \
     --markdown docs/benchmarks.md --section "$name"
 done

@@ -19,6 +19,7 @@ from oneshotfl import plugins
 from oneshotfl.cli import app
 from oneshotfl.methods import METHODS
 from oneshotfl.models import MODELS
+from oneshotfl.runner.compare import result_differences
 from oneshotfl.runner.config import ConfigError
 from oneshotfl.runner.experiment import run_experiment
 
@@ -70,6 +71,20 @@ def test_a_plugin_module_reaches_the_worker_processes(
     assert rows["mine_pool"]["accuracy"] == rows["fedavg"]["accuracy"]
 
 
+def test_a_plugin_file_reaches_forkserver_workers_and_the_result_is_the_same(
+    tiny_config: Any, tmp_path: Path, forget: list[str]
+) -> None:
+    """Two threads per client step: workers come from a forkserver, which has imported
+    nothing of the parent's — the plugin and the experiment reach them as the config says."""
+    forget.append("mine_server")
+    file = tmp_path / "my_plugin_server.py"
+    file.write_text(PLUGIN.format(name="mine_server"))
+    cfg = tiny_config(clients=3, methods=["mine_server"], plugins=[str(file)], client_threads=2)
+    one, two = (run_experiment(dataclasses.replace(cfg, workers=w)) for w in (1, 2))
+    assert "no_reply" not in two["methods"][0]
+    assert result_differences(one, two) == []
+
+
 def test_an_installed_entry_point_registers_under_its_name(
     tiny_config: Any, tmp_path: Path, forget: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -111,6 +126,43 @@ def test_a_plugin_that_cannot_be_loaded_is_one_line(tiny_config: Any, tmp_path: 
         tiny_config(plugins=[str(tmp_path / "missing.py")])
     result = runner.invoke(app, ["describe", "fedavg", "--plugin", "no_such_plugin_module"])
     assert result.exit_code == 2 and "Traceback" not in result.output
+
+
+def test_plugin_files_with_one_stem_do_not_replace_each_other(
+    tiny_config: Any, tmp_path: Path, forget: list[str]
+) -> None:
+    forget += ["stem_a", "stem_b"]
+    for folder, name in (("a", "stem_a"), ("b", "stem_b")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "plugin.py").write_text(PLUGIN.format(name=name))
+    files = [str(tmp_path / f / "plugin.py") for f in ("a", "b")]
+    tiny_config(plugins=files)
+    assert "stem_a" in METHODS and "stem_b" in METHODS
+    names = {plugins.plugin_module_name(Path(f)) for f in files}
+    assert len(names) == 2 and names <= set(sys.modules)
+    broken = tmp_path / "half.py"
+    broken.write_text("import sys\nraise RuntimeError('half written')\n")
+    with pytest.raises(ConfigError):
+        tiny_config(plugins=[str(broken)])
+    assert plugins.plugin_module_name(broken) not in sys.modules  # not left half imported
+
+
+def test_an_entry_point_that_takes_a_registered_name_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "clash_pkg.py").write_text("class Other:\n    pass\n")
+    info = tmp_path / "clash_pkg-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: clash-pkg\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[oneshotfl.methods]\nfedavg = clash_pkg:Other\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    plugins._scanned.clear()
+    try:
+        with pytest.raises(plugins.PluginError, match=r"'fedavg'.*expected a new name"):
+            plugins.load_entry_points()
+    finally:
+        monkeypatch.undo()
+        plugins._scanned.clear()
 
 
 def test_the_readme_walkthrough_runs_as_written(tmp_path: Path) -> None:

@@ -55,3 +55,31 @@ def test_the_command_saves_models_and_needs_an_out(tmp_path: Path, tiny_config: 
     assert (tmp_path / "c" / "models" / "fedavg.safetensors").is_file()
     with pytest.raises(ConfigError, match="save_models: expected an out folder"):
         oneshotfl.run(tiny_config(methods=["fedavg"]), save_models=True)
+
+
+def test_a_missing_or_damaged_model_file_is_one_line(tmp_path: Path) -> None:
+    from oneshotfl.protocol.saved import load_outcome
+    from oneshotfl.protocol.spec import WireDims
+
+    dims = WireDims(10, 1, 8)
+    with pytest.raises(SavedModelError, match="expected a saved model"):
+        load_outcome(tmp_path / "gone.safetensors", dims)
+    (tmp_path / "junk.safetensors").write_bytes(b"not a model at all")
+    with pytest.raises(SavedModelError, match="expected a saved model"):
+        load_outcome(tmp_path / "junk.safetensors", dims)
+
+
+def test_a_bad_combining_rule_is_a_value_error() -> None:
+    from oneshotfl.protocol.outcome import combiner
+
+    with pytest.raises(ValueError, match="expected a number after ':'"):
+        combiner("trimmed_mean:lots")
+    assert combiner("trimmed_mean:0.1") is not None
+
+
+def test_several_seeds_and_one_tracked_run_name_are_refused(tmp_path: Path) -> None:
+    args = ["run", *(f"{k}={v}" for k, v in TINY.items()), "methods=fedavg", "--no-cache"]
+    args += ["--seed", "0,1", "--track-run", "mine", "--out", str(tmp_path / "s")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "--track-run names one run" in result.output
+    assert not (tmp_path / "s").exists() or not any((tmp_path / "s").iterdir())

@@ -217,3 +217,15 @@ def test_mlflow_tracking_uri_names_and_what_is_logged(
     tb = _tensorboard(Path("runs/tensorboard") / "my-study" / "first-try")
     assert tb.PluginTagToContent("hparams")  # the HParams view
     assert all(" " not in tag for tag in tb.Tags()["scalars"])
+
+
+def test_an_unusable_mlflow_tracking_uri_is_one_line_before_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("mlflow")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "nosuchscheme://nowhere")
+    args = ["run", *_args(SETTINGS), "methods=fedavg", "--no-cache", "--track", "mlflow"]
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "MLFLOW_TRACKING_URI=nosuchscheme://nowhere" in result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "out" / "result.json").exists()

@@ -24,8 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from oneshotfl.cli_support import writable_dir
-from oneshotfl.runner.checks import preflight
+from oneshotfl.runner.checks import preflight, writable_dir
 from oneshotfl.runner.config import (
     ConfigError,
     ExperimentConfig,

@@ -14,15 +14,24 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from oneshotfl import __version__, api
 from oneshotfl.cli_support import (
     USER_ERRORS,
+    PluginOption,
+    SaveModelsOption,
+    TrackDirOption,
+    TrackExperimentOption,
+    TrackOption,
+    TrackRunOption,
+    cache_summary,
+    compare_summary,
     config_options,
     console,
+    counts_table,
     err_console,
     fail,
+    parse_seeds,
     results_table,
     setup_logging,
     with_options,
@@ -82,34 +91,6 @@ def root(
     """One-shot federated learning: run methods, sweeps and reports."""
 
 
-TrackOption = Annotated[
-    list[str] | None,
-    typer.Option(help="log the run to tensorboard or mlflow (repeatable; the track extra)"),
-]
-TrackDirOption = Annotated[
-    Path | None,
-    typer.Option(
-        help="tracking directory (default runs/tensorboard, mlruns; MLflow: $MLFLOW_TRACKING_URI"
-        " when set)"
-    ),
-]
-TrackExperimentOption = Annotated[
-    str | None,
-    typer.Option(help="the tracking experiment (group) to log under (default oneshotfl, or the"
-                 " sweep's name)"),
-]  # fmt: skip
-SaveModelsOption = Annotated[
-    bool,
-    typer.Option(
-        "--save-models",
-        help="save every method's final model(s) as safetensors in OUT/models (load with "
-        "oneshotfl.Result.load_model)",
-    ),
-]
-TrackRunOption = Annotated[
-    str | None, typer.Option(help="the tracked run's name (default: the --out folder's)")
-]
-
 RUN_OPTIONS = config_options(
     ExperimentConfig,
     names={"methods": ("--method", "--methods"), "plugins": ("--plugin", "--plugins")},
@@ -161,6 +142,8 @@ def run(
             cli["seed"] = seeds[0]
         cfg = load_config(config, overrides or [], cli)
         out_dir = out or Path("runs") / datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+        if len(seeds) > 1 and track_run:
+            raise ConfigError("--track-run names one run; with several seeds each is seed=S")
         if len(seeds) > 1:  # one run per seed: a sweep over the seeds, checked up front
             spec = {"name": out_dir.name, "base": {**cfg.to_dict(), "seed": 0}, "seeds": seeds}
             with RichTracker(err_console) as progress:
@@ -232,16 +215,10 @@ def partition(
     except USER_ERRORS as exc:
         fail(exc)
     counts = fed.label_histograms()
-    table = Table(title=f"{dataset} · {partition} · {clients} clients · seed {seed}")
-    table.add_column("client", justify="right")
-    for k in range(counts.shape[1]):
-        table.add_column(str(k), justify="right")
-    table.add_column("total", justify="right")
-    for cid, row in enumerate(counts):
-        table.add_row(str(cid), *(str(v) for v in row), str(row.sum()))
-    console.print(table)
+    title = f"{dataset} · {partition} · {clients} clients"
+    console.print(counts_table(counts, f"{title} · seed {seed}"))
     if png is not None:
-        partition_heatmap(counts, png, f"{dataset} · {partition} · {clients} clients")
+        partition_heatmap(counts, png, title)
         console.print(f"heatmap: {png}")
 
 
@@ -254,12 +231,6 @@ REGISTRIES: dict[str, Registry[Any]] = {
     "graphs": GRAPHS,
     "attacks": ATTACKS,
 }
-
-
-PluginOption = Annotated[
-    list[str] | None,
-    typer.Option("--plugin", help="a module or .py file that registers your own entries"),
-]
 
 
 def _plugins(modules: list[str] | None) -> None:
@@ -300,27 +271,6 @@ def describe(
         typer.echo(describe_method(method))
     except RegistryError as exc:
         fail(exc)
-
-
-def parse_seeds(text: str | None) -> list[int]:
-    """``--seed``: one seed, or a comma-separated list (``0,1,2``); none: the config's."""
-    if text is None:
-        return []
-    try:
-        seeds = [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise ConfigError(f"--seed: expected integers such as 0 or 0,1,2, got {text!r}") from None
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise ConfigError(f"--seed: expected distinct integers such as 0,1,2, got {text!r}")
-    return seeds
-
-
-def cache_summary(doc: dict[str, Any]) -> str:
-    """``cache: 25 hits, 15 misses``, or with no disk cache what was reused within the run."""
-    hits, misses = doc["cache"]["hits"], doc["cache"]["misses"]
-    if doc["config"].get("cache_dir"):
-        return f"cache: {hits} hits, {misses} misses"
-    return f"no disk cache: {misses} artefacts computed, {hits} reuses within the run"
 
 
 @app.command()
@@ -442,18 +392,6 @@ def compare(
     console.print(compare_summary(report["summary"]), markup=False)
     if bad:
         raise typer.Exit(1)
-
-
-def compare_summary(summary: dict[str, Any]) -> str:
-    """``compared 3 run(s): 3 identical, 0 differ (12 of 12 method rows identical)``."""
-    runs, same = summary["runs"], summary.get("runs_identical", 0)
-    text = f"compared {runs} run(s): {same} identical, {runs - same} differ"
-    if "method_rows" in summary:
-        text += f" ({summary['method_rows_identical']} of {summary['method_rows']} method rows"
-        text += " identical)"
-    if summary.get("methods_changed_as_intended"):
-        text += f"; changed as intended: {', '.join(summary['methods_changed_as_intended'])}"
-    return text
 
 
 from oneshotfl.encoders.cli import app as encoder_app  # noqa: E402

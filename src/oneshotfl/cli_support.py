@@ -8,12 +8,12 @@ import dataclasses
 import inspect
 import re
 import sys
-import tempfile
 import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
+import numpy as np
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
@@ -55,24 +55,6 @@ def setup_logging(verbose: bool) -> None:
         force=True,
     )
     logging.getLogger("oneshotfl").setLevel(logging.DEBUG if verbose else logging.INFO)
-
-
-def writable_dir(path: Path) -> Path:
-    """``path`` as a directory results can be written to, created if missing: checked before
-    any training, so a bad ``--out`` fails at once rather than after the work.
-
-    Raises:
-        ConfigError: when ``path`` is a file, or cannot be created or written.
-    """
-    if path.exists() and not path.is_dir():
-        raise ConfigError(f"--out {path}: expected a directory, got a file")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-check-"):
-            pass
-    except OSError as exc:
-        raise ConfigError(f"--out {path}: expected a writable directory ({exc.strerror})") from None
-    return path
 
 
 def fail(exc: BaseException) -> NoReturn:
@@ -221,3 +203,82 @@ def results_table(doc: dict[str, Any]) -> Table:
 
 def _mean(values: list[float]) -> float:
     return sum(values) / max(1, len(values))
+
+
+def parse_seeds(text: str | None) -> list[int]:
+    """``--seed``: one seed, or a comma-separated list (``0,1,2``); none: the config's."""
+    if text is None:
+        return []
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise ConfigError(f"--seed: expected integers such as 0 or 0,1,2, got {text!r}") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"--seed: expected distinct integers such as 0,1,2, got {text!r}")
+    return seeds
+
+
+def cache_summary(doc: dict[str, Any]) -> str:
+    """``cache: 25 hits, 15 misses``, or with no disk cache what was reused within the run."""
+    hits, misses = doc["cache"]["hits"], doc["cache"]["misses"]
+    if doc["config"].get("cache_dir"):
+        return f"cache: {hits} hits, {misses} misses"
+    return f"no disk cache: {misses} artefacts computed, {hits} reuses within the run"
+
+
+def compare_summary(summary: dict[str, Any]) -> str:
+    """``compared 3 run(s): 3 identical, 0 differ (12 of 12 method rows identical)``."""
+    runs, same = summary["runs"], summary.get("runs_identical", 0)
+    text = f"compared {runs} run(s): {same} identical, {runs - same} differ"
+    if "method_rows" in summary:
+        text += f" ({summary['method_rows_identical']} of {summary['method_rows']} method rows"
+        text += " identical)"
+    if summary.get("methods_changed_as_intended"):
+        text += f"; changed as intended: {', '.join(summary['methods_changed_as_intended'])}"
+    return text
+
+
+def counts_table(counts: np.ndarray, title: str) -> Table:
+    """A client × class count matrix as a table: a row per client, then its total."""
+    table = Table(title=title)
+    table.add_column("client", justify="right")
+    for k in range(counts.shape[1]):
+        table.add_column(str(k), justify="right")
+    table.add_column("total", justify="right")
+    for cid, row in enumerate(counts):
+        table.add_row(str(cid), *(str(v) for v in row), str(row.sum()))
+    return table
+
+
+# Options several commands share.
+TrackOption = Annotated[
+    list[str] | None,
+    typer.Option(help="log the run to tensorboard or mlflow (repeatable; the track extra)"),
+]
+TrackDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="tracking directory (default runs/tensorboard, mlruns; MLflow: $MLFLOW_TRACKING_URI"
+        " when set)"
+    ),
+]
+TrackExperimentOption = Annotated[
+    str | None,
+    typer.Option(help="the tracking experiment (group) to log under (default oneshotfl, or the"
+                 " sweep's name)"),
+]  # fmt: skip
+SaveModelsOption = Annotated[
+    bool,
+    typer.Option(
+        "--save-models",
+        help="save every method's final model(s) as safetensors in OUT/models (load with "
+        "oneshotfl.Result.load_model)",
+    ),
+]
+TrackRunOption = Annotated[
+    str | None, typer.Option(help="the tracked run's name (default: the --out folder's)")
+]
+PluginOption = Annotated[
+    list[str] | None,
+    typer.Option("--plugin", help="a module or .py file that registers your own entries"),
+]

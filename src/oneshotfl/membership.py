@@ -144,7 +144,7 @@ def receiver_view(payload: Payload, ctx: ClientContext, cfg: AuditConfig) -> Vie
         raise ValueError("membership audit: a prediction upload needs the public pool")
     probs = torch.from_numpy(np.asarray(payload.arrays["probs"], np.float32))
     surrogate = initial_model(ctx.arch, ctx.task, ctx.seed, init=ctx.init).to(ctx.device)
-    train = dataclasses.replace(ctx.train_config, epochs=cfg.surrogate_epochs)
+    train = dataclasses.replace(ctx.train_config, epochs=cfg.surrogate_epochs, min_steps=0)
     gen = torch_generator(ctx.seed, "membership", "surrogate", ctx.client_id)
     distil(surrogate, ctx.public.x, kl_to_student, train, gen, ctx.device, targets=(probs,))
     return lambda x: predict_logits(surrogate, x, ctx.device)

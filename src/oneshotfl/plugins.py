@@ -23,6 +23,7 @@ A plugin that cannot be imported is a one-line :class:`PluginError` naming it an
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
@@ -79,8 +80,20 @@ def load_entry_points() -> list[str]:
                     f"{type(exc).__name__}: {exc}"
                 ) from None
             registry = _registry(group)
-            if ep.name not in registry and not _registered(registry, obj):
-                registry.register(ep.name)(obj)
+            if ep.name in registry and registry.get(ep.name) is not obj:
+                if not _registered(registry, obj):
+                    raise PluginError(
+                        f"plugin entry point {ep.name!r} ({group} = {ep.value}): expected a "
+                        "new name, but another entry is registered under it"
+                    )
+            elif not _registered(registry, obj):
+                try:
+                    registry.register(ep.name)(obj)
+                except Exception as exc:
+                    raise PluginError(
+                        f"plugin entry point {ep.name!r} ({group} = {ep.value}): cannot "
+                        f"register it: {exc}"
+                    ) from None
             _loaded.add(label)
             done.append(label)
     _scanned.append(True)  # after a failure, the next call tries again
@@ -89,6 +102,14 @@ def load_entry_points() -> list[str]:
 
 def _registered(registry: Any, obj: object) -> bool:
     return any(entry.obj is obj for entry in registry.entries())
+
+
+def plugin_module_name(path: Path) -> str:
+    """The module name a plugin file is imported under: its stem and a hash of its absolute
+    path, so two ``plugin.py`` files in different folders do not replace each other."""
+    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]
+    stem = "".join(c if c.isalnum() else "_" for c in path.stem)
+    return f"oneshotfl_plugin_{stem}_{digest}"
 
 
 def import_plugin(spec: str) -> None:
@@ -100,13 +121,17 @@ def import_plugin(spec: str) -> None:
         if spec.endswith(".py"):
             if not path.is_file():
                 raise PluginError(f"plugin {spec!r}: expected a Python file, found none there")
-            name = f"oneshotfl_plugin_{path.stem}"
+            name = plugin_module_name(path)
             loader = importlib.util.spec_from_file_location(name, path)
             if loader is None or loader.loader is None:
                 raise PluginError(f"plugin {spec!r}: expected a Python file it can import")
             module = importlib.util.module_from_spec(loader)
             sys.modules[name] = module  # worker processes unpickle its classes by this name
-            loader.loader.exec_module(module)
+            try:
+                loader.loader.exec_module(module)
+            except BaseException:
+                sys.modules.pop(name, None)  # a half-imported module is not left behind
+                raise
         else:
             importlib.import_module(spec)
     except PluginError:

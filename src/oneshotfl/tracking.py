@@ -9,7 +9,8 @@
   gets them as HParams, with each method's accuracy as the metric;
 * **training curves, live** — every per-epoch loss of the one training layer and every
   synthesis round's generator and learner loss (``loss/<what was trained>``: the server's
-  distillation, pseudo-label and synthesis losses and the clients' training);
+  distillation, pseudo-label and synthesis losses and the clients' training — the clients'
+  only when they run in the main process, ``workers=1``: a worker process logs nothing);
 * **results** — per method ``<key>/accuracy``, ``personal_accuracy``, best/worst client,
   ``upload_bytes_mean``, ``download_bytes_per_client``, client and server seconds, accuracy per
   round of multi-round methods and each client's personal accuracy (step = client id); per
@@ -187,37 +188,48 @@ class TensorBoardLog:
         self.writer.close()
 
 
-@TRACKING.register("mlflow", "a local MLflow store (SQLite + artifacts), no server")
+@TRACKING.register("mlflow", "MLflow: $MLFLOW_TRACKING_URI, else a local SQLite store")
 class MlflowLog:
-    """One MLflow run in the experiment ``group`` of the store in ``root``."""
+    """One MLflow run in the experiment ``group``: of the store at ``MLFLOW_TRACKING_URI``
+    (with no ``root``), else of the local store in ``root``. The store is reached and the
+    experiment found or made up front (:meth:`connect`, before any training, so a wrong URI
+    or an unreachable server is a one-line error at once); the run is made on first use."""
 
-    def __init__(self, root: Path | None, group: str, run: str) -> None:
+    def __init__(
+        self, root: Path | None, group: str, run: str, store: tuple[Any, str] | None = None
+    ) -> None:
+        self.client, experiment = store or self.connect(root, group)
+        tags = {"oneshotfl.group": group}
+        self.run_id = self.client.create_run(experiment, run_name=run, tags=tags).info.run_id
+
+    @staticmethod
+    def connect(root: Path | None, group: str) -> tuple[Any, str]:
+        """The store's client and the id of the experiment ``group`` (made if missing).
+
+        Raises:
+            ConfigError: when the library is missing or the store cannot be reached.
+        """
         try:
             from mlflow.tracking import MlflowClient
         except ImportError:
             raise _missing("mlflow", "mlflow-skinny") from None
         uri = os.environ.get("MLFLOW_TRACKING_URI") if root is None else None
         if uri:  # the user's store or server: MLflow places the artifacts
-            self.client = MlflowClient(uri)
-            found = self.client.get_experiment_by_name(group)
-            experiment = found.experiment_id if found else self.client.create_experiment(group)
-        else:
-            root = (root or DEFAULT_DIRS["mlflow"]).resolve()
-            root.mkdir(parents=True, exist_ok=True)
-            # Sweep shards may open one store at once: creating its tables and the group's
-            # experiment happens under a lock, so two processes never both create either.
-            with _locked(root / ".lock"):
-                self.client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
-                found = self.client.get_experiment_by_name(group)
-                experiment = (
-                    found.experiment_id
-                    if found is not None
-                    else self.client.create_experiment(
-                        group, artifact_location=str(root / "artifacts")
-                    )
-                )
-        tags = {"oneshotfl.group": group}
-        self.run_id = self.client.create_run(experiment, run_name=run, tags=tags).info.run_id
+            try:
+                client = MlflowClient(uri)
+                return client, _experiment(client, group, None)
+            except Exception as exc:  # MLflow raises assorted types for a bad or absent store
+                raise ConfigError(
+                    f"--track mlflow: expected a reachable store at MLFLOW_TRACKING_URI={uri}, "
+                    f"got {type(exc).__name__}: {str(exc)[:200]}"
+                ) from None
+        root = (root or DEFAULT_DIRS["mlflow"]).resolve()
+        root.mkdir(parents=True, exist_ok=True)
+        # Sweep shards may open one store at once: creating its tables and the group's
+        # experiment happens under a lock, so two processes never both create either.
+        with _locked(root / ".lock"):
+            client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+            return client, _experiment(client, group, str(root / "artifacts"))
 
     def scalar(self, tag: str, step: int, value: float) -> None:
         self.client.log_metric(self.run_id, tag_name(tag), value, step=step)
@@ -275,7 +287,28 @@ def open_logs(backends: Sequence[str], group: str, run: str, root: Path | None) 
                 importlib.import_module(module)
             except ImportError:
                 raise _missing(name, package) from None
-    return [LazyLog(functools.partial(TRACKING.get(name), root, group, run)) for name in names]
+    logs: list[RunLog] = []
+    for name in names:
+        backend: Any = TRACKING.get(name)
+        connect = getattr(backend, "connect", None)  # reach the store now, before training
+        extra = {} if connect is None else {"store": connect(root, group)}
+        logs.append(LazyLog(functools.partial(backend, root, group, run, **extra)))
+    return logs
+
+
+def _experiment(client: Any, group: str, artifacts: str | None) -> str:
+    """The id of the experiment ``group``, made if missing — and, when another process made
+    it between the look-up and the making (two sweep shards on one server), looked up again."""
+    found = client.get_experiment_by_name(group)
+    if found is not None:
+        return str(found.experiment_id)
+    try:
+        return str(client.create_experiment(group, artifact_location=artifacts))
+    except Exception:
+        again = client.get_experiment_by_name(group)
+        if again is None:
+            raise
+        return str(again.experiment_id)
 
 
 @contextlib.contextmanager

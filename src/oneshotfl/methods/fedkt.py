@@ -22,7 +22,10 @@ Choices where the paper leaves room (``FedKTConfig`` fields):
   ``server_model`` when set, else the architecture of the lowest-id client.
 * Training: teachers train with the client training config; students with it too, for
   ``student_epochs`` (None = the client epochs); the final model with the server training
-  config. No early stopping anywhere (no party holds labelled public data).
+  config. No early stopping anywhere (no party holds labelled public data). The federation's
+  step floor (``local_steps``) holds for each of them over its own data: every teacher, on its
+  1/t of the client's data, and every student make at least that many steps, so a client
+  trains s·(t + 1) floored models (``local_steps=0`` for epochs alone).
 * ``query_fraction``: the share of the public pool that is labelled and trained on (PATE's
   queries); a seeded random subset, the same for every party.
 * Public samples that get no vote at all at the server (possible only with consistent

@@ -53,7 +53,10 @@ def combiner(rule: str) -> Combiner:
     if name == "logits":
         return weighted_logit_mean
     if name in ("median", "trimmed_mean"):
-        trim = float(arg) if arg else 0.2
+        try:
+            trim = float(arg) if arg else 0.2
+        except ValueError:
+            raise ValueError(f"ensemble rule {rule!r}: expected a number after ':'") from None
         mode: Literal["median", "trimmed_mean"] = "median" if name == "median" else "trimmed_mean"
 
         def robust(logits: torch.Tensor, _: torch.Tensor) -> torch.Tensor:

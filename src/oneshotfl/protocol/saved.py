@@ -25,7 +25,7 @@ from torch import nn
 
 from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.protocol.outcome import Ensemble, GlobalModel, Outcome
-from oneshotfl.protocol.payload import Payload, decode, encode
+from oneshotfl.protocol.payload import Payload, WireError, decode, encode
 from oneshotfl.protocol.spec import WireDims
 
 MODELS_DIR = "models"
@@ -94,18 +94,27 @@ def load_outcome(path: Path, dims: WireDims) -> Outcome:
     Raises:
         SavedModelError: for a file saved as a plain state dict, or not a saved outcome.
     """
-    payload = decode(path.read_bytes())
+    try:
+        payload = decode(path.read_bytes())
+    except (OSError, WireError) as exc:
+        raise SavedModelError(f"{path}: expected a saved model, got {exc}") from None
     kind = payload.scalars.get("outcome")
     extra = int(payload.scalars.get("extra_outputs", 0))
-    if kind == "GlobalModel" and "model.arch" in payload.scalars:
-        return GlobalModel(model_from_fields(payload, dims, "model", extra).eval())
-    if kind == "Ensemble" and "members" in payload.scalars:
-        members = [
-            model_from_fields(payload, dims, f"member{i}", extra).eval()
-            for i in range(int(payload.scalars["members"]))
-        ]
-        weights = torch.from_numpy(np.array(payload.arrays["weights"]))
-        return Ensemble(members, weights, rule=str(payload.scalars["rule"]))
+    try:
+        if kind == "GlobalModel" and "model.arch" in payload.scalars:
+            return GlobalModel(model_from_fields(payload, dims, "model", extra).eval())
+        if kind == "Ensemble" and "members" in payload.scalars:
+            members = [
+                model_from_fields(payload, dims, f"member{i}", extra).eval()
+                for i in range(int(payload.scalars["members"]))
+            ]
+            weights = torch.from_numpy(np.array(payload.arrays["weights"]))
+            return Ensemble(members, weights, rule=str(payload.scalars["rule"]))
+    except (KeyError, ValueError, RuntimeError) as exc:  # RegistryError is a KeyError
+        raise SavedModelError(
+            f"{path}: cannot rebuild it here ({type(exc).__name__}: {exc}); a model of a "
+            "plugin architecture needs that plugin imported first"
+        ) from None
     module = payload.scalars.get("module", "?")
     raise SavedModelError(
         f"{path}: saved as the state dict of {module} ({kind}); build that module and load "

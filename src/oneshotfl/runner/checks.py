@@ -9,7 +9,9 @@ every grid point before its first run, so a bad point is named before anything t
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -140,3 +142,21 @@ def preflight(cfg: ExperimentConfig) -> None:
             build_graph(cfg.graph, cfg.clients, cfg.data_seed)
         except GraphError as exc:
             raise ConfigError(str(exc)) from None
+
+
+def writable_dir(path: Path) -> Path:
+    """``path`` as a directory results can be written to, created if missing: checked before
+    any training, so a bad ``--out`` fails at once rather than after the work.
+
+    Raises:
+        ConfigError: when ``path`` is a file, or cannot be created or written.
+    """
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"--out {path}: expected a directory, got a file")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-check-"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"--out {path}: expected a writable directory ({exc.strerror})") from None
+    return path

@@ -18,7 +18,9 @@ parallel stays in the parent: the server's aggregation, evaluation, and the orde
 replies reach the engine (client-id order). A client whose step raises is named and left out,
 as in process; a worker that dies names each client it still held and is replaced before the
 next step. A method that cannot be sent to a process (a class defined inside a function) runs
-its clients in process, with a warning.
+its clients in process, with a warning — where a model its clients trained earlier in the run
+without a disk cache lives in a worker's memory, so the parent trains it again. Worker
+processes log no live training curves to the run's trackers (their tracker is a null one).
 
 :func:`open_transport` picks the transport of a run: in process for one worker, the pool
 otherwise (``workers``: 0 sizes it to the thread budget, :func:`resolve_workers`).
@@ -67,23 +69,28 @@ _WORKER: dict[str, Any] = {}
 
 
 def resolve_workers(workers: int, clients: int, client_thread_count: int | None, gpu: bool) -> int:
-    """How many worker processes a run uses: ``workers`` when set (at most one per client);
-    0 sizes the pool to the thread budget — torch's thread count (``OMP_NUM_THREADS``, else
-    the cores) divided by the threads of one client step — and uses one on a GPU."""
+    """How many worker processes a run uses: one on a GPU; else ``workers`` when set (at most
+    one per client), and 0 sizes the pool to the thread budget — torch's thread count
+    (``OMP_NUM_THREADS``, else the cores) divided by the threads of one client step."""
+    if gpu:  # one GPU: workers would only queue on it (and forking after CUDA fails)
+        if workers > 1:
+            log.warning("workers=%d on a GPU: client steps run in one process", workers)
+        return 1
     if workers > 0:
         return max(1, min(workers, clients))
-    if gpu:
-        return 1
     budget = torch.get_num_threads()
     return max(1, min(clients, budget // (client_thread_count or budget)))
 
 
-def _start_worker(exp: Experiment, level: int) -> None:
-    """Worker initialiser: keep the experiment, log like the parent (through a plain handler
-    of its own: a forked copy of the parent's may hold a lock), pin the threads."""
+def _start_worker(shipped: Experiment | bytes, plugins: tuple[str, ...], level: int) -> None:
+    """Worker initialiser: log like the parent (through a plain handler of its own: a forked
+    copy of the parent's may hold a lock), import the plugins, keep the experiment — sent
+    pickled to a forkserver's process, so that it is unpickled after the plugins its data or
+    models may come from — and pin the threads."""
     fmt = "%(levelname)-8s %(message)s (worker %(process)d)"
     logging.basicConfig(level=level, format=fmt, force=True)
-    load_plugins(exp.cfg.plugins)  # a forkserver's process has not imported them
+    load_plugins(plugins)  # a forkserver's process has not imported them
+    exp = pickle.loads(shipped) if isinstance(shipped, bytes) else shipped
     if exp.cfg.client_threads is not None:
         torch.set_num_threads(exp.cfg.client_threads)
     _WORKER["exp"] = exp
@@ -161,10 +168,13 @@ class PoolTransport:
         self._slots = [self._start() for _ in range(self.workers)]
 
     def _start(self) -> ProcessPoolExecutor:
-        shipped = dataclasses.replace(self.experiment, tracker=NullTracker())
+        exp = dataclasses.replace(self.experiment, tracker=NullTracker())
         level = logging.getLogger().getEffectiveLevel()
-        ctx = _context(self.experiment.cfg.client_threads)
-        return ProcessPoolExecutor(1, ctx, initializer=_start_worker, initargs=(shipped, level))
+        ctx = _context(exp.cfg.client_threads)
+        forked = ctx.get_start_method() == "fork"  # a fork shares the parent's memory as is
+        shipped = exp if forked else pickle.dumps(exp)
+        initargs = (shipped, tuple(exp.cfg.plugins), level)
+        return ProcessPoolExecutor(1, ctx, initializer=_start_worker, initargs=initargs)
 
     def close(self) -> None:
         """Stop the workers (pending steps are cancelled)."""
@@ -176,14 +186,21 @@ class PoolTransport:
         self,
         label: str,
         what: str,
-        jobs: Mapping[int, Callable[[], Future[tuple[Any, Missing, int, int]]]],
+        jobs: Mapping[int, tuple[Callable[..., tuple[Any, Missing, int, int]], tuple[Any, ...]]],
     ) -> tuple[list[Any], Missing]:
-        """Submit every client's job, then collect the answers in client-id order."""
+        """Submit every client's job (function, arguments) to its worker, then collect the
+        answers in client-id order."""
         exp = self.experiment
-        futures = {cid: submit() for cid, submit in jobs.items()}
         answers: list[Any] = []
         missing: Missing = {}
         broken: set[int] = set()
+        futures: dict[int, Future[tuple[Any, Missing, int, int]]] = {}
+        for cid, (fn, args) in jobs.items():
+            try:
+                futures[cid] = self._slot(cid).submit(fn, *args)
+            except BrokenProcessPool:  # its worker died since the last step: a new one, once
+                self._restart(cid % len(self._slots))
+                futures[cid] = self._slot(cid).submit(fn, *args)
         with exp.tracker.task(label, len(futures)) as advance:
             for cid in sorted(futures):
                 try:
@@ -204,9 +221,12 @@ class PoolTransport:
                     answers.append(answer)
                 advance(1)
         for slot in sorted(broken):  # a dead worker is replaced before the next step
-            self._slots[slot].shutdown(wait=False, cancel_futures=True)
-            self._slots[slot] = self._start()
+            self._restart(slot)
         return answers, missing
+
+    def _restart(self, slot: int) -> None:
+        self._slots[slot].shutdown(wait=False, cancel_futures=True)
+        self._slots[slot] = self._start()
 
     def _in_process(self, method: Method[Any]) -> LocalTransport | None:
         """The in-process transport when ``method`` cannot be sent to a worker process."""
@@ -233,14 +253,7 @@ class PoolTransport:
         if local is not None:
             return local.upload(key, method, round_index, broadcast)
         jobs = {
-            shard.client_id: functools.partial(
-                self._slot(shard.client_id).submit,
-                _update,
-                method,
-                round_index,
-                broadcast,
-                shard.client_id,
-            )
+            shard.client_id: (_update, (method, round_index, broadcast, shard.client_id))
             for shard in exp.data.clients
         }
         return self._gather(f"{key}: clients ({self.workers} workers)", "update", jobs)
@@ -251,10 +264,7 @@ class PoolTransport:
         local = self._in_process(method)
         if local is not None:
             return local.relay(key, method, routes)
-        jobs = {
-            r: functools.partial(self._slot(r).submit, _receive, method, r, dict(routes[r]))
-            for r in routes
-        }
+        jobs = {r: (_receive, (method, r, dict(routes[r]))) for r in routes}
         return self._gather(f"{key}: receivers ({self.workers} workers)", "receipt", jobs)
 
 

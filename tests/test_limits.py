@@ -1,0 +1,84 @@
+"""Known limits (``Method.known_limits``): what they cover, that ``describe`` prints them, and
+the robustness report's use of them — a cell below a reference is explained only by a limit
+that covers it (and whose bound is below there too); an unexplained one fails ``--check``."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from oneshotfl.describe import describe_method
+from oneshotfl.methods import METHODS
+from oneshotfl.protocol.limits import KnownLimit
+
+ROOT = Path(__file__).parents[1]
+
+
+def test_a_limit_covers_only_its_scope() -> None:
+    limit = KnownLimit(
+        "why", below=("ensemble",), datasets=("digits",), partitions=("disjoint",),
+        options=("combine=logits",),
+    )  # fmt: skip
+    assert limit.covers("ensemble", "digits", "cnn", "disjoint", "combine=logits:x=1")
+    assert not limit.covers("local", "digits", "cnn", "disjoint", "combine=logits")
+    assert not limit.covers("ensemble", "shapes16", "cnn", "disjoint", "combine=logits")
+    assert not limit.covers("ensemble", "digits", "cnn", "dirichlet", "combine=logits")
+    assert not limit.covers("ensemble", "digits", "cnn", "disjoint", "")  # option not set
+    assert "below ensemble; digits; every model; disjoint" in limit.scope()
+    with pytest.raises(ValueError, match=r"KnownLimit\.below"):
+        KnownLimit("why", below=("oracle",))  # type: ignore[arg-type]
+
+
+def test_describe_prints_a_methods_known_limits() -> None:
+    text = describe_method("fedavg")
+    assert "known limits" in text
+    for limit in METHODS.get("fedavg").known_limits:
+        assert limit.why[:40] in text
+
+
+def _report() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "robustness_report", ROOT / "scripts" / "robustness_report.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["robustness_report"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(root: Path, name: str, dataset: str, partition: str, acc: dict[str, float]) -> None:
+    doc = {
+        "config": {"dataset": dataset, "model": "cnn", "partition": partition},
+        "methods": [{"key": k, "accuracy": v} for k, v in acc.items()],
+    }
+    (root / name).mkdir(parents=True)
+    (root / name / "result.json").write_text(json.dumps(doc))
+
+
+def test_the_report_explains_flags_by_limits_and_bounds(tmp_path: Path) -> None:
+    report = _report()
+    runs = tmp_path / "runs"
+    # fedage below the ensemble: explained where its bound (centralized_head) is below too
+    _run(runs, "a", "digits", "dirichlet", {"local": 0.5, "ensemble": 0.8, "fedage": 0.6,
+                                            "centralized_head": 0.7})  # fmt: skip
+    _run(runs, "b", "digits", "iid", {"local": 0.5, "ensemble": 0.8, "fedage": 0.6,
+                                      "centralized_head": 0.9})  # fmt: skip
+    table = report.load(runs)
+    found = report.flags(table)
+    by_cell = {(f.method, f.cell.partition, f.reference): f for f in found}
+    assert by_cell[("fedage", "dirichlet", "ensemble")].limit is not None
+    assert by_cell[("fedage", "iid", "ensemble")].limit is None  # its bound is not below
+    assert ("centralized_head", "dirichlet", "ensemble") in by_cell
+    marks = report.matrix_tables(table, found)
+    assert "60.0 ✗" in marks  # the unexplained cell is marked as such
+    markdown = tmp_path / "bench.md"
+    markdown.write_text("<!-- report:robustness -->\n<!-- /report:robustness -->\n")
+    rc = report.main([str(runs), str(markdown), "--check"])
+    assert rc == 1 and "fedage" in markdown.read_text()
+    assert (tmp_path / "figures" / "robustness" / "matrix.png").is_file()
