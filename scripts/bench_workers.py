@@ -1,7 +1,10 @@
 """Clients in parallel: one federation at 1 and 2 worker processes, side by side on this machine.
 
 Each run starts from no cache (every client trains), with one torch thread per client step;
-the results must be identical (``oneshotfl compare``). From the two wall times, Amdahl's law
+the results must be identical (``oneshotfl compare``). A third run is the sequential runner
+as it was before the pool: one process, every client step on all the cores' threads
+(``client_threads`` = the torch thread count) — its numbers may differ in the last bits (another
+thread count), so it is timed, not compared. From the two wall times, Amdahl's law
 gives the serial fraction f — the part that does not shrink with workers (data loading, the
 server's aggregation, evaluation, starting the workers) — as f = 2·t₂/t₁ − 1, and the speedup
 on N cores as 1 / (f + (1 − f)/N). Writes ``benchmarks/results/workers/scaling.json`` and
@@ -19,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 from oneshotfl.api import resolve_config
 from oneshotfl.runner.compare import result_differences
 from oneshotfl.runner.config import parse_overrides
@@ -33,6 +38,7 @@ DEFAULT = {
     "alpha": 0.3,
     "model": "cnn",
     "local_epochs": 2,
+    "local_steps": 0,
     "methods": ["local", "fedavg", "ensemble", "fedov"],
     "cache_dir": None,
 }
@@ -48,6 +54,10 @@ def main(argv: list[str]) -> None:
         start = time.perf_counter()
         docs[workers] = run_experiment(dataclasses.replace(cfg, workers=workers))
         walls[workers] = time.perf_counter() - start
+    threads = torch.get_num_threads()
+    start = time.perf_counter()
+    run_experiment(dataclasses.replace(cfg, workers=1, client_threads=threads))
+    before = time.perf_counter() - start
     differences = result_differences(docs[1], docs[2], ("1 worker", "2 workers"))
     speedup = walls[1] / walls[2]
     serial = max(0.0, min(1.0, 2 * walls[2] / walls[1] - 1))
@@ -55,6 +65,8 @@ def main(argv: list[str]) -> None:
     record = {
         "config": docs[1]["config"],
         "wall_s": {str(k): round(v, 2) for k, v in walls.items()},
+        "wall_s_sequential_all_threads": round(before, 2),
+        "threads": threads,
         "speedup_2_workers": round(speedup, 3),
         "serial_fraction": round(serial, 3),
         "projected_speedup": {str(n): round(s, 2) for n, s in projected.items()},
@@ -68,6 +80,8 @@ def main(argv: list[str]) -> None:
         [
             "| workers | wall s | speedup | results |",
             "|---:|---:|---:|---|",
+            f"| 1, client steps on {threads} threads (the runner before the pool) | "
+            f"{before:.1f} | {walls[1] / before:.2f} | timed only |",
             f"| 1 | {walls[1]:.1f} | 1.00 | reference |",
             f"| 2 | {walls[2]:.1f} | {speedup:.2f} | "
             + ("identical" if not differences else f"{len(differences)} difference(s)")

@@ -11,6 +11,7 @@ import pytest
 
 from helpers import TINY
 from oneshotfl import plugins
+from oneshotfl.encoders.base import ENCODERS
 from oneshotfl.methods import METHODS
 from oneshotfl.models import MODELS
 from oneshotfl.runner.config import ExperimentConfig, make_config
@@ -39,7 +40,7 @@ def forget() -> Iterator[list[str]]:
     before = set(sys.modules)
     yield names
     for name in names:
-        for registry in (METHODS, MODELS):
+        for registry in (METHODS, MODELS, ENCODERS):
             registry._entries.pop(name, None)  # tests only: the registry has no removal
     for module in set(sys.modules) - before:
         if "oneshotfl_plugin" in module or module.startswith("my_plugin"):

@@ -61,7 +61,9 @@ def _run(root: Path, name: str, dataset: str, partition: str, acc: dict[str, flo
     (root / name / "result.json").write_text(json.dumps(doc))
 
 
-def test_the_report_explains_flags_by_limits_and_bounds(tmp_path: Path) -> None:
+def test_the_report_explains_flags_by_limits_and_bounds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     report = _report()
     runs = tmp_path / "runs"
     # fedage below the ensemble: explained where its bound (centralized_head) is below too
@@ -81,4 +83,7 @@ def test_the_report_explains_flags_by_limits_and_bounds(tmp_path: Path) -> None:
     markdown.write_text("<!-- report:robustness -->\n<!-- /report:robustness -->\n")
     rc = report.main([str(runs), str(markdown), "--check"])
     assert rc == 1 and "fedage" in markdown.read_text()
+    printed = capsys.readouterr().out
+    assert "unexplained: fedage on digits · cnn · iid" in printed
+    assert "unexplained: fedage on digits · cnn · dirichlet" not in printed
     assert (tmp_path / "figures" / "robustness" / "matrix.png").is_file()

@@ -58,6 +58,25 @@ def test_a_plugin_file_adds_a_method_to_the_command_line(tmp_path: Path, forget:
     assert "mine_cli" in listed.output and "my own FedAvg variant" in listed.output
 
 
+ENCODER_PLUGIN = textwrap.dedent('''
+
+    import torch
+    from oneshotfl.encoders.base import ENCODERS, Encoder, Preprocess
+
+
+    class Pooled(torch.nn.Module):
+        """An encoder module of the plugin's own class: 2×2 average pooling, flattened."""
+
+        def forward(self, x):
+            return torch.nn.functional.adaptive_avg_pool2d(x, 2).flatten(1)
+
+
+    @ENCODERS.register("mine_encoder", "2x2 pooled pixels")
+    def mine_encoder(options, ctx):
+        return Encoder(ctx.spec, Pooled(), 4 * ctx.task.in_channels, Preprocess(), ctx.task)
+    ''')
+
+
 def test_a_plugin_module_reaches_the_worker_processes(
     tiny_config: Any, tmp_path: Path, forget: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -75,13 +94,18 @@ def test_a_plugin_file_reaches_forkserver_workers_and_the_result_is_the_same(
     tiny_config: Any, tmp_path: Path, forget: list[str]
 ) -> None:
     """Two threads per client step: workers come from a forkserver, which has imported
-    nothing of the parent's — the plugin and the experiment reach them as the config says."""
-    forget.append("mine_server")
+    nothing of the parent's — the plugin and the experiment reach them as the config says.
+    The experiment itself holds a plugin object (the encoder's own module class), so it can
+    be unpickled only after the plugin is imported."""
+    forget += ["mine_server", "mine_encoder"]
     file = tmp_path / "my_plugin_server.py"
-    file.write_text(PLUGIN.format(name="mine_server"))
-    cfg = tiny_config(clients=3, methods=["mine_server"], plugins=[str(file)], client_threads=2)
+    file.write_text(PLUGIN.format(name="mine_server") + ENCODER_PLUGIN)
+    cfg = tiny_config(
+        clients=3, methods=["mine_server", "head_avg"], plugins=[str(file)], client_threads=2,
+        encoder="mine_encoder",
+    )  # fmt: skip
     one, two = (run_experiment(dataclasses.replace(cfg, workers=w)) for w in (1, 2))
-    assert "no_reply" not in two["methods"][0]
+    assert [m.get("no_reply") for m in two["methods"]] == [None, None]
     assert result_differences(one, two) == []
 
 

@@ -113,3 +113,32 @@ def test_the_number_of_workers() -> None:
     assert resolve_workers(0, clients=100, client_thread_count=1, gpu=True) == 1
     assert resolve_workers(3, clients=100, client_thread_count=1, gpu=True) == 1  # one GPU
     assert resolve_workers(0, clients=100, client_thread_count=None, gpu=False) == 1
+
+
+def test_a_worker_that_died_between_steps_is_replaced_at_the_next_submit(
+    tiny_config: Any,
+) -> None:
+    import signal
+    import time
+
+    from helpers import prepare
+    from oneshotfl.methods import build_method
+    from oneshotfl.runner.pool import PoolTransport
+
+    exp = prepare(tiny_config(clients=4, methods=["fedavg"], workers=2, cache_dir=""))
+    pool = PoolTransport(exp, 2)
+    try:
+        first, missing = pool.upload("fedavg", build_method("fedavg"), 0, None)
+        assert len(first) == 4 and not missing
+        dead = pool._slots[0]
+        for pid in list(dead._processes):  # type: ignore[attr-defined]
+            os.kill(pid, signal.SIGKILL)
+        for _ in range(200):  # until the executor has noticed
+            if dead._broken:  # type: ignore[attr-defined]
+                break
+            time.sleep(0.05)
+        again, missing = pool.upload("fedavg", build_method("fedavg"), 0, None)
+        assert not missing and len(again) == 4  # its clients ran in a new worker
+        assert pool._slots[0] is not dead
+    finally:
+        pool.close()

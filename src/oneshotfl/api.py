@@ -122,6 +122,7 @@ def run(
             tracking backend that is unknown or not installed.
     """
     cfg = resolve_config(config, **overrides)
+    preflight(cfg)  # what the config alone can fail on, before any store or folder is made
     out_dir = None if out is None else Path(out)
     if out_dir is not None:  # checked before any training, as the command does
         if (out_dir / RESULT_FILE).exists():

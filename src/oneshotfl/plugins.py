@@ -81,12 +81,11 @@ def load_entry_points() -> list[str]:
                 ) from None
             registry = _registry(group)
             if ep.name in registry and registry.get(ep.name) is not obj:
-                if not _registered(registry, obj):
-                    raise PluginError(
-                        f"plugin entry point {ep.name!r} ({group} = {ep.value}): expected a "
-                        "new name, but another entry is registered under it"
-                    )
-            elif not _registered(registry, obj):
+                raise PluginError(
+                    f"plugin entry point {ep.name!r} ({group} = {ep.value}): expected a new "
+                    "name, but another entry is registered under it"
+                )
+            if ep.name not in registry:
                 try:
                     registry.register(ep.name)(obj)
                 except Exception as exc:

@@ -27,6 +27,7 @@ from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.protocol.outcome import Ensemble, GlobalModel, Outcome
 from oneshotfl.protocol.payload import Payload, WireError, decode, encode
 from oneshotfl.protocol.spec import WireDims
+from oneshotfl.registry import RegistryError
 
 MODELS_DIR = "models"
 
@@ -99,8 +100,8 @@ def load_outcome(path: Path, dims: WireDims) -> Outcome:
     except (OSError, WireError) as exc:
         raise SavedModelError(f"{path}: expected a saved model, got {exc}") from None
     kind = payload.scalars.get("outcome")
-    extra = int(payload.scalars.get("extra_outputs", 0))
     try:
+        extra = int(payload.scalars.get("extra_outputs", 0))
         if kind == "GlobalModel" and "model.arch" in payload.scalars:
             return GlobalModel(model_from_fields(payload, dims, "model", extra).eval())
         if kind == "Ensemble" and "members" in payload.scalars:
@@ -110,10 +111,14 @@ def load_outcome(path: Path, dims: WireDims) -> Outcome:
             ]
             weights = torch.from_numpy(np.array(payload.arrays["weights"]))
             return Ensemble(members, weights, rule=str(payload.scalars["rule"]))
-    except (KeyError, ValueError, RuntimeError) as exc:  # RegistryError is a KeyError
+    except (KeyError, ValueError, RuntimeError) as exc:
+        hint = (
+            "; a model of a plugin architecture needs that plugin imported first"
+            if isinstance(exc, RegistryError)
+            else ""
+        )
         raise SavedModelError(
-            f"{path}: cannot rebuild it here ({type(exc).__name__}: {exc}); a model of a "
-            "plugin architecture needs that plugin imported first"
+            f"{path}: cannot rebuild it here ({type(exc).__name__}: {exc}){hint}"
         ) from None
     module = payload.scalars.get("module", "?")
     raise SavedModelError(

@@ -365,6 +365,9 @@ __all__ = [
     "load_config",
     "make_config",
     "names_unchecked",
+    "normalise_methods",
+    "normalise_model",
+    "normalise_plugins",
     "parse_overrides",
     "read_config_file",
 ]

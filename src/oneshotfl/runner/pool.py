@@ -161,19 +161,23 @@ class PoolTransport:
     experiment: Experiment
     workers: int
     _slots: list[ProcessPoolExecutor] = field(default_factory=list, init=False, repr=False)
+    _shipped: Experiment | bytes = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise ValueError(f"PoolTransport: expected workers >= 1, got {self.workers}")
+        exp = dataclasses.replace(self.experiment, tracker=NullTracker())
+        forked = _context(exp.cfg.client_threads).get_start_method() == "fork"
+        # A fork shares the parent's memory as is; a forkserver's worker gets one pickled copy,
+        # made once and handed to every worker (and every replacement).
+        self._shipped = exp if forked else pickle.dumps(exp)
         self._slots = [self._start() for _ in range(self.workers)]
 
     def _start(self) -> ProcessPoolExecutor:
-        exp = dataclasses.replace(self.experiment, tracker=NullTracker())
+        cfg = self.experiment.cfg
         level = logging.getLogger().getEffectiveLevel()
-        ctx = _context(exp.cfg.client_threads)
-        forked = ctx.get_start_method() == "fork"  # a fork shares the parent's memory as is
-        shipped = exp if forked else pickle.dumps(exp)
-        initargs = (shipped, tuple(exp.cfg.plugins), level)
+        initargs = (self._shipped, tuple(cfg.plugins), level)
+        ctx = _context(cfg.client_threads)
         return ProcessPoolExecutor(1, ctx, initializer=_start_worker, initargs=initargs)
 
     def close(self) -> None:
@@ -193,21 +197,23 @@ class PoolTransport:
         exp = self.experiment
         answers: list[Any] = []
         missing: Missing = {}
-        broken: set[int] = set()
+        broken: set[ProcessPoolExecutor] = set()
         futures: dict[int, Future[tuple[Any, Missing, int, int]]] = {}
+        sent_to: dict[int, ProcessPoolExecutor] = {}
         for cid, (fn, args) in jobs.items():
             try:
                 futures[cid] = self._slot(cid).submit(fn, *args)
             except BrokenProcessPool:  # its worker died since the last step: a new one, once
                 self._restart(cid % len(self._slots))
                 futures[cid] = self._slot(cid).submit(fn, *args)
+            sent_to[cid] = self._slot(cid)
         with exp.tracker.task(label, len(futures)) as advance:
             for cid in sorted(futures):
                 try:
                     answer, failed, hits, misses = futures[cid].result()
                 except Exception as exc:  # the worker died, or the step could not be sent
                     if isinstance(exc, BrokenProcessPool):
-                        broken.add(cid % len(self._slots))
+                        broken.add(sent_to[cid])
                     log.warning("client %d: its worker failed in its %s", cid, what, exc_info=True)
                     missing[f"client {cid}"] = (
                         f"failed in its {what}: worker process: {type(exc).__name__}: {exc}"
@@ -220,8 +226,9 @@ class PoolTransport:
                 if answer is not None:
                     answers.append(answer)
                 advance(1)
-        for slot in sorted(broken):  # a dead worker is replaced before the next step
-            self._restart(slot)
+        for slot, executor in enumerate(self._slots):  # a dead worker is replaced now, once
+            if executor in broken:
+                self._restart(slot)
         return answers, missing
 
     def _restart(self, slot: int) -> None:
