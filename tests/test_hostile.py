@@ -216,7 +216,7 @@ def test_the_command_line_checks_its_paths_before_training(
 ) -> None:
     import oneshotfl.api as api
 
-    def no_training(cfg: Any, *args: Any) -> Any:
+    def no_training(cfg: Any, *args: Any, **kwargs: Any) -> Any:
         Experiment.prepare(cfg)  # loads the data: a missing data root fails here
         raise AssertionError("would train before checking the paths")
 
