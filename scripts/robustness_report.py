@@ -25,6 +25,7 @@ import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from oneshotfl.methods import METHODS, parse_method_spec
 from oneshotfl.protocol.contract import Topology
@@ -88,10 +89,34 @@ def load(root: Path) -> dict[Cell, dict[str, float]]:
             rows[method["key"]] = 100 * float(method["accuracy"])
             if method.get("personal_accuracy") is not None:
                 rows[method["key"] + "@personal"] = 100 * float(method["personal_accuracy"])
+        rows.update(client_means(file.parent / "local.csv"))
         table[cell] = rows
     if not table:
         raise SystemExit(f"robustness_report: expected runs under {root}, found none")
     return table
+
+
+CLIENTS = "@clients"
+"""Suffix of a method's mean client-model test accuracy (``local.csv``) in a cell's rows."""
+
+
+def client_means(path: Path) -> dict[str, float]:
+    """``{method key + "@clients": mean test accuracy of its client models in %}``."""
+    if not path.is_file():
+        return {}
+    accs: dict[str, list[float]] = defaultdict(list)
+    with path.open(newline="") as fh:
+        for row in csv.DictReader(fh):
+            accs[row["method"]].append(float(row["local_test_accuracy"]))
+    return {key + CLIENTS: 100 * sum(v) / len(v) for key, v in accs.items() if v}
+
+
+def clients_weaker(rows: dict[str, float], key: str, weak_clients: bool) -> bool:
+    """No such condition, or the method's client models are below the plain ones here."""
+    if not weak_clients:
+        return True
+    mine, plain = rows.get(key + CLIENTS), rows.get("local" + CLIENTS)
+    return mine is not None and plain is not None and mine < plain - TOLERANCE
 
 
 def metric(rows: dict[str, float], key: str, personal: bool) -> float:
@@ -103,7 +128,7 @@ def flags(table: dict[Cell, dict[str, float]]) -> list[Flag]:
     out: list[Flag] = []
     for cell, rows in table.items():
         for key in rows:
-            if key.endswith("@personal") or key in REFERENCES:
+            if "@" in key or key in REFERENCES:
                 continue
             personal = personalised(key)
             value = metric(rows, key, personal)
@@ -118,6 +143,7 @@ def flags(table: dict[Cell, dict[str, float]]) -> list[Flag]:
                             for lim in limits
                             if lim.covers(ref, *astuple(cell), options)
                             and bound_below(rows, lim.bound, ref, personal)
+                            and clients_weaker(rows, key, lim.weak_clients)
                         ),
                         None,
                     )
@@ -144,7 +170,7 @@ def matrix_tables(table: dict[Cell, dict[str, float]], found: list[Flag]) -> str
     for f in found:  # an unexplained flag wins the cell's mark over an explained one
         if (f.method, f.cell) not in marked or f.limit is None:
             marked[(f.method, f.cell)] = f
-    methods = sorted({k for rows in table.values() for k in rows if not k.endswith("@personal")})
+    methods = sorted({k for rows in table.values() for k in rows if "@" not in k})
     parts = []
     for dataset in sorted({c.dataset for c in table}):
         cells = sorted((c for c in table if c.dataset == dataset), key=astuple)
@@ -182,7 +208,7 @@ def flag_list(found: list[Flag]) -> str:
         )
         for limit in dict.fromkeys(f.limit for f in items if f.limit is not None):
             count = sum(1 for f in items if f.limit == limit)
-            lines.append(f"  - {count} × {limit.scope()}: {limit.why}")  # type: ignore[union-attr]
+            lines.append(f"  - {count} × {limit.scope()}: {limit.why}")
         for f in unexplained:
             lines.append(
                 f"  - ✗ {f.cell.label()}: {f.value:.1f} against {f.reference} "
@@ -210,7 +236,7 @@ def heatmap(table: dict[Cell, dict[str, float]], found: list[Flag], path: Path) 
     import numpy as np
 
     cells = sorted(table, key=astuple)
-    methods = sorted({k for r in table.values() for k in r if not k.endswith("@personal")})
+    methods = sorted({k for r in table.values() for k in r if "@" not in k})
     grid = np.full((len(methods), len(cells)), np.nan)
     for j, c in enumerate(cells):
         for i, key in enumerate(methods):
@@ -236,6 +262,37 @@ def heatmap(table: dict[Cell, dict[str, float]], found: list[Flag], path: Path) 
     plt.close(fig)
 
 
+def method_seconds(method: dict[str, Any]) -> float:
+    """A method's own compute in one run: its server time, its clients' own training and,
+    for peer methods, every receiver's aggregation (shared client training is not counted)."""
+    total = float(method.get("server_wall_s") or 0.0)
+    for key in ("client_own_s", "receiver_wall_s"):
+        total += sum(float(v) for v in method.get(key) or [])
+    return total
+
+
+def timing(root: Path, top: int = 6) -> str:
+    """The runs' wall time (as recorded in each ``result.json``) and the costliest methods."""
+    wall, hits, misses = 0.0, 0, 0
+    per_method: dict[str, float] = defaultdict(float)
+    files = sorted(root.glob("*/result.json"))
+    for file in files:
+        doc = json.loads(file.read_text())
+        wall += float(doc.get("wall_time_s") or 0.0)
+        cache = doc.get("cache") or {}
+        hits, misses = hits + int(cache.get("hits", 0)), misses + int(cache.get("misses", 0))
+        for method in doc["methods"]:
+            per_method[parse_method_spec(method["key"]).name] += method_seconds(method)
+    costly = sorted(per_method.items(), key=lambda kv: -kv[1])[:top]
+    names = ", ".join(f"`{name}` {seconds / 60:.0f} min" for name, seconds in costly)
+    return (
+        f"Time: the {len(files)} runs' recorded wall times sum to {wall / 60:.0f} min on one "
+        f"thread each (two shards: about {wall / 120:.0f} min), with {hits} client-artefact "
+        f"cache hits and {misses} misses. The costliest methods (own compute over every run): "
+        f"{names}."
+    )
+
+
 def main(argv: list[str]) -> int:
     check = "--check" in argv
     args = [a for a in argv if a != "--check"]
@@ -256,7 +313,13 @@ def main(argv: list[str]) -> int:
         f"{len(unexplained)} unexplained (✗)."
     )
     body = "\n\n".join(
-        [summary, matrix_tables(table, found), "Cells below a reference:", flag_list(found)]
+        [
+            summary,
+            timing(root),
+            matrix_tables(table, found),
+            "Cells below a reference:",
+            flag_list(found),
+        ]
     )
     splice_markdown(markdown, "robustness", body)
     print(summary)

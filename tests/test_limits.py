@@ -87,3 +87,27 @@ def test_the_report_explains_flags_by_limits_and_bounds(
     assert "unexplained: fedage on digits · cnn · iid" in printed
     assert "unexplained: fedage on digits · cnn · dirichlet" not in printed
     assert (tmp_path / "figures" / "robustness" / "matrix.png").is_file()
+
+
+def _clients(root: Path, name: str, means: dict[str, float]) -> None:
+    rows = ["method,client,local_test_accuracy,local_val_accuracy"]
+    for key, mean in means.items():
+        rows += [f"{key},0,{mean - 0.05},0.5", f"{key},1,{mean + 0.05},0.5"]
+    (root / name / "local.csv").write_text("\n".join(rows) + "\n")
+
+
+def test_a_weak_clients_limit_covers_only_where_the_clients_are_weaker(tmp_path: Path) -> None:
+    report = _report()
+    runs = tmp_path / "runs"
+    acc = {"local": 0.5, "ensemble": 0.8, "fedage": 0.6, "centralized_head": 0.9}
+    _run(runs, "a", "digits", "iid", acc)
+    _clients(runs, "a", {"local": 0.9, "fedage": 0.8})  # heads 10 points below the models
+    _run(runs, "b", "digits", "dirichlet", acc)
+    _clients(runs, "b", {"local": 0.9, "fedage": 0.9})  # heads as good: not the cause here
+    table = report.load(runs)
+    assert table[report.Cell("digits", "cnn", "iid")]["fedage@clients"] == pytest.approx(80.0)
+    by_cell = {(f.method, f.cell.partition): f for f in report.flags(table)}
+    covering = by_cell[("fedage", "iid")].limit
+    assert covering is not None and covering.weak_clients
+    assert by_cell[("fedage", "dirichlet")].limit is None
+    assert "where its client models are below `local`'s" in covering.scope()

@@ -33,6 +33,9 @@ class KnownLimit:
         bound: a method whose result bounds this one (FedAGE: ``centralized_head``, one head
             on every client's embeddings and true labels): the limit covers a cell only where
             the bound is itself below the reference there, so the cause is checked per cell.
+        weak_clients: the cause is the method's own client models (FedAGE: the frozen encoder
+            plus each client's head): the limit covers a cell only where their mean test
+            accuracy is below that of the plain client models (``local``) there.
     """
 
     why: str
@@ -42,6 +45,7 @@ class KnownLimit:
     partitions: tuple[str, ...] = ()
     options: tuple[str, ...] = ()
     bound: str | None = None
+    weak_clients: bool = False
 
     def __post_init__(self) -> None:
         unknown = [r for r in self.below if r not in REFERENCES]
@@ -76,4 +80,6 @@ class KnownLimit:
         extra = [f"with {', '.join(self.options)}"] if self.options else []
         if self.bound:
             extra.append(f"where `{self.bound}` is below too")
+        if self.weak_clients:
+            extra.append("where its client models are below `local`'s")
         return f"below {' and '.join(self.below)}; " + "; ".join([*parts, *extra])
