@@ -191,8 +191,9 @@ STUDENT_LIMIT = KnownLimit(
 )
 DATA_FREE_LIMIT = KnownLimit(
     "data-free: the student (or IntactOFL's gate) learns only from inputs a generator "
-    "synthesises against the frozen client models, at a third of the rounds in the matrix "
-    "(CPU time); at full rounds the IntactOFL benchmark also puts every data-free method below "
+    "synthesises against the frozen client models (in the matrix IntactOFL, DENSE, "
+    "Co-Boosting and F-DAFL run a third of their rounds, for CPU time); at full rounds the "
+    "IntactOFL benchmark also puts every data-free method below "
     "the probability ensemble, DENSE and Co-Boosting near chance",
     below=BOTH,
 )
