@@ -124,9 +124,13 @@ bench-workers: setup data
 
 ## The small-data study of issue 26 (docs/benchmarks.md): the initialisation and the step
 ## floors on and off, on digits with each small model and both optimisers; two shards.
+SMALL_DATA := $(VENV)/oneshotfl sweep benchmarks/small-data.yaml --out benchmarks/results/small-data
 bench-small-data: setup data
 	$(VENV)/python scripts/make_shapes.py runs/data/shapes16.npz
-	VENV=$(VENV) bash scripts/sweep_shards.sh small-data
+	OMP_NUM_THREADS=1 $(SMALL_DATA) --shard 0/2 & first=$$!; \
+	  OMP_NUM_THREADS=1 $(SMALL_DATA) --shard 1/2; second=$$?; \
+	  wait $$first && test $$second -eq 0
+	$(VENV)/python scripts/small_data_report.py
 
 ## The robustness matrix of issue 26 (docs/benchmarks.md): every registered method on digits,
 ## a Fashion-MNIST subset and our synthetic shapes16 (scripts/make_shapes.py) × cnn, mlp,
