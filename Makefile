@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
 .PHONY: setup data demo test test-fast docs check-wheel lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
-	bench-fedeov bench-fedeov-target bench-fedeov-fgsm3 bench-intactofl bench-fol bench-robust bench-robustness bench-small-data bench-workers bench-membership bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed \
+	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-robust bench-robustness bench-small-data bench-workers bench-membership bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed \
 	clean-cache
 VENV := .venv/bin
 
@@ -92,6 +92,10 @@ bench-fedeov-target: setup data
 	$(VENV)/oneshotfl report benchmarks/results/fedeov-target \
 	  --out docs/figures/fedeov-target --markdown docs/benchmarks.md --section fedeov-target
 	$(VENV)/python scripts/fedeov_report.py target
+
+## Peak memory of FedEOV on the target federation (issue 27): one process, nothing cached.
+bench-fedeov-memory: setup data
+	$(VENV)/python scripts/peak_memory.py benchmarks/fedeov-memory.yaml
 
 ## FedEOV's three-step FGSM against the 15-step default (issue 27), on the Table 6 federations.
 bench-fedeov-fgsm3: setup data
