@@ -199,3 +199,33 @@ def test_one_run_command_runs_several_seeds(tmp_path: Path) -> None:
     assert "2 run(s), one per seed" in result.output
     bad = runner.invoke(app, ["run", *TINY, "--seed", "0,0", "--out", str(tmp_path / "b")])
     assert bad.exit_code == 2 and "distinct integers" in bad.output
+
+
+def test_verbose_shows_our_debug_lines_and_not_the_libraries() -> None:
+    import logging
+
+    from oneshotfl.cli_support import setup_logging
+
+    setup_logging(True)
+    try:
+        assert logging.getLogger("oneshotfl.runner").isEnabledFor(logging.DEBUG)
+        assert not logging.getLogger("matplotlib.font_manager").isEnabledFor(logging.DEBUG)
+    finally:
+        setup_logging(False)
+    assert not logging.getLogger("oneshotfl.runner").isEnabledFor(logging.DEBUG)
+
+
+def test_cuda_without_a_device_is_one_line_and_a_config_error(tmp_path: Path) -> None:
+    import pytest
+    import torch
+
+    import oneshotfl
+
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without CUDA")
+    args = ["run", "--method", "fedavg", "--dataset", "digits", "--clients", "2"]
+    out = CliRunner().invoke(app, [*args, "--device", "cuda", "--out", str(tmp_path / "r")])
+    assert out.exit_code == 2, out.output
+    assert "no CUDA device" in out.output and "Traceback" not in out.output
+    with pytest.raises(oneshotfl.ConfigError, match="no CUDA device"):
+        oneshotfl.run(dataset="digits", clients=2, methods=["fedavg"], device="cuda")
