@@ -79,16 +79,18 @@ wait_port() {
 mkdir -p "$WORK/logs" "$FLWR_HOME"
 # a directed ring 0 → 1 → 2 → 0: each node receives one neighbour's model, not everyone's
 echo '{"directed": true, "edges": [[0, 1], [1, 2], [2, 0]]}' >"$WORK/graph.json"
-cat >"$WORK/experiment.yaml" <<EOF
-dataset: digits
-clients: 3
-model: mlp
+# the federation both local references and their Flower runs share (digits, mlp clients)
+COMMON="model: mlp
 local_epochs: 1
 local_steps: 0
 batch_size: 32
 lr: 0.05
 alpha: 1.0
-min_samples: 5
+min_samples: 5"
+cat >"$WORK/experiment.yaml" <<EOF
+dataset: digits
+clients: 3
+$COMMON
 device: cpu
 graph: "file:path=$WORK/graph.json"
 methods: [fedavg, ensemble, "fedavg_rounds:rounds=2", peer_ensemble]
@@ -102,13 +104,7 @@ LOCAL_PID=$!
 cat >"$WORK/ring.yaml" <<EOF
 dataset: digits
 clients: 4
-model: mlp
-local_epochs: 1
-local_steps: 0
-batch_size: 32
-lr: 0.05
-alpha: 1.0
-min_samples: 5
+$COMMON
 val_fraction: 0.2
 device: cpu
 graph: ring
