@@ -117,8 +117,15 @@ def test_corruptions_are_seeded_finite_and_change_the_images(style: str) -> None
         corrupt(x, "other", torch.Generator())
 
 
+def test_the_defaults_are_the_three_step_fgsm_and_the_codes_top5_vote() -> None:
+    cfg = FedEOVConfig()  # issue 27: the L-inf reach of 15 x 0.002; the vote of the paper
+    assert (cfg.fgsm_warmup_steps, cfg.fgsm_steps, cfg.fgsm_step) == (1, 3, 0.01)
+    assert cfg.fgsm_steps * cfg.fgsm_step == pytest.approx(15 * 0.002)
+    assert cfg.accepted_votes == 5
+
+
 def test_the_code_curriculum_with_two_epochs_is_plain_negatives_then_everything() -> None:
-    cfg = FedEOVConfig()
+    cfg = FedEOVConfig(fgsm_warmup_steps=5, fgsm_steps=15)  # distinct counts (the code's)
     specs = curriculum(cfg, 2)
     assert [(s.start_epoch, s.stop_epoch) for s in specs] == [(0, 1), (1, 2)]
     first, second = (dict(s.params) for s in specs)
@@ -137,7 +144,7 @@ def test_the_code_curriculum_with_two_epochs_is_plain_negatives_then_everything(
 
 
 def test_the_paper_curriculum_is_three_thirds_and_every_stage_can_be_switched_off() -> None:
-    cfg = FedEOVConfig(schedule="paper")
+    cfg = FedEOVConfig(schedule="paper", fgsm_warmup_steps=5, fgsm_steps=15)
     stages = [stage_negatives(cfg, e, 6) for e in range(6)]
     assert [bool(s and s["corrupt"]) for s in stages] == [True] * 4 + [False] * 2
     assert [s.get("fgsm_steps", 0) for s in stages if s] == [0, 0, 5, 15, 0, 0]

@@ -282,6 +282,19 @@ def test_the_open_set_methods_on_flower_equal_the_local_simulation(
     assert flower["clients"] == local["clients"]
 
 
+def test_the_nodes_build_methods_with_the_runs_method_defaults(
+    tiny_config: Any, tmp_path: Path
+) -> None:
+    cfg = tiny_config(methods=["fedprox"], method_defaults=["fedprox:mu=5.0"])
+    local = run_experiment(cfg)
+    nodes = dataclasses.replace(cfg, cache_dir=str(tmp_path / "nodes"))
+    flower = run_on_grid(tmp_path, nodes, FakeGrid(cfg.clients))
+    assert core(flower) == core(local)
+    assert flower["methods"][0]["params"]["mu"] == 5.0
+    plain = run_experiment(tiny_config(methods=["fedprox"], cache_dir=str(tmp_path / "plain")))
+    assert core(plain) != core(local)  # the nodes did not fall back to mu's default
+
+
 def test_a_feature_skewed_federation_on_flower_equals_the_local_simulation(
     tiny_config: Any, tmp_path: Path
 ) -> None:

@@ -215,8 +215,9 @@ def _dataset(name: str, root: str | None, download: bool) -> Dataset:
     return _DATASETS[key]
 
 
-def _method(method_spec: str) -> Method[Any]:
-    (_, method), *_ = resolve_methods([method_spec])
+def _method(state: NodeState, method_spec: str) -> Method[Any]:
+    """The method of ``method_spec`` with the federation's ``method_defaults`` beneath it."""
+    (_, method), *_ = resolve_methods([method_spec], state.experiment.cfg.method_defaults)
     return method
 
 
@@ -232,7 +233,7 @@ def run_update(
             not a server broadcast.
         WireError, PayloadError: for a server message that fails validation.
     """
-    method = _method(method_spec)
+    method = _method(state, method_spec)
     unknown = sorted(set(payloads) - {"server"})
     if unknown:
         raise ConfigError(
@@ -259,7 +260,7 @@ def run_receive(state: NodeState, method_spec: str, payloads: Mapping[str, bytes
         ConfigError: for an unknown method or one that is not a peer method.
         ConfigError: for a payload not named ``client-<id>``.
     """
-    method = _method(method_spec)
+    method = _method(state, method_spec)
     if not isinstance(method, PeerMethod):
         raise ConfigError(f"{method_spec}: a receive step needs a peer method")
     deliveries = {sender_id(name): data for name, data in payloads.items()}

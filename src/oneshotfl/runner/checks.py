@@ -19,7 +19,7 @@ import torch
 from oneshotfl.data.feature_skew import FeatureSkew, FeatureSkewError, build_feature_skew
 from oneshotfl.data.partition import Partitioner
 from oneshotfl.data.types import TaskInfo
-from oneshotfl.methods import METHODS, build_method, parse_method_spec
+from oneshotfl.methods import METHODS, MethodSpec, build_method, parse_method_spec
 from oneshotfl.models import MODELS, create_model
 from oneshotfl.protocol.contract import Method, Topology
 from oneshotfl.protocol.graph import GraphError, build_graph
@@ -30,18 +30,52 @@ from oneshotfl.runner.engine import RequirementError
 Methods = Sequence[tuple[str, Method[Any]]]
 
 
-def resolve_methods(specs: Sequence[str]) -> list[tuple[str, Method[Any]]]:
-    """Parse and build every method spec, failing before any data is loaded."""
+def _known(name: str, what: str) -> None:
+    if name not in METHODS:
+        raise ConfigError(
+            f"{what}: unknown method {name!r}{did_you_mean(name, METHODS)}; "
+            f"expected one of: {', '.join(METHODS.names())}"
+        )
+
+
+def method_defaults(defaults: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``method_defaults`` specs as method name → the knobs that replace its defaults.
+
+    Raises:
+        ConfigError: for an unknown method, a malformed spec or a method named twice.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for text in defaults:
+        try:
+            spec = parse_method_spec(text)
+        except ValueError as exc:
+            raise ConfigError(f"method_defaults: {exc}") from None
+        _known(spec.name, "method_defaults")
+        if spec.name in out:
+            raise ConfigError(
+                f"method_defaults: expected each method once, got {spec.name!r} twice"
+            )
+        out[spec.name] = dict(spec.params)
+    return out
+
+
+def resolve_methods(
+    specs: Sequence[str], defaults: Sequence[str] = ()
+) -> list[tuple[str, Method[Any]]]:
+    """Parse and build every method spec, failing before any data is loaded. ``defaults``
+    (the config's ``method_defaults``) set knobs beneath each spec's own; a method's key is
+    its spec as written."""
+    base = method_defaults(defaults)
     built: list[tuple[str, Method[Any]]] = []
     for text in specs:
-        spec = parse_method_spec(text)
-        if spec.name not in METHODS:
-            hint = did_you_mean(spec.name, METHODS)
-            raise ConfigError(
-                f"unknown method {spec.name!r}{hint}; expected one of: {', '.join(METHODS.names())}"
-            )
         try:
-            built.append((spec.key, build_method(spec)))
+            spec = parse_method_spec(text)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        _known(spec.name, "methods")
+        merged = MethodSpec(spec.name, {**base.get(spec.name, {}), **spec.params})
+        try:
+            built.append((spec.key, build_method(merged)))
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     keys = [k for k, _ in built]
@@ -132,7 +166,7 @@ def preflight(cfg: ExperimentConfig) -> None:
         ConfigError: for an unknown or badly set name or method.
         RequirementError: for a method whose requirements the config does not meet.
     """
-    methods = resolve_methods(cfg.methods)
+    methods = resolve_methods(cfg.methods, cfg.method_defaults)
     archs, _, _ = checked_names(cfg)
     problems = requirement_problems(cfg, methods, archs, cfg.public_size > 0, bool(cfg.encoder))
     if problems:

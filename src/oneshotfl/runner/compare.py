@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from oneshotfl.runner.config_values import run_defaults
 from oneshotfl.runner.results import RECORDED_BEFORE
 
 COMPARED = (
@@ -130,6 +131,8 @@ def config_differences(
     execution-only ones; a key a result predates counts as the value it ran with."""
     a = {**RECORDED_BEFORE, **ref.get("config", {})}
     b = {**RECORDED_BEFORE, **new.get("config", {})}
+    for c in (a, b):  # only the defaults of methods that ran can change a result
+        c["method_defaults"] = run_defaults(c.get("methods") or [], c["method_defaults"])
     return [
         f"{key}: {a.get(key)!r} {labels[0]}, {b.get(key)!r} {labels[1]}"
         for key in sorted(set(a) | set(b))

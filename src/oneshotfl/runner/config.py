@@ -44,6 +44,10 @@ class ExperimentConfig(Params):
 
     Attributes:
         methods: method specs to run on the same federation (they share client artefacts).
+        method_defaults: method specs (``fedeov:fgsm_steps=15``) whose knobs become that
+            method's defaults in this run, beneath what each spec in ``methods`` sets; the
+            keys results use stay the specs as written. A committed benchmark pins so the
+            defaults it was recorded with when a later version changes them.
         plugins: modules (or .py files) imported before any name is resolved, which register
             your own methods, models, datasets, … (see :mod:`oneshotfl.plugins`); carried to
             every Flower node and worker process.
@@ -121,6 +125,7 @@ class ExperimentConfig(Params):
     """
 
     methods: tuple[str, ...] = ("local", "fedavg", "ensemble", "centralized")
+    method_defaults: tuple[str, ...] = ()
     plugins: tuple[str, ...] = ()
     dataset: str = "fashion_mnist"
     data_root: str | None = None
@@ -286,6 +291,7 @@ class ExperimentConfig(Params):
         data = dataclasses.asdict(self)
         data["methods"] = list(self.methods)
         data["plugins"] = list(self.plugins)
+        data["method_defaults"] = list(self.method_defaults)
         return data
 
 
@@ -302,8 +308,8 @@ def make_config(values: Mapping[str, Any]) -> ExperimentConfig:
                 f"unknown config key {raw_key!r}{did_you_mean(key, FIELD_NAMES)}; "
                 f"expected one of {list(FIELD_NAMES)}"
             )
-        if key == "methods":
-            value = normalise_methods(value)
+        if key in ("methods", "method_defaults"):
+            value = normalise_methods(value, key)
         elif key == "plugins":
             value = normalise_plugins(value)
         elif key == "model":

@@ -41,24 +41,34 @@ def normalise_plugins(value: Any) -> tuple[str, ...]:
     return tuple(v.strip() for v in items if v.strip())
 
 
-def normalise_methods(value: Any) -> tuple[str, ...]:
-    """Methods from a comma string, a list of specs, or YAML mappings, as spec strings."""
+def normalise_methods(value: Any, key: str = "methods") -> tuple[str, ...]:
+    """Methods (or ``method_defaults``, named by ``key``) from a comma string, a list of
+    specs, or YAML mappings, as spec strings."""
+    if value is None and key != "methods":
+        return ()
     if isinstance(value, str):
         items: Sequence[Any] = [v for v in value.split(",") if v.strip()]
     elif isinstance(value, Sequence):
         items = value
     else:
-        raise ConfigError(f"methods: expected a list or comma-separated string, got {value!r}")
+        raise ConfigError(f"{key}: expected a list or comma-separated string, got {value!r}")
     specs = []
     for item in items:
         if isinstance(item, Mapping):
             params = {k: v for k, v in item.items() if k != "name"}
             if "name" not in item:
-                raise ConfigError(f"methods: a mapping needs a 'name' key, got {dict(item)}")
+                raise ConfigError(f"{key}: a mapping needs a 'name' key, got {dict(item)}")
             specs.append(":".join([str(item["name"]), *(f"{k}={v}" for k, v in params.items())]))
         else:
             specs.append(str(item).strip())
     return tuple(specs)
+
+
+def run_defaults(methods: Sequence[str], defaults: Sequence[str]) -> list[str]:
+    """The ``method_defaults`` entries naming a method in ``methods``: the ones that can
+    change a result (a comparison of two configs ignores the others)."""
+    names = {str(m).split(":", 1)[0].strip() for m in methods}
+    return [d for d in defaults if str(d).split(":", 1)[0].strip() in names]
 
 
 def normalise_model(value: Any) -> str:

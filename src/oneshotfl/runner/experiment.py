@@ -303,7 +303,7 @@ def run_experiment(
     every requirement, connect a transport (``connect``; default: in process), run, document.
     """
     started, t0 = datetime.now(UTC), time.perf_counter()
-    methods = resolve_methods(cfg.methods)
+    methods = resolve_methods(cfg.methods, cfg.method_defaults)
     exp = replace(Experiment.prepare(cfg, tracker), save_to=save_to)
     exp.check(methods)
     if connect is not None:

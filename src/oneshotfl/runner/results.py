@@ -23,6 +23,7 @@ import oneshotfl
 from oneshotfl.environment import cpu_model, data_hash, git_commit
 from oneshotfl.plots import partition_heatmap
 from oneshotfl.runner.config import ExperimentConfig, make_config, names_unchecked
+from oneshotfl.runner.config_values import run_defaults
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -174,10 +175,15 @@ RECORDED_BEFORE: dict[str, Any] = {
     "server_steps": 0,
     "init": "torch",
     "client_threads": None,
+    "method_defaults": [
+        f"{name}:accepted_votes=none:fgsm_step=0.002:fgsm_steps=15:fgsm_warmup_steps=5"
+        for name in ("fedeov", "fedeov_pruned", "fedeov_distilled")
+    ],
 }
 """Config keys added after results were first written, with the value every result written
 without them ran with (0.1: no step floors, PyTorch's initialisation, client steps at the
-process's own thread count — which its ``environment.threads`` records)."""
+process's own thread count — which its ``environment.threads`` records; before issue 27, FedEOV's
+fifteen FGSM steps and Theorem 2 over every member)."""
 
 
 def recorded_config(
@@ -189,6 +195,7 @@ def recorded_config(
     before = dict(RECORDED_BEFORE)
     if environment and isinstance(environment.get("threads"), int):
         before["client_threads"] = environment["threads"]
+    before["method_defaults"] = run_defaults(values.get("methods") or [], before["method_defaults"])
     with names_unchecked():  # reading a result never imports (runs) its plugins
         return make_config({**before, **values})
 
