@@ -21,20 +21,27 @@ demo: setup data
 	    "(personal accuracy: runs/demo/report/personal_accuracy_vs_bytes.png)" \
 	  && echo "demo: $$(( $$(date +%s) - start )) s after set-up"
 
-## Lint, type-check, the whole test suite (slow end-to-end tests included; one pytest worker
-## per core), then Flower end to end on loopback: a SuperLink and 3 SuperNodes, insecure and
-## with TLS + node auth.
-test: test-fast
-	$(MAKE) docs
-	bash scripts/flower_e2e.sh
+## Lint, type-check, build the docs, then the whole test suite (one pytest worker per core)
+## and, beside it, Flower end to end on loopback (scripts/flower_e2e.sh: a SuperLink and
+## SuperNodes, insecure and with TLS + node auth; it mostly waits on Flower's polling, so it
+## shares the cores with pytest). Its lines start with "flower-e2e:".
+test: lint docs
+	@echo "pytest and the Flower end-to-end script, side by side"
+	@bash scripts/flower_e2e.sh & e2e=$$!; \
+	  OMP_NUM_THREADS=1 $(VENV)/python -m pytest -q -n auto; tests=$$?; \
+	  wait $$e2e; flower=$$?; \
+	  echo "pytest: exit $$tests; Flower end to end: exit $$flower"; \
+	  test $$tests -eq 0 && test $$flower -eq 0
 
 ## The inner loop: lint, type-check and the test suite, without the docs build and the Flower
 ## end-to-end script.
-test-fast: setup data
+test-fast: lint
+	OMP_NUM_THREADS=1 $(VENV)/python -m pytest -q -n auto
+
+lint: setup data
 	$(VENV)/ruff check src tests examples scripts
 	$(VENV)/ruff format --check src tests examples scripts
 	$(VENV)/mypy
-	OMP_NUM_THREADS=1 $(VENV)/python -m pytest -q -n auto
 
 ## The documentation site (mkdocs.yml) into site/; --strict: a broken link or reference fails.
 docs: setup

@@ -35,7 +35,7 @@ fail() { log "FAILED: $*"; exit 1; }
 cleanup() {
   local rc=$?
   for pid in "${PIDS[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
-  for pid in ${LOCAL_PID:-} ${RING_LOCAL_PID:-}; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in ${LOCAL_PIDS[@]+"${LOCAL_PIDS[@]}"}; do kill -TERM "$pid" 2>/dev/null || true; done
   sleep 2
   for pid in "${PIDS[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
   if [ "$rc" -ne 0 ]; then
@@ -97,10 +97,8 @@ methods: [fedavg, ensemble, "fedavg_rounds:rounds=2", peer_ensemble]
 EOF
 "$BIN/oneshotfl" flower app-dir "$WORK/app" >/dev/null
 
-log "local simulations (references), in the background while the SuperLinks start"
-timeout 300 "$BIN/oneshotfl" run --config "$WORK/experiment.yaml" "cache_dir=$WORK/cache-local" \
-  --out "$WORK/local" >"$WORK/logs/local.log" 2>&1 &
-LOCAL_PID=$!
+# TLS + node auth is checked on one method (the insecure run covers the methods themselves)
+sed 's/^methods: .*/methods: [fedavg]/' "$WORK/experiment.yaml" >"$WORK/tls.yaml"
 cat >"$WORK/ring.yaml" <<EOF
 dataset: digits
 clients: 4
@@ -110,26 +108,40 @@ device: cpu
 graph: ring
 methods: ["fol:rounds=2:kd_epochs=1:weight_steps=20"]
 EOF
-timeout 300 "$BIN/oneshotfl" run --config "$WORK/ring.yaml" "cache_dir=$WORK/cache-ring" \
-  --out "$WORK/ring-local" >"$WORK/logs/ring-local.log" 2>&1 &
-RING_LOCAL_PID=$!
 
-# submit NAME CONNECTION RUN-CONFIG: submit the app, poll `flwr ls` (flwr run exits 0 even when
-# the run fails) until it finishes; the final status goes to $WORK/NAME-status.
+# reference NAME CONFIG: the local simulation of CONFIG into $WORK/NAME, in the background.
+declare -A LOCAL_PIDS=()
+reference() {
+  timeout 300 "$BIN/oneshotfl" run --config "$2" "cache_dir=$WORK/cache-$1" --out "$WORK/$1" \
+    >"$WORK/logs/$1.log" 2>&1 &
+  LOCAL_PIDS[$WORK/$1]=$!
+}
+log "local simulations (references), in the background while the SuperLinks start"
+reference local "$WORK/experiment.yaml"
+reference tls-local "$WORK/tls.yaml"
+reference ring-local "$WORK/ring.yaml"
+
+# submit NAME CONNECTION RUN-CONFIG: submit the app and wait until it finishes; the final
+# status (from `flwr ls`: flwr run exits 0 even when the run fails) goes to $WORK/NAME-status.
+# While the run goes on, the script looks for its result file every 0.2 s and asks `flwr ls`
+# (a Python process of its own, which would take CPU from the run) only every 5 s.
 submit() {
-  local name=$1 conn=$2 run_id status deadline
+  local name=$1 conn=$2 run_id status="" deadline next_ls=0
   "$BIN/flwr" run "$WORK/app" "$conn" --format json --run-config "$3" \
     >"$WORK/$name-submit.json" 2>>"$WORK/logs/$name-submit.log" || fail "$name: flwr run failed"
   run_id=$(json_get "$WORK/$name-submit.json" "d['run-id']")
   log "$name: run $run_id submitted"
   deadline=$((SECONDS + RUN_TIMEOUT))
   while :; do
-    timeout 60 "$BIN/flwr" ls "$conn" --run-id "$run_id" --format json >"$WORK/$name-ls.json" \
-      2>>"$WORK/logs/$name-submit.log" || fail "$name: flwr ls failed"
-    status=$(json_get "$WORK/$name-ls.json" "d['runs'][0]['status']")
-    case "$status" in finished:*) break ;; esac
+    if [ -f "$WORK/$name/result.json" ] || [ "$SECONDS" -ge "$next_ls" ]; then
+      timeout 60 "$BIN/flwr" ls "$conn" --run-id "$run_id" --format json >"$WORK/$name-ls.json" \
+        2>>"$WORK/logs/$name-submit.log" || fail "$name: flwr ls failed"
+      status=$(json_get "$WORK/$name-ls.json" "d['runs'][0]['status']")
+      case "$status" in finished:*) break ;; esac
+      next_ls=$((SECONDS + 5))
+    fi
     [ "$SECONDS" -lt "$deadline" ] || fail "$name: run $run_id still '$status' after ${RUN_TIMEOUT}s"
-    sleep 1
+    sleep 0.2
   done
   echo "$status" >"$WORK/$name-status"
 }
@@ -150,13 +162,11 @@ flower_run() {
 }
 
 # wait_local DIR: the background reference simulation writing DIR must have finished well.
-WAITED=""
 wait_local() {
-  local pid=$LOCAL_PID
-  [ "$1" = "$WORK/ring-local" ] && pid=$RING_LOCAL_PID
-  case " $WAITED " in *" $pid "*) return 0 ;; esac
+  local pid=${LOCAL_PIDS[$1]:-}
+  [ -n "$pid" ] || return 0
   wait "$pid" || fail "the local simulation $1 failed (log: $WORK/logs/$(basename "$1").log)"
-  WAITED="$WAITED $pid"
+  LOCAL_PIDS[$1]=""
 }
 
 node_config() { echo "partition-id=$1 num-partitions=${2:-3} cache-dir='$WORK/cache-node-$1'"; }
@@ -188,7 +198,7 @@ edges=$(json_get "$WORK/insecure/result.json" "sorted((s, r) for m in d['methods
 log "relay: peer_ensemble crossed exactly the edges of the directed ring: $edges"
 
 submit_dropout() {  # submit_dropout NAME MIN_CLIENTS [OVERRIDES] -> final status in $WORK/NAME-status
-  submit "$1" insecure "config='$WORK/experiment.yaml' overrides='methods=fedavg min_clients=$2 cache_dir=$WORK/cache-drop ${3:-}' out='$WORK/$1' node-timeout=5.0 reply-timeout=30.0"
+  submit "$1" insecure "config='$WORK/experiment.yaml' overrides='methods=fedavg min_clients=$2 cache_dir=$WORK/cache-drop ${3:-}' out='$WORK/$1' node-timeout=5.0 reply-timeout=15.0"
 }
 # A bad SuperNode: node 0 sends what the wire must refuse (garbage, an oversize upload, another
 # architecture than configured, each made on the node by the `attack` setting); the run must
@@ -272,7 +282,7 @@ done
 start node-unregistered 60 flower-supernode --superlink "127.0.0.1:$TLS_PORT" \
   --root-certificates "$WORK/certs/ca.crt" --auth-supernode-private-key "$WORK/certs/node-3" \
   --port $((PORT + 5)) --node-config "$(node_config 2)"
-flower_run tls tls
+flower_run tls tls "$WORK/tls.yaml" "$WORK/tls-local"
 timeout 60 "$BIN/flwr" supernode ls tls --format json >"$WORK/supernodes.json" 2>>"$WORK/logs/register.log" \
   || fail "tls: flwr supernode ls failed"
 online=$(json_get "$WORK/supernodes.json" "sum(1 for n in d['nodes'] if str(n.get('status','')).lower() == 'online')")
@@ -297,7 +307,14 @@ binding="${NODE_IDS[0]}=0 ${NODE_IDS[1]}=1 ${NODE_IDS[3]}=2"
 start node-4-claims-1 600 flower-supernode --superlink "127.0.0.1:$TLS_PORT" \
   --root-certificates "$WORK/certs/ca.crt" --auth-supernode-private-key "$WORK/certs/node-4" \
   --port $((PORT + 5)) --node-config "$(node_config 1)"
-sleep 5
+for _ in $(seq 30); do  # until node-4 is online beside the three
+  timeout 60 "$BIN/flwr" supernode ls tls --format json >"$WORK/supernodes.json" 2>>"$WORK/logs/register.log" \
+    || fail "bind: flwr supernode ls failed"
+  online=$(json_get "$WORK/supernodes.json" "sum(1 for n in d['nodes'] if str(n.get('status','')).lower() == 'online')")
+  [ "$online" -ge 4 ] && break
+  sleep 0.5
+done
+[ "$online" -ge 4 ] || fail "bind: node-4 did not come online (online: $online)"
 submit bind tls "config='$WORK/experiment.yaml' overrides='methods=fedavg min_clients=2 cache_dir=$WORK/cache-bind' out='$WORK/bind' node-timeout=30.0 reply-timeout=120.0 node-clients='$binding'"
 status=$(cat "$WORK/bind-status")
 [ "$status" = "finished:completed" ] || fail "bind: run ended $status"

@@ -40,26 +40,33 @@ class FakeGrid:
         self.tamper = tamper
         self.sent: list[Message] = []
         self.replies: list[Message] = []
+        self.waiting: dict[str, Message] = {}  # message id -> its reply, until pulled
+        self.pulls = 0
 
     def get_node_ids(self) -> Iterable[int]:
         return list(self.node_config)
 
-    def send_and_receive(
-        self, messages: Iterable[Message], *, timeout: float | None = None
-    ) -> Iterable[Message]:
-        replies = []
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        """Each node answers at once; the replies wait to be pulled, as on a SuperLink."""
+        ids = []
         for message in messages:
-            message.metadata.__dict__["_message_id"] = f"m{len(self.sent)}"  # as Grids do
+            message_id = f"m{len(self.sent)}"
+            message.metadata.__dict__["_message_id"] = message_id  # as Grids do
             self.sent.append(message)
+            ids.append(message_id)
             node = message.metadata.dst_node_id
             ctx = Context(1, node, self.node_config[node], RecordDict(), {})
             reply: Message | None = client_main(message, ctx)
             if self.tamper is not None and reply is not None:
                 reply = self.tamper(node, message, reply)
             if reply is not None:
-                replies.append(reply)
-        self.replies.extend(replies)
-        return replies
+                self.waiting[message_id] = reply
+                self.replies.append(reply)
+        return ids
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        self.pulls += 1
+        return [self.waiting.pop(i) for i in list(message_ids) if i in self.waiting]
 
 
 def core(doc: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -73,4 +80,5 @@ def run_on_grid(tmp_path: Path, cfg: ExperimentConfig, grid: FakeGrid, name: str
     config = tmp_path / f"{name}.yaml"
     config.write_text(yaml.safe_dump(cfg.to_dict()))
     run_config = {"config": str(config), "out": str(tmp_path / name), "node-timeout": 1.0}
+    run_config["reply-timeout"] = 1.0  # the nodes answer at once; a silent one costs 1 s
     return run_server(grid, run_config, "test")

@@ -34,7 +34,7 @@ from oneshotfl.flower.node import (  # noqa: E402
     node_state,
     sender,
 )
-from oneshotfl.flower.server import ServerSettings, run_server  # noqa: E402
+from oneshotfl.flower.server import ServerSettings, run_server, send_and_receive  # noqa: E402
 from oneshotfl.protocol.payload import Payload, decode, encode  # noqa: E402
 from oneshotfl.runner.config import ConfigError  # noqa: E402
 from oneshotfl.runner.engine import QuorumError  # noqa: E402
@@ -345,6 +345,7 @@ def test_a_node_bound_to_one_client_cannot_answer_for_another(
         "config": str(config),
         "out": str(tmp_path / "out"),
         "node-timeout": 1.0,
+        "reply-timeout": 1.0,
         "node-clients": "100=0 101=1",  # node 102 is not part of this deployment
     }
     doc = run_server(grid, run_config, "test")
@@ -375,3 +376,36 @@ def test_a_flower_node_loads_the_plugins_of_the_run(
     )
     assert core(flower) == core(local)
     assert flower["config"]["plugins"] == [str(file)]
+
+
+class SlowGrid:
+    """Replies become available on the ``ready``-th pull (a node that takes a while)."""
+
+    def __init__(self, ready: int) -> None:
+        self.ready, self.pulls, self.pending = ready, 0, {}
+
+    def push_messages(self, messages: Any) -> list[str]:
+        ids = []
+        for i, message in enumerate(messages):
+            message.metadata.__dict__["_message_id"] = f"m{i}"
+            self.pending[f"m{i}"] = Message(RecordDict(), reply_to=message)
+            ids.append(f"m{i}")
+        return ids
+
+    def pull_messages(self, ids: Any) -> list[Message]:
+        self.pulls += 1
+        if self.pulls < self.ready:
+            return []
+        return [self.pending.pop(i) for i in list(ids) if i in self.pending]
+
+
+def test_a_round_ends_at_the_first_pull_after_its_last_reply() -> None:
+    def messages() -> list[Message]:
+        return [Message(RecordDict(), dst_node_id=100 + i, message_type="train") for i in range(3)]
+
+    grid = SlowGrid(ready=4)
+    replies = send_and_receive(grid, messages(), timeout=30.0, poll=0.01)
+    assert len(replies) == 3 and grid.pulls == 4  # polled until the replies came, no more
+    late = SlowGrid(ready=10**6)
+    assert send_and_receive(late, messages(), timeout=0.05, poll=0.01) == []
+    assert 2 <= late.pulls < 50  # gave up at the timeout

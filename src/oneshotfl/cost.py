@@ -24,7 +24,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-import torchvision
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -124,6 +123,8 @@ def backbone_forward_flops(arch: str, size: int, task: TaskInfo, x: torch.Tensor
     """
     if arch not in TORCHVISION_BACKBONES:
         raise ValueError(f"backbone: expected one of {sorted(TORCHVISION_BACKBONES)}, got {arch!r}")
+    import torchvision  # here: its import (≈ 1.3 s) is paid where a backbone is priced
+
     module = feature_extractor(arch, torchvision.models.get_model(arch, weights=None)).eval()
     images = preprocess_images(x, imagenet_preprocess(size), task)
     return forward_flops(lambda b: module(b), images)

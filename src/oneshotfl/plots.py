@@ -4,17 +4,32 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-import matplotlib.ticker
 import numpy as np
+
+
+def _pyplot() -> ModuleType:
+    """matplotlib's pyplot on the headless Agg backend, imported on the first figure (a run
+    that draws nothing, a Flower node's ClientApp above all, does not pay its import)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _ticker() -> Any:
+    import matplotlib.ticker
+
+    return matplotlib.ticker
 
 
 def partition_heatmap(counts: np.ndarray, path: Path, title: str = "") -> Path:
     """A client × class heatmap of example counts, with the counts written in the cells."""
+    plt = _pyplot()
     n_clients, n_classes = counts.shape
     fig, ax = plt.subplots(figsize=(1.0 + 0.55 * n_classes, 1.0 + 0.4 * n_clients))
     image = ax.imshow(counts, cmap="Blues", aspect="auto")
@@ -63,6 +78,7 @@ def line_plot(
     With ``logx`` and at most 8 distinct x values, the ticks sit on the measured points and
     are labelled by ``xfmt``.
     """
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for name, points in sorted(series.items()):
         pts = sorted(points)
@@ -103,6 +119,7 @@ def rounds_plot(
     one-shot methods as ``name → (mean accuracy, upload bytes)``, drawn as dashed horizontal
     lines on top and as single points (one round's bytes) below.
     """
+    plt = _pyplot()
     n = len(panels)
     fig, axes = plt.subplots(2, n, figsize=(4.2 * n, 7.0), squeeze=False)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -125,9 +142,9 @@ def rounds_plot(
         top.set_xlabel("communication rounds")
         bottom.set_xlabel("upload bytes per client (cumulative)")
         bottom.set_xscale("log", base=2)  # bytes: ticks at 256 KiB, 512 KiB, 1 MiB, …
-        bottom.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: xfmt(v)))
-        bottom.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        top.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        bottom.xaxis.set_major_formatter(_ticker().FuncFormatter(lambda v, _: xfmt(v)))
+        bottom.xaxis.set_minor_formatter(_ticker().NullFormatter())
+        top.xaxis.set_major_locator(_ticker().MaxNLocator(integer=True))
         for ax in (top, bottom):
             ax.set_ylabel("test accuracy")
             ax.grid(alpha=0.3)
@@ -142,6 +159,7 @@ def rounds_plot(
 
 def image_grid(rows: Mapping[str, np.ndarray], path: Path, title: str = "") -> Path:
     """One row per label of ``[N, C, H, W]`` images in [0, 1] (grey or RGB)."""
+    plt = _pyplot()
     labels = list(rows)
     n = max(len(v) for v in rows.values())
     fig, axes = plt.subplots(

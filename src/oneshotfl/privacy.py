@@ -17,7 +17,6 @@ import math
 from typing import Any, Protocol
 
 import torch
-from scipy.special import log_ndtr, ndtr
 
 
 def gaussian_delta(sigma: float, epsilon: float, sensitivity: float) -> float:
@@ -26,6 +25,8 @@ def gaussian_delta(sigma: float, epsilon: float, sensitivity: float) -> float:
         return 1.0
     a = sensitivity / (2 * sigma)
     b = epsilon * sigma / sensitivity
+    from scipy.special import log_ndtr, ndtr  # here: scipy's import is paid by DP runs only
+
     first = float(ndtr(a - b))
     # e^ε·Φ(−a−b) in log space: e^ε overflows long before the product does
     second = math.exp(epsilon + float(log_ndtr(-a - b)))

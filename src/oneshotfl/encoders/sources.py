@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import torch
-import torchvision
 from torch import nn
 
 from oneshotfl.encoders.base import (
@@ -95,6 +94,8 @@ def imagenet_preprocess(size: int) -> Preprocess:
 def cached_weights_path(arch: str) -> Path:
     """Where ``torchvision`` keeps the ImageNet weights of ``arch`` (the torch hub cache,
     ``$TORCH_HOME/hub/checkpoints``)."""
+    import torchvision  # here: its import (≈ 1.3 s) is paid by torchvision encoders only
+
     url = torchvision.models.get_model_weights(arch).DEFAULT.url
     return Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(url)
 
@@ -128,6 +129,8 @@ def torchvision_encoder(options: Mapping[str, str], ctx: EncoderContext) -> Enco
             f"machine with a network: torchvision.models.{arch}(weights='DEFAULT') fills "
             f"the cache {path.parent})"
         )
+    import torchvision
+
     model = torchvision.models.get_model(arch, weights=None)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)

@@ -62,14 +62,37 @@ log = logging.getLogger(__name__)
 MESSAGE_TYPE = "train.oneshotfl"
 
 
+REPLY_POLL_S = 0.2
+"""Seconds between two pulls of a round's replies (Flower's ``Grid.send_and_receive`` waits
+3 s between pulls, so a round would end up to 3 s after its last reply)."""
+
+
 class GridLike(Protocol):
     """The part of :class:`flwr.serverapp.Grid` the server uses (a test double fits)."""
 
     def get_node_ids(self) -> Iterable[int]: ...
 
-    def send_and_receive(
-        self, messages: Iterable[Message], *, timeout: float | None = None
-    ) -> Iterable[Message]: ...
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]: ...
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]: ...
+
+
+def send_and_receive(
+    grid: GridLike, messages: Iterable[Message], timeout: float, poll: float = REPLY_POLL_S
+) -> list[Message]:
+    """Push ``messages`` and pull their replies every ``poll`` seconds until each has one
+    or ``timeout`` seconds have passed; the replies that came."""
+    waiting = set(grid.push_messages(messages))
+    deadline = time.monotonic() + timeout
+    replies: list[Message] = []
+    while waiting:
+        pulled = list(grid.pull_messages(waiting))
+        replies += pulled
+        waiting -= {m.metadata.reply_to_message_id for m in pulled}
+        if not waiting or time.monotonic() >= deadline:
+            break
+        time.sleep(poll)
+    return replies
 
 
 @dataclass(frozen=True)
@@ -245,7 +268,7 @@ class GridTransport:
             )
             for node, blobs in payloads.items()
         ]
-        answers = list(self.grid.send_and_receive(messages, timeout=self.timeout))
+        answers = send_and_receive(self.grid, messages, self.timeout)
         return messages, answers
 
     def _answers(
