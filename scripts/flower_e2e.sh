@@ -169,6 +169,13 @@ wait_local() {
   LOCAL_PIDS[$1]=""
 }
 
+# online_nodes STAGE: how many SuperNodes the TLS SuperLink lists as online.
+online_nodes() {
+  timeout 60 "$BIN/flwr" supernode ls tls --format json >"$WORK/supernodes.json" \
+    2>>"$WORK/logs/register.log" || fail "$1: flwr supernode ls failed"
+  json_get "$WORK/supernodes.json" "sum(1 for n in d['nodes'] if str(n.get('status','')).lower() == 'online')"
+}
+
 node_config() { echo "partition-id=$1 num-partitions=${2:-3} cache-dir='$WORK/cache-node-$1'"; }
 
 # --- 1. insecure ------------------------------------------------------------------------------
@@ -283,9 +290,7 @@ start node-unregistered 60 flower-supernode --superlink "127.0.0.1:$TLS_PORT" \
   --root-certificates "$WORK/certs/ca.crt" --auth-supernode-private-key "$WORK/certs/node-3" \
   --port $((PORT + 5)) --node-config "$(node_config 2)"
 flower_run tls tls "$WORK/tls.yaml" "$WORK/tls-local"
-timeout 60 "$BIN/flwr" supernode ls tls --format json >"$WORK/supernodes.json" 2>>"$WORK/logs/register.log" \
-  || fail "tls: flwr supernode ls failed"
-online=$(json_get "$WORK/supernodes.json" "sum(1 for n in d['nodes'] if str(n.get('status','')).lower() == 'online')")
+online=$(online_nodes tls)
 [ "$online" = 3 ] || fail "tls: expected exactly the 3 registered SuperNodes online, got $online"
 pid=$(cat "$WORK/logs/node-unregistered.pid")
 for _ in $(seq 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
@@ -308,9 +313,7 @@ start node-4-claims-1 600 flower-supernode --superlink "127.0.0.1:$TLS_PORT" \
   --root-certificates "$WORK/certs/ca.crt" --auth-supernode-private-key "$WORK/certs/node-4" \
   --port $((PORT + 5)) --node-config "$(node_config 1)"
 for _ in $(seq 30); do  # until node-4 is online beside the three
-  timeout 60 "$BIN/flwr" supernode ls tls --format json >"$WORK/supernodes.json" 2>>"$WORK/logs/register.log" \
-    || fail "bind: flwr supernode ls failed"
-  online=$(json_get "$WORK/supernodes.json" "sum(1 for n in d['nodes'] if str(n.get('status','')).lower() == 'online')")
+  online=$(online_nodes bind)
   [ "$online" -ge 4 ] && break
   sleep 0.5
 done

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 import numpy as np
 
@@ -19,12 +18,6 @@ def _pyplot() -> ModuleType:
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def _ticker() -> Any:
-    import matplotlib.ticker
-
-    return matplotlib.ticker
 
 
 def partition_heatmap(counts: np.ndarray, path: Path, title: str = "") -> Path:
@@ -120,6 +113,8 @@ def rounds_plot(
     lines on top and as single points (one round's bytes) below.
     """
     plt = _pyplot()
+    from matplotlib import ticker
+
     n = len(panels)
     fig, axes = plt.subplots(2, n, figsize=(4.2 * n, 7.0), squeeze=False)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -142,9 +137,9 @@ def rounds_plot(
         top.set_xlabel("communication rounds")
         bottom.set_xlabel("upload bytes per client (cumulative)")
         bottom.set_xscale("log", base=2)  # bytes: ticks at 256 KiB, 512 KiB, 1 MiB, …
-        bottom.xaxis.set_major_formatter(_ticker().FuncFormatter(lambda v, _: xfmt(v)))
-        bottom.xaxis.set_minor_formatter(_ticker().NullFormatter())
-        top.xaxis.set_major_locator(_ticker().MaxNLocator(integer=True))
+        bottom.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: xfmt(v)))
+        bottom.xaxis.set_minor_formatter(ticker.NullFormatter())
+        top.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
         for ax in (top, bottom):
             ax.set_ylabel("test accuracy")
             ax.grid(alpha=0.3)
