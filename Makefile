@@ -21,17 +21,27 @@ demo: setup data
 	    "(personal accuracy: runs/demo/report/personal_accuracy_vs_bytes.png)" \
 	  && echo "demo: $$(( $$(date +%s) - start )) s after set-up"
 
-## Lint, type-check, build the docs, then the whole test suite (one pytest worker per core)
-## and, beside it, Flower end to end on loopback (scripts/flower_e2e.sh: a SuperLink and
-## SuperNodes, insecure and with TLS + node auth; it mostly waits on Flower's polling, so it
-## shares the cores with pytest). Its lines start with "flower-e2e:".
-test: lint docs
-	@echo "pytest and the Flower end-to-end script, side by side"
-	@bash scripts/flower_e2e.sh & e2e=$$!; \
+## The whole test suite (one pytest worker per core; it builds the docs site strictly too),
+## and beside it lint + type-check and Flower end to end on loopback (scripts/flower_e2e.sh:
+## three SuperLinks with their SuperNodes, insecure and with TLS + node auth). Their logs go to
+## runs/lint.log and runs/flower-e2e.log and are printed after pytest's, so the end of the
+## output says how all three went.
+E2E_LOG := runs/flower-e2e.log
+LINT_LOG := runs/lint.log
+LINT = $(VENV)/ruff check src tests examples scripts \
+	&& $(VENV)/ruff format --check src tests examples scripts \
+	&& $(VENV)/mypy
+test: setup data
+	@echo "pytest, and beside it lint ($(LINT_LOG)) and the Flower end-to-end script ($(E2E_LOG))"
+	@mkdir -p runs; ( $(LINT) ) >$(LINT_LOG) 2>&1 & lint=$$!; \
+	  bash scripts/flower_e2e.sh >$(E2E_LOG) 2>&1 & e2e=$$!; \
 	  OMP_NUM_THREADS=1 $(VENV)/python -m pytest -q -n auto; tests=$$?; \
-	  wait $$e2e; flower=$$?; \
-	  echo "pytest: exit $$tests; Flower end to end: exit $$flower"; \
-	  test $$tests -eq 0 && test $$flower -eq 0
+	  wait $$lint; lint=$$?; wait $$e2e; flower=$$?; \
+	  echo "--- lint and type-check ($(LINT_LOG))"; cat $(LINT_LOG); \
+	  echo "--- Flower end to end ($(E2E_LOG))"; cat $(E2E_LOG); \
+	  test $$flower -eq 0 || grep "FAILED" $(E2E_LOG) | tail -n 5; \
+	  echo "pytest: exit $$tests; lint: exit $$lint; Flower end to end: exit $$flower"; \
+	  test $$tests -eq 0 && test $$lint -eq 0 && test $$flower -eq 0
 
 ## The inner loop: lint, type-check and the test suite, without the docs build and the Flower
 ## end-to-end script.
@@ -39,9 +49,7 @@ test-fast: lint
 	OMP_NUM_THREADS=1 $(VENV)/python -m pytest -q -n auto
 
 lint: setup data
-	$(VENV)/ruff check src tests examples scripts
-	$(VENV)/ruff format --check src tests examples scripts
-	$(VENV)/mypy
+	$(LINT)
 
 ## The documentation site (mkdocs.yml) into site/; --strict: a broken link or reference fails.
 docs: setup

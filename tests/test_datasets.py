@@ -6,6 +6,8 @@ import dataclasses
 import gzip
 import os
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -338,6 +340,35 @@ def test_digits_has_a_fixed_split() -> None:
     assert counts.min() >= 30  # stratified: every class ~20% in test
     assert DIGITS_SPLIT_SEED == 20_250_101
     assert abs(a.train.x.mean().item()) < 0.1 and abs(a.train.x.std().item() - 1) < 0.1
+
+
+def test_digits_read_without_scikit_learn_equal_load_digits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The digits file read directly gives exactly ``load_digits``'s arrays, and the fallback
+    through ``load_digits`` (where the file is not found) gives the same."""
+    from sklearn.datasets import load_digits
+
+    from oneshotfl.data import catalog
+
+    bunch = load_digits()
+    images, target = catalog._digits_arrays()
+    np.testing.assert_array_equal(images, bunch.images)
+    np.testing.assert_array_equal(target, bunch.target)
+    monkeypatch.setattr(catalog.importlib.util, "find_spec", lambda name: None)
+    images, target = catalog._digits_arrays()
+    np.testing.assert_array_equal(images, bunch.images)
+    np.testing.assert_array_equal(target, bunch.target)
+
+
+def test_loading_digits_does_not_import_scikit_learn() -> None:
+    """A fresh process (a Flower node's, say) loads digits without paying for scikit-learn."""
+    code = (
+        "import sys; from oneshotfl.data.datasets import load_dataset; load_dataset('digits'); "
+        "print('sklearn' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 def test_registry_lists_every_dataset() -> None:

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 import torch
-import torchvision
 
 from helpers import prepare
 from oneshotfl.data.datasets import DATASETS
@@ -77,6 +76,8 @@ def test_preprocessing_renormalises_to_imagenet() -> None:
 def resnet18_weights(tmp_path: Path) -> Path:
     torch.manual_seed(0)
     path = tmp_path / "resnet18.pth"
+    import torchvision  # ~2 s: imported by the one test that needs it
+
     torch.save(torchvision.models.resnet18(weights=None).state_dict(), path)
     return path
 

@@ -27,6 +27,7 @@ from oneshotfl.protocol.fields import model_fields
 from oneshotfl.protocol.payload import Payload, WireError, encode
 from oneshotfl.protocol.spec import PayloadError, WireDims
 from oneshotfl.runner import engine, results
+from oneshotfl.runner.config import ConfigError
 from oneshotfl.runner.experiment import Experiment
 from oneshotfl.runner.transport import ClientReply, LocalTransport, Missing
 
@@ -267,3 +268,48 @@ def test_a_configured_bad_client_is_refused_named_and_the_run_goes_on(
     result = doc["methods"][0]
     assert result["clients_used"] == [1, 2]
     assert result["rejected"]["0"].startswith("client 0: ")
+
+
+def test_several_attacks_are_dealt_out_to_the_malicious_clients_in_turn(
+    tiny_config: Any,
+) -> None:
+    """``a+b+c``: malicious client i follows attack i mod 3; each is refused and named with
+    its own reason, the honest client is aggregated, and each client's row says its attack."""
+    from oneshotfl.runner.experiment import run_experiment
+
+    mix = "garbage+oversize:mib=1+wrong_arch:arch=cnn"
+    cfg = tiny_config(methods=["fedavg"], clients=4, malicious=3, attack=mix, min_clients=1)
+    doc = run_experiment(cfg)
+    result = doc["methods"][0]
+    assert result["clients_used"] == [3]
+    assert "expected shape" in result["rejected"]["0"]
+    assert "expected at most" in result["rejected"]["1"]
+    assert "expected 'mlp'" in result["rejected"]["2"]
+    rows = {row["client"]: row.get("malicious") for row in doc["clients"]}
+    assert rows == {0: "garbage", 1: "oversize:mib=1", 2: "wrong_arch:arch=cnn", 3: None}
+    exp = prepare(tiny_config(clients=4, malicious=3, attack="label_flip+garbage"))
+    assert [a.spec if a else None for a in map(exp.attack_of, range(4))] == [
+        "label_flip",
+        "garbage",
+        "label_flip",
+        None,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("attack", "fragment"),
+    [("garbage+", "got an empty one"), ("garbage+nope", "nope")],
+)
+def test_a_bad_mix_of_attacks_is_a_config_error(
+    tiny_config: Any, attack: str, fragment: str
+) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        tiny_config(malicious=2, attack=attack)
+
+
+def test_an_attack_of_the_mix_that_cannot_act_is_named_before_training(tiny_config: Any) -> None:
+    """``wrong_predictions`` cannot act on FedAvg's model payload: the check names that
+    attack of the mix, not the whole setting."""
+    exp = prepare(tiny_config(malicious=2, attack="garbage+wrong_predictions"))
+    with pytest.raises(engine.RequirementError, match="attack 'wrong_predictions'"):
+        exp.check([("fedavg", build_method("fedavg"))])

@@ -5,6 +5,7 @@ statistics and artefacts — and a missing library is a one-line error."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import multiprocessing
 import sys
@@ -21,8 +22,12 @@ from oneshotfl.cli import app
 from oneshotfl.runner.config import ConfigError
 from oneshotfl.tracking import TrackedProgress, open_logs, result_points, tag_name
 
-event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
-mlflow_tracking = pytest.importorskip("mlflow.tracking")
+# skipped without the track extra; the libraries are imported by the tests that use them (a
+# pytest worker that only collects this file does not pay for them)
+pytestmark = pytest.mark.skipif(
+    not all(importlib.util.find_spec(m) for m in ("tensorboard", "mlflow")),
+    reason="needs the track extra (tensorboard, mlflow)",
+)
 
 SETTINGS = {**TINY, "public_size": 100, "server_epochs": 2}
 
@@ -32,6 +37,8 @@ def _args(settings: dict[str, Any]) -> list[str]:
 
 
 def _tensorboard(run_dir: Path) -> Any:
+    from tensorboard.backend.event_processing import event_accumulator
+
     acc = event_accumulator.EventAccumulator(
         str(run_dir), size_guidance={"scalars": 0, "images": 0, "tensors": 0}
     )
@@ -40,7 +47,9 @@ def _tensorboard(run_dir: Path) -> Any:
 
 
 def _mlflow(root: Path) -> Any:
-    return mlflow_tracking.MlflowClient(f"sqlite:///{root.resolve() / 'mlflow.db'}")
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(f"sqlite:///{root.resolve() / 'mlflow.db'}")
 
 
 def test_a_tracked_run_is_read_back_from_tensorboard_and_mlflow(tmp_path: Path) -> None:
@@ -202,7 +211,9 @@ def test_mlflow_tracking_uri_names_and_what_is_logged(
         tmp_path / "out", track=["mlflow", "tensorboard"], track_dir=None,
         track_experiment="my-study", track_run="first-try", save_models=True,
     )  # fmt: skip
-    client = mlflow_tracking.MlflowClient(uri)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("my-study")
     assert experiment is not None
     (run,) = client.search_runs([experiment.experiment_id])

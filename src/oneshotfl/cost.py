@@ -20,17 +20,27 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
 
 from oneshotfl.data.types import TaskInfo
 from oneshotfl.encoders.base import Encoder, preprocess_images
 from oneshotfl.encoders.sources import TORCHVISION_BACKBONES, feature_extractor, imagenet_preprocess
 from oneshotfl.models import create_model
+
+if TYPE_CHECKING:
+    from torch.utils.flop_counter import FlopCounterMode
+
+
+def _flop_counter() -> FlopCounterMode:
+    """A silent ``FlopCounterMode`` (its module, which loads triton where installed, is
+    imported here and not with this module: every Flower node imports this one)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    return FlopCounterMode(display=False)
 
 
 def trainable_parameters(module: nn.Module) -> int:
@@ -40,7 +50,7 @@ def trainable_parameters(module: nn.Module) -> int:
 
 def forward_flops(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> float:
     """FLOPs per sample of ``fn(x)`` without gradients (``x`` is a batch)."""
-    with FlopCounterMode(display=False) as counter, torch.no_grad():
+    with _flop_counter() as counter, torch.no_grad():
         fn(x)
     return counter.get_total_flops() / len(x)
 
@@ -51,7 +61,7 @@ def sparse_forward_flops(model: nn.Module, x: torch.Tensor) -> tuple[float, floa
     included); sparse scales each convolution's and linear layer's count by the fraction of
     its weights that are non-zero — what an ideal sparse kernel would execute (FedEOV's
     appendix C.2 with efficiency 1)."""
-    with FlopCounterMode(display=False) as counter, torch.no_grad():
+    with _flop_counter() as counter, torch.no_grad():
         model(x)
     counts = {k: sum(v.values()) for k, v in counter.get_flop_counts().items()}
     dense = float(counter.get_total_flops())
@@ -85,7 +95,7 @@ def train_step_flops(model: nn.Module, x: torch.Tensor, num_classes: int) -> flo
     y = torch.arange(len(x)) % num_classes
     was_training = model.training
     model.train()
-    with FlopCounterMode(display=False) as counter:
+    with _flop_counter() as counter:
         loss = F.cross_entropy(model(x), y)
         loss.backward()
     model.zero_grad(set_to_none=True)

@@ -1,7 +1,9 @@
 """Simulated malicious clients, for robustness studies (``malicious`` and ``attack`` settings).
 
 With ``malicious=m`` the clients 0 … m−1 (the partition is random, so these are m random
-shards) follow the registered attack given by ``attack`` (``name[:key=value...]``). An
+shards) follow the registered attack given by ``attack`` (``name[:key=value...]``); several
+attacks joined by ``+`` (``garbage+oversize:mib=8``) are dealt out in turn, malicious client
+``i`` following attack ``i mod k`` (a mixed adversary, or several checks in one run). An
 attack acts where a real malicious client would, on the client itself: on its data before it
 trains (:meth:`Attack.poison`) and on its message before it leaves (:meth:`Attack.tamper`,
 which sees the method's payload spec, so it knows which arrays are model weights and which
@@ -212,6 +214,24 @@ class OverReport(Attack):
         if dims.max_examples <= 0:
             raise AttackError(f"attack {self.spec!r}: expected a known N_max, got none")
         return Payload(payload.arrays, {**payload.scalars, "n_examples": dims.max_examples})
+
+
+ATTACK_JOIN = "+"
+"""What joins several attacks in one ``attack`` setting (so no option value may hold it)."""
+
+
+def build_attacks(spec: str) -> tuple[Attack, ...]:
+    """The attacks of an ``attack`` setting: one spec, or several joined by ``+``, in order.
+
+    Raises:
+        AttackError: for an empty part, an unknown name or a bad option.
+    """
+    parts = [p.strip() for p in spec.split(ATTACK_JOIN)]
+    if not all(parts):
+        raise AttackError(
+            f"attack {spec!r}: expected attacks joined by '{ATTACK_JOIN}', got an empty one"
+        )
+    return tuple(build_attack(p) for p in parts)
 
 
 def build_attack(spec: str) -> Attack:

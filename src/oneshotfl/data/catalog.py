@@ -4,6 +4,8 @@ names (the table is in :mod:`oneshotfl.data.datasets`). Importing this module re
 
 from __future__ import annotations
 
+import gzip
+import importlib.util
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -63,17 +65,34 @@ DIGITS_SPLIT_SEED = 20_250_101
 DIGITS_TEST_FRACTION = 0.2
 
 
+def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits as ``load_digits`` gives them (images 0..16, targets), read from
+    the file scikit-learn ships without importing scikit-learn (its import, with SciPy's and
+    pandas', costs about a second, paid by every Flower node and ServerApp process); through
+    ``load_digits`` where that file is not where scikit-learn keeps it."""
+    spec = importlib.util.find_spec("sklearn")
+    roots = [] if spec is None else list(spec.submodule_search_locations or [])
+    for root in roots:
+        path = Path(root) / "datasets" / "data" / "digits.csv.gz"
+        if path.is_file():
+            with gzip.open(path, "rt") as f:
+                data = np.loadtxt(f, delimiter=",")
+            return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(int)
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    return bunch.images, bunch.target
+
+
 def _read_digits(paths: Sequence[Path]) -> Arrays:
     """scikit-learn's 8×8 digits, 0..16 scaled to 0..255; a fixed stratified 80/20 split.
 
     Per class, a permutation drawn from ``default_rng(DIGITS_SPLIT_SEED)`` puts the first
     ``round(0.2·n_c)`` examples in test: 1438 train / 359 test, the same on every call.
     """
-    from sklearn.datasets import load_digits
-
-    bunch = load_digits()
-    x = np.rint(bunch.images * (255.0 / 16.0)).astype(np.uint8)
-    y = bunch.target.astype(np.int64)
+    images, target = _digits_arrays()
+    x = np.rint(images * (255.0 / 16.0)).astype(np.uint8)
+    y = target.astype(np.int64)
     rng = np.random.default_rng(DIGITS_SPLIT_SEED)
     test = np.zeros(len(y), dtype=bool)
     for c in np.unique(y):

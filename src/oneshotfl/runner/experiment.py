@@ -52,7 +52,7 @@ from oneshotfl.runner.engine import RequirementError, run_method
 from oneshotfl.runner.pool import open_transport
 from oneshotfl.runner.results import MethodResult, result_document
 from oneshotfl.runner.transport import LocalTransport, ShardReport, Transport
-from oneshotfl.threats import Attack, build_attack
+from oneshotfl.threats import Attack, build_attacks
 from oneshotfl.training.loop import resolve_budget
 from oneshotfl.training.progress import NullTracker, Tracker
 
@@ -181,18 +181,25 @@ class Experiment:
         )
 
     @cached_property
-    def attack(self) -> Attack | None:
-        """What the simulated malicious clients do (``malicious``/``attack``), if any."""
-        return build_attack(self.cfg.attack) if self.cfg.attack else None
+    def attacks(self) -> tuple[Attack, ...]:
+        """What the simulated malicious clients do (``malicious``/``attack``), in turn."""
+        return build_attacks(self.cfg.attack) if self.cfg.attack else ()
+
+    def attack_of(self, client_id: int) -> Attack | None:
+        """The attack client ``client_id`` follows: the ``i mod k``-th of the ``k`` attacks
+        for a malicious client ``i`` (id below ``malicious``), else none."""
+        if client_id >= self.cfg.malicious or not self.attacks:
+            return None
+        return self.attacks[client_id % len(self.attacks)]
 
     def client_context(self, client_id: int) -> ClientContext:
         """Client ``client_id``'s context: its own shard and the federation's public facts; a
         simulated malicious client (id below ``malicious``) gets its attack and its poisoned
         data."""
         shard = self.data.shard(client_id)
-        train, val, attack = shard.train, shard.val, None
-        if client_id < self.cfg.malicious and self.attack is not None:
-            attack, classes = self.attack, self.data.task.num_classes
+        train, val, attack = shard.train, shard.val, self.attack_of(client_id)
+        if attack is not None:
+            classes = self.data.task.num_classes
             train = attack.poison(train, classes)
             val = None if val is None else attack.poison(val, classes)
         return ClientContext(
@@ -253,11 +260,11 @@ class Experiment:
         problems = requirement_problems(
             cfg, methods, self.archs, self.data.public is not None, self.encoder is not None
         )
-        if not problems and self.attack is not None and cfg.malicious > 0:
+        for attack in () if problems else self.attacks[: cfg.malicious]:  # the ones dealt out
             for key, method in methods:  # an attack that cannot act on this payload
-                misfit = self.attack.misfit(method.payload_spec(self.dims))
+                misfit = attack.misfit(method.payload_spec(self.dims))
                 if misfit:
-                    problems.append(f"{key}: attack {cfg.attack!r} {misfit}")
+                    problems.append(f"{key}: attack {attack.spec!r} {misfit}")
         if problems:
             raise RequirementError("cannot run: " + "; ".join(problems))
         if any(m.requires.topology is Topology.PEER for _, m in methods):

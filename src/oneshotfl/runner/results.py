@@ -390,7 +390,7 @@ def client_rows(exp: Experiment) -> list[dict[str, Any]]:
                 "arch": arch,
                 **(report.to_dict() if report else unreported),
                 **({} if report else {"reported": False}),
-                **({"malicious": exp.cfg.attack} if cid < exp.cfg.malicious else {}),
+                **({"malicious": attack.spec} if (attack := exp.attack_of(cid)) else {}),
             }
         )
     return rows
