@@ -22,7 +22,7 @@ CLIENTS = 6
 def command(out: Path, cache: Path) -> list[str]:
     return [
         sys.executable, "-m", "oneshotfl", "run", "--method", "fedavg,ensemble",
-        "dataset=digits", f"clients={CLIENTS}", "model=mlp", "local_epochs=60", "local_steps=0",
+        "dataset=digits", f"clients={CLIENTS}", "model=mlp", "local_epochs=30", "local_steps=0",
         "seed=0", "device=cpu", "partition=iid", f"cache_dir={cache}", "--out", str(out),
     ]  # fmt: skip
 
