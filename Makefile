@@ -146,8 +146,8 @@ bench-workers: setup data
 SMALL_DATA := $(VENV)/oneshotfl sweep benchmarks/small-data.yaml --out benchmarks/results/small-data
 bench-small-data: setup data
 	$(VENV)/python scripts/make_shapes.py runs/data/shapes16.npz
-	OMP_NUM_THREADS=1 $(SMALL_DATA) --shard 0/2 & first=$$!; \
-	  OMP_NUM_THREADS=1 $(SMALL_DATA) --shard 1/2; second=$$?; \
+	OMP_NUM_THREADS=1 $(SMALL_DATA) --shard 0/2 --claim & first=$$!; \
+	  OMP_NUM_THREADS=1 $(SMALL_DATA) --shard 1/2 --claim; second=$$?; \
 	  wait $$first && test $$second -eq 0
 	$(VENV)/python scripts/small_data_report.py
 
@@ -158,8 +158,8 @@ bench-small-data: setup data
 ROBUSTNESS := $(VENV)/oneshotfl sweep benchmarks/robustness.yaml --out benchmarks/results/robustness
 bench-robustness: setup data
 	$(VENV)/python scripts/make_shapes.py runs/data/shapes16.npz
-	OMP_NUM_THREADS=1 $(ROBUSTNESS) --shard 0/2 & first=$$!; \
-	  OMP_NUM_THREADS=1 $(ROBUSTNESS) --shard 1/2; second=$$?; \
+	OMP_NUM_THREADS=1 $(ROBUSTNESS) --shard 0/2 --claim & first=$$!; \
+	  OMP_NUM_THREADS=1 $(ROBUSTNESS) --shard 1/2 --claim; second=$$?; \
 	  wait $$first && test $$second -eq 0
 	$(VENV)/python scripts/robustness_report.py --check
 

@@ -99,6 +99,35 @@ def test_user_errors_raise_config_error(tmp_path: Path) -> None:
         oneshotfl.sweep({"base": TINY}, tmp_path / "s", shard="2/2")
 
 
+def test_claiming_processes_run_every_point_once(tmp_path: Path) -> None:
+    """Two sweep processes with ``--claim`` on one results folder (threads here: each holds its
+    own claims) run every point exactly once between them, and each writes its record."""
+    import threading
+
+    spec = {
+        "name": "tiny",
+        "base": {**TINY, "methods": ["fedavg"], "cache_dir": None},
+        "grid": [{"alpha": [0.5, 1.0, 2.0, 5.0]}],
+    }
+    done: dict[int, tuple[str, ...]] = {}
+
+    def worker(k: int) -> None:
+        done[k] = oneshotfl.sweep(spec, tmp_path / "s", (k, 2), claim=True).ran
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ran = [run for k in (0, 1) for run in done[k]]
+    assert sorted(ran) == sorted(f"alpha={a}_seed=0" for a in (0.5, 1.0, 2.0, 5.0))
+    for k in (0, 1):
+        record = json.loads((tmp_path / "s" / f"sweep-shard-{k}of2.json").read_text())
+        assert record["ran_now"] == len(done[k]) and "claim=True" in record["argv"][0]
+    with pytest.raises(ConfigError, match="--claim: expected --shard"):
+        oneshotfl.sweep(spec, tmp_path / "t", claim=True)
+
+
 def test_sweep_resumes_and_matches_the_command(tmp_path: Path) -> None:
     spec = {
         "name": "tiny",

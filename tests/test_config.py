@@ -289,3 +289,33 @@ def test_report_tables_server_seconds_and_inference_cost() -> None:
     rows = {line.split(" | ")[0]: line for line in table.splitlines()}
     assert rows["| intactofl"] == "| intactofl | 15.0 | 100 | 2e+06 | 40 |"
     assert rows["| fedavg"] == "| fedavg | 0.0 | – | – | – |"
+
+
+def test_point_claims_go_to_one_holder_and_a_dead_holders_claim_is_taken_over(
+    tmp_path: Path,
+) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from oneshotfl.runner.sweep import PointClaims
+
+    first, second = PointClaims(tmp_path), PointClaims(tmp_path)
+    assert first.take(0) and first.take(0)  # its own claim, again (the point's other groups)
+    assert not second.take(0)  # a live process holds it
+    assert second.take(1) and not first.take(1)
+    owner = tmp_path / ".claims" / "point-1" / "owner.json"
+    assert json.loads(owner.read_text())["pid"] == os.getpid()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], check=True,
+                          capture_output=True, text=True)  # fmt: skip
+    owner.write_text(json.dumps({**json.loads(owner.read_text()), "pid": int(gone.stdout)}))
+    assert first.take(1)  # its holder is gone: taken over
+    assert not second.take(1)
+    other_host = tmp_path / ".claims" / "point-2"
+    other_host.mkdir()
+    stranger = {"host": "elsewhere", "pid": 1, "token": "x"}
+    (other_host / "owner.json").write_text(json.dumps(stranger))
+    assert not first.take(2)  # never taken from another host
+    (tmp_path / ".claims" / "point-3").mkdir()  # a claim still being written
+    assert not first.take(3)

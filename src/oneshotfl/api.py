@@ -38,6 +38,7 @@ from oneshotfl.runner.results import (
     write_result,
 )
 from oneshotfl.runner.sweep import (
+    PointClaims,
     Sweep,
     load_sweep,
     parse_sweep,
@@ -201,6 +202,7 @@ def sweep(
     track_experiment: str | None = None,
     argv: Sequence[str] | None = None,
     save_models: bool = False,
+    claim: bool = False,
 ) -> SweepResult:
     """Run every point of a sweep grid into ``out``, like ``oneshotfl sweep``: one folder per
     run, and a run whose ``result.json`` exists is read back rather than run again (resume).
@@ -223,6 +225,10 @@ def sweep(
         track_experiment: the experiment (group) its tracked runs go under instead of the
             sweep's name.
         save_models: save every run's final models beside its ``result.json``.
+        claim: with ``shard``, the shard's N processes claim grid points as they go (the
+            next point nobody holds) rather than each taking every N-th; K names this
+            process's record. Balanced where points differ in cost; see
+            :class:`~oneshotfl.runner.sweep.PointClaims`.
 
     Every point it will run is checked before the first one trains (:func:`preflight`: the
     methods, names, requirements and graph), and a bad one is named. It writes the
@@ -247,8 +253,13 @@ def sweep(
         seeds = ",".join(str(s) for s in seeds)
     if isinstance(shard, tuple):
         shard = f"{shard[0]}/{shard[1]}"
-    runs = select_shard(select_seeds(spec.runs, seeds), shard)
+    if claim and shard is None:
+        raise ConfigError("--claim: expected --shard K/N beside it (K names this process)")
+    runs = select_seeds(spec.runs, seeds)
+    mine = select_shard(runs, shard)  # also checks the shard
+    runs = runs if claim else mine
     root = writable_dir(Path(out))
+    claims = PointClaims(root) if claim else None
     for point in runs:  # every point checked before the first one trains
         if force or not (root / point.run_id / RESULT_FILE).exists():
             try:
@@ -264,6 +275,9 @@ def sweep(
             log.info("[%d/%d] %s: done already, read back", i, len(runs), point.run_id)
             results[point.run_id] = Result.load(run_dir)
             continue
+        if claims is not None and not claims.take(point.point):
+            log.info("[%d/%d] %s: another process has it", i, len(runs), point.run_id)
+            continue
         log.info("[%d/%d] %s", i, len(runs), point.run_id)
         named = (track_experiment or spec.name, point.run_id)
         doc, path = run_and_write(
@@ -273,7 +287,10 @@ def sweep(
         ran.append(point.run_id)
         if on_result is not None:
             on_result(point.run_id, doc)
-    call = f"oneshotfl.sweep({spec.name!r}, out={str(root)!r}, shard={shard!r}, seeds={seeds!r})"
+    call = (
+        f"oneshotfl.sweep({spec.name!r}, out={str(root)!r}, shard={shard!r}, seeds={seeds!r}"
+        f"{', claim=True' if claim else ''})"
+    )
     write_sweep_record(
         root,
         spec.name,

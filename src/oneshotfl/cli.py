@@ -188,22 +188,10 @@ def partition(
     png: Annotated[Path | None, typer.Option(help="save a heatmap PNG here")] = None,
 ) -> None:
     """Print the client × class count matrix of a partition (and save a heatmap)."""
+    options = {k: v for k, v in locals().items() if k != "png"}  # each one a config key
     setup_logging(False)
     try:
-        cfg = make_config(
-            dict(
-                dataset=dataset,
-                data_root=data_root,
-                partition=partition,
-                alpha=alpha,
-                classes_per_client=classes_per_client,
-                psi=psi,
-                clients=clients,
-                public_size=public_size,
-                max_train=max_train,
-                seed=seed,
-            )
-        )
+        cfg = make_config(options)
         fed = carve_federated_data(
             load_dataset(cfg.dataset, cfg.data_root),
             clients=cfg.clients,
@@ -289,6 +277,10 @@ def sweep(
         str | None,
         typer.Option(help="run only shard K/N of the grid points (parallel processes)"),
     ] = None,
+    claim: Annotated[
+        bool,
+        typer.Option("--claim", help="with --shard K/N: the N processes claim points as they go"),
+    ] = False,
     track: TrackOption = None,
     track_dir: TrackDirOption = None,
     track_experiment: TrackExperimentOption = None,
@@ -322,6 +314,7 @@ def sweep(
                 track_experiment=track_experiment,
                 save_models=save_models,
                 argv=sys.argv[1:],
+                claim=claim,
             )
     except USER_ERRORS as exc:
         fail(exc)

@@ -19,7 +19,10 @@ run records ``group=<name>``, and the report treats the groups of one grid point
 setting (a method that appears in several groups gets the group in its row name).
 
 Every run writes its own directory named after its grid values; a run whose ``result.json``
-exists is skipped, so an interrupted sweep resumes where it stopped. Runs go seed by seed
+exists is skipped, so an interrupted sweep resumes where it stopped. Several processes share a
+sweep either by shard (``--shard K/N``: every N-th grid point) or, with ``--claim`` beside
+``--shard``, by claiming points as they go (:class:`PointClaims`), which keeps the cores busy
+when points differ in cost. Runs go seed by seed
 (every grid point with the first seed, then the next seed), so a sweep stopped early has
 already covered every setting.
 """
@@ -28,9 +31,13 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
+import secrets
+import shutil
+import socket
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +163,67 @@ def select_shard(runs: tuple[SweepRun, ...], shard: str | None) -> tuple[SweepRu
     if not 0 <= k < n:
         raise ConfigError(f"--shard: expected 0 <= K < N, got {shard!r}")
     return tuple(run for run in runs if run.point % n == k)
+
+
+@dataclass
+class PointClaims:
+    """Grid points claimed by the sweep processes that share one results folder (``--claim``).
+
+    A process claims a point (every group of it) before running it by creating
+    ``ROOT/.claims/point-<index>`` (atomic: exactly one process gets it) holding its host, pid
+    and a token of its own; a point another live process holds is left to it. A claim whose
+    process is gone (same host, that pid no longer running) is taken over, so a sweep that
+    crashed resumes; a claim from another host is always left alone.
+    """
+
+    root: Path
+    token: str = field(default_factory=lambda: secrets.token_hex(8))
+
+    def take(self, point: int) -> bool:
+        """Claim ``point``; ``True`` when this process holds it (now or already)."""
+        path = self.root / ".claims" / f"point-{point}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(2):  # a second try after taking over a dead process's claim
+            try:
+                path.mkdir()
+            except FileExistsError:
+                owner = self._owner(path)
+                if owner.get("token") == self.token:
+                    return True
+                if owner.get("host") != socket.gethostname() or _alive(owner.get("pid")):
+                    return False
+                try:  # atomic: of several processes taking over, one renames it away
+                    path.rename(path.with_name(f"{path.name}.stale-{self.token}"))
+                except OSError:
+                    return False
+                shutil.rmtree(path.with_name(f"{path.name}.stale-{self.token}"), True)
+                continue
+            me = {"host": socket.gethostname(), "pid": os.getpid(), "token": self.token}
+            atomic_write_text(path / "owner.json", json.dumps(me) + "\n")
+            return True
+        return False
+
+    @staticmethod
+    def _owner(path: Path) -> dict[str, Any]:
+        """Who holds a claim; a claim still being written counts as held by a live process."""
+        try:
+            owner = json.loads((path / "owner.json").read_text())
+        except (OSError, ValueError):
+            return {"host": None}
+        return owner if isinstance(owner, dict) else {"host": None}
+
+
+def _alive(pid: object) -> bool:
+    """Whether process ``pid`` runs on this host (a malformed pid counts as gone)."""
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def write_sweep_record(
