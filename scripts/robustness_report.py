@@ -11,10 +11,16 @@ dataset × model × partition, every registered method in each) and:
   (``Method.known_limits``, printed by ``oneshotfl describe``); a cell that none covers is
   *unexplained*, and ``--check`` exits with status 1 naming it;
 * writes ``matrix.csv`` beside the runs, a heatmap of each method against the ensemble
-  (``docs/figures/robustness/matrix.png``) and splices the tables into
-  ``docs/benchmarks.md`` between the ``robustness`` markers.
+  (``docs/figures/NAME/matrix.png``) and splices the tables into ``docs/benchmarks.md``
+  between the ``NAME`` markers, NAME being the results folder's name (``robustness``; the
+  full-budget matrix of ``benchmarks/robustness-full.yaml``: ``robustness-full``).
 
-Usage: ``python scripts/robustness_report.py [RESULTS_ROOT] [MARKDOWN] [--check]``.
+With ``--against OTHER_ROOT`` (the same matrix at other budgets) it adds a table comparing
+the two per method: mean metric over the cells, how far apart, and in how many cells each is
+flagged below a reference.
+
+Usage: ``python scripts/robustness_report.py [RESULTS_ROOT] [MARKDOWN] [--check]
+[--against OTHER_ROOT]``.
 """
 
 from __future__ import annotations
@@ -35,8 +41,9 @@ from oneshotfl.runner.report import splice_markdown
 TOLERANCE = 1.0
 """Points below a reference that count as level with it (one seed: run-to-run noise)."""
 REFERENCES = ("local", "ensemble")
-FIGURE = Path("figures/robustness/matrix.png")
-"""The heatmap, relative to the markdown file's folder (docs/)."""
+FIGURE = "figures/{name}/matrix.png"
+"""The heatmap, relative to the markdown file's folder (docs/); ``name`` is the results
+folder's (``robustness``, ``robustness-full``), which also names the markdown markers."""
 
 
 @dataclass(frozen=True)
@@ -293,8 +300,71 @@ def timing(root: Path, top: int = 6) -> str:
     )
 
 
+def labels(rows: dict[str, float]) -> dict[str, str]:
+    """``method key → label``: the method's name, so one method at two budgets lines up
+    (``fedkt``, ``fedkt:partitions=1``), or the key where a cell runs the method twice
+    (``ensemble``, ``ensemble:combine=logits``)."""
+    keys = [k for k in rows if "@" not in k]
+    names = [parse_method_spec(k).name for k in keys]
+    return {k: n if names.count(n) == 1 else k for k, n in zip(keys, names, strict=True)}
+
+
+def by_label(
+    table: dict[Cell, dict[str, float]],
+) -> tuple[dict[tuple[str, Cell], float], set[tuple[str, Cell]]]:
+    """``(label, cell) → metric`` and the ``(label, cell)`` pairs flagged below a reference."""
+    named = {cell: labels(rows) for cell, rows in table.items()}
+    values = {
+        (label, cell): metric(table[cell], key, personalised(key))
+        for cell, keys in named.items()
+        for key, label in keys.items()
+    }
+    flagged = {(named[f.cell][f.method], f.cell) for f in flags(table)}
+    return values, flagged
+
+
+def budget_comparison(
+    table: dict[Cell, dict[str, float]], other: dict[Cell, dict[str, float]], name: str
+) -> str:
+    """Per method, this matrix against ``other`` (the same cells at other budgets)."""
+    (mine, flagged), (theirs, flagged_there) = by_label(table), by_label(other)
+    lines = [
+        f"| method | mean here | mean in `{name}` | mean Δ | largest \\|Δ\\| "
+        "| cells flagged here | cells flagged there |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    changed = 0
+    for label in sorted({k for k, _ in mine}):
+        cells = [c for (k, c) in mine if k == label and (k, c) in theirs]
+        if not cells:
+            continue
+        delta = [mine[(label, c)] - theirs[(label, c)] for c in cells]
+        here = sum((label, c) in flagged for c in cells)
+        there = sum((label, c) in flagged_there for c in cells)
+        changed += sum(((label, c) in flagged) != ((label, c) in flagged_there) for c in cells)
+        mean_here = sum(mine[(label, c)] for c in cells) / len(cells)
+        mean_there = sum(theirs[(label, c)] for c in cells) / len(cells)
+        lines.append(
+            f"| `{label}` | {mean_here:.1f} | {mean_there:.1f} | {sum(delta) / len(delta):+.1f} "
+            f"| {max(abs(d) for d in delta):.1f} | {here} | {there} |"
+        )
+    head = (
+        f"Against `{name}` (the same cells at other budgets; a method's cells are flagged when "
+        f"it is below `local` or `ensemble` there): {changed} (method, cell) pairs change "
+        "between flagged and not flagged."
+    )
+    return head + "\n\n" + "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
     check = "--check" in argv
+    against = None
+    if "--against" in argv:
+        at = argv.index("--against")
+        if at + 1 >= len(argv):
+            raise SystemExit("robustness_report: expected a results folder after --against")
+        against = Path(argv[at + 1])
+        argv = argv[:at] + argv[at + 2 :]
     args = [a for a in argv if a != "--check"]
     root = Path(args[0]) if args else Path("benchmarks/results/robustness")
     markdown = Path(args[1]) if len(args) > 1 else Path("docs/benchmarks.md")
@@ -303,7 +373,7 @@ def main(argv: list[str]) -> int:
                                              for k in r})  # fmt: skip
     found = flags(table)
     write_csv(table, root / "matrix.csv")
-    heatmap(table, found, markdown.parent / FIGURE)
+    heatmap(table, found, markdown.parent / FIGURE.format(name=root.name))
     unexplained = [f for f in found if f.limit is None]
     summary = (
         f"{len(table)} federations, {len(METHODS.names()) - len(missing)} of "
@@ -320,8 +390,9 @@ def main(argv: list[str]) -> int:
             "Cells below a reference:",
             flag_list(found),
         ]
+        + ([] if against is None else [budget_comparison(table, load(against), against.name)])
     )
-    splice_markdown(markdown, "robustness", body)
+    splice_markdown(markdown, root.name, body)
     print(summary)
     if missing:
         print(f"robustness_report: methods missing from the matrix: {missing}")

@@ -65,7 +65,7 @@ def test_the_report_explains_flags_by_limits_and_bounds(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     report = _report()
-    runs = tmp_path / "runs"
+    runs = tmp_path / "robustness"  # the folder's name names the markers and the figure
     # fedage below the ensemble: explained where its bound (centralized_head) is below too
     _run(runs, "a", "digits", "dirichlet", {"local": 0.5, "ensemble": 0.8, "fedage": 0.6,
                                             "centralized_head": 0.7})  # fmt: skip
@@ -111,3 +111,19 @@ def test_a_weak_clients_limit_covers_only_where_the_clients_are_weaker(tmp_path:
     assert covering is not None and covering.weak_clients
     assert by_cell[("fedage", "dirichlet")].limit is None
     assert "where its client models are below `local`'s" in covering.scope()
+
+
+def test_the_budget_comparison_lines_a_method_up_across_its_options(tmp_path: Path) -> None:
+    report = _report()
+    cut, full = tmp_path / "robustness", tmp_path / "robustness-full"
+    refs = {"local": 0.5, "ensemble": 0.8, "ensemble:combine=logits": 0.7}
+    _run(cut, "a", "digits", "dirichlet", {**refs, "fedkt:partitions=1": 0.6})
+    _run(full, "a", "digits", "dirichlet", {**refs, "fedkt": 0.9})
+    text = report.budget_comparison(report.load(cut), report.load(full), "robustness-full")
+    assert "1 (method, cell) pairs change" in text  # fedkt: flagged here, not there
+    assert "| `fedkt` | 60.0 | 90.0 | -30.0 | 30.0 | 1 | 0 |" in text
+    assert "| `ensemble:combine=logits` | 70.0 | 70.0 | +0.0 | 0.0 | 1 | 1 |" in text
+    markdown = tmp_path / "bench.md"
+    markdown.write_text("<!-- report:robustness -->\n<!-- /report:robustness -->\n")
+    report.main([str(cut), str(markdown), "--against", str(full)])
+    assert "| `fedkt` | 60.0 | 90.0 |" in markdown.read_text()

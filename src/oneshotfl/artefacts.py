@@ -19,8 +19,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
 from oneshotfl.protocol.payload import Payload, WireError, decode, encode
 
 log = logging.getLogger(__name__)
@@ -33,16 +31,6 @@ def cache_key(parts: Mapping[str, object]) -> str:
     """A hex key for a JSON-able description of an artefact."""
     text = json.dumps({"format": CACHE_FORMAT, **parts}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def tensor_fingerprint(*tensors: torch.Tensor) -> str:
-    """A hash of the tensors' dtypes, shapes and bytes."""
-    digest = hashlib.sha256()
-    for t in tensors:
-        c = t.detach().cpu().contiguous()
-        digest.update(f"{c.dtype}{tuple(c.shape)}".encode())
-        digest.update(c.reshape(-1).view(torch.uint8).numpy().tobytes() if c.numel() else b"")
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)

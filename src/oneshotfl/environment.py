@@ -8,8 +8,8 @@ import platform
 import subprocess
 from pathlib import Path
 
-from oneshotfl.artefacts import tensor_fingerprint
 from oneshotfl.data.federated import FederatedData
+from oneshotfl.fingerprints import tensor_fingerprint
 
 
 def cpu_model() -> str:

@@ -54,8 +54,8 @@ def encoder_pretrain(
     temperature: Annotated[float, typer.Option(help="NT-Xent temperature")] = 0.5,
 ) -> None:
     """Train the conv encoder with SimCLR on the experiment's public pool only (no labels)."""
-    from oneshotfl.artefacts import tensor_fingerprint
     from oneshotfl.encoders.pretrain import PretrainConfig, pretrain_encoder, save_encoder
+    from oneshotfl.fingerprints import tensor_fingerprint
 
     setup_logging(False)
     try:

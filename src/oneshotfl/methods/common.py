@@ -15,9 +15,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from oneshotfl.artefacts import tensor_fingerprint
 from oneshotfl.data.types import LabelledData
 from oneshotfl.encoders.base import EncodedClassifier
+from oneshotfl.fingerprints import tensor_fingerprint
 from oneshotfl.functional import Weighting, client_weights, weighted_average
 from oneshotfl.models import create_model
 from oneshotfl.protocol.contract import ClientContext, ConfigT, Method, ServerContext

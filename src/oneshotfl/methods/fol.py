@@ -54,7 +54,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from oneshotfl.artefacts import tensor_fingerprint
+from oneshotfl.fingerprints import tensor_fingerprint
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import BOTH, SendsTrainedModel
 from oneshotfl.methods.fol_stages import (

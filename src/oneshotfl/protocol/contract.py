@@ -33,9 +33,10 @@ from typing import Any, ClassVar, Generic, TypeVar
 import torch
 from torch import nn
 
-from oneshotfl.artefacts import ArtefactStore, tensor_fingerprint
+from oneshotfl.artefacts import ArtefactStore
 from oneshotfl.data.types import LabelledData, TaskInfo, UnlabelledData
 from oneshotfl.encoders.base import Encoder
+from oneshotfl.fingerprints import tensor_fingerprint
 from oneshotfl.models.base import Init
 from oneshotfl.params import Params
 from oneshotfl.protocol.fields import model_fields, model_from_fields

@@ -54,6 +54,7 @@ from oneshotfl.runner.results import MethodResult, result_document
 from oneshotfl.runner.transport import LocalTransport, ShardReport, Transport
 from oneshotfl.threats import Attack, build_attacks
 from oneshotfl.training.loop import resolve_budget
+from oneshotfl.training.memo import memoised_logits
 from oneshotfl.training.progress import NullTracker, Tracker
 
 log = logging.getLogger(__name__)
@@ -274,10 +275,11 @@ class Experiment:
         """Run ``methods`` in order (they share trained client artefacts)."""
         transport = transport or LocalTransport(self)
         results = []
-        for key, method in methods:
-            log.info("running %s", key)
-            results.append(run_method(key, method, self, transport))
-            warn_at_chance(results[-1], self.data.task.num_classes)
+        with memoised_logits(self.data.test.x):  # each model runs over the test set once
+            for key, method in methods:
+                log.info("running %s", key)
+                results.append(run_method(key, method, self, transport))
+                warn_at_chance(results[-1], self.data.task.num_classes)
         return results
 
 

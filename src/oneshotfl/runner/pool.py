@@ -56,6 +56,7 @@ from oneshotfl.runner.transport import (
     peer_step,
     receive_broadcast,
 )
+from oneshotfl.training import memo
 from oneshotfl.training.progress import NullTracker
 
 if TYPE_CHECKING:
@@ -91,6 +92,7 @@ def _start_worker(shipped: Experiment | bytes, plugins: tuple[str, ...], level: 
     logging.basicConfig(level=level, format=fmt, force=True)
     load_plugins(plugins)  # a forkserver's process has not imported them
     exp = pickle.loads(shipped) if isinstance(shipped, bytes) else shipped
+    memo.activate(exp.data.test.x)  # as the parent's run does (training/memo.py)
     if exp.cfg.client_threads is not None:
         torch.set_num_threads(exp.cfg.client_threads)
     _WORKER["exp"] = exp

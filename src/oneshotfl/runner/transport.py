@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import torch
 from torch import nn
 
-from oneshotfl.artefacts import tensor_fingerprint
 from oneshotfl.data.types import LabelledData
+from oneshotfl.fingerprints import tensor_fingerprint
 from oneshotfl.protocol.contract import ClientContext, Method, PeerMethod
 from oneshotfl.protocol.payload import Payload, WireError, encode
 from oneshotfl.protocol.spec import PayloadError, WireDims

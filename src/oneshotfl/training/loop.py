@@ -20,6 +20,7 @@ from torch import nn
 
 from oneshotfl.data.types import LabelledData
 from oneshotfl.params import Params, require
+from oneshotfl.training import memo
 from oneshotfl.training.progress import NullTracker, Tracker, report_scalar
 
 Batch = tuple[torch.Tensor, ...]
@@ -240,12 +241,17 @@ def train_classifier(
 def predict_logits(
     model: nn.Module, x: torch.Tensor, device: torch.device, batch_size: int = 1024
 ) -> torch.Tensor:
-    """Logits of ``model`` on ``x`` in eval mode, returned on the CPU."""
-    model.to(device).eval()
-    outs = [model(chunk.to(device)).float().cpu() for chunk in x.split(batch_size)]
-    if not outs:
-        return torch.empty(0)
-    return torch.cat(outs)
+    """Logits of ``model`` on ``x`` in eval mode, returned on the CPU (memoised inside
+    :func:`~oneshotfl.training.memo.memoised_logits` over ``x``)."""
+
+    def compute() -> torch.Tensor:
+        model.to(device).eval()
+        outs = [model(chunk.to(device)).float().cpu() for chunk in x.split(batch_size)]
+        if not outs:
+            return torch.empty(0)
+        return torch.cat(outs)
+
+    return memo.lookup(model, x, f"{device}/{batch_size}", compute)
 
 
 def accuracy(probs_or_logits: torch.Tensor, y: torch.Tensor) -> float:
