@@ -317,5 +317,11 @@ def test_point_claims_go_to_one_holder_and_a_dead_holders_claim_is_taken_over(
     stranger = {"host": "elsewhere", "pid": 1, "token": "x"}
     (other_host / "owner.json").write_text(json.dumps(stranger))
     assert not first.take(2)  # never taken from another host
-    (tmp_path / ".claims" / "point-3").mkdir()  # a claim still being written
-    assert not first.take(3)
+    (tmp_path / ".claims" / "point-3").mkdir()  # an orphan: its process died before writing
+    assert first.take(3) and not second.take(3)
+    assert json.loads((tmp_path / ".claims" / "point-3" / "owner.json").read_text())["token"] == (
+        first.token
+    )
+    assert sorted(p.name for p in (tmp_path / ".claims").iterdir()) == [
+        f"point-{i}" for i in range(4)
+    ]  # no staging or stale folder left behind

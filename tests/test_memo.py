@@ -4,7 +4,10 @@ the same numbers as recomputing, never a wrong hit."""
 from __future__ import annotations
 
 import copy
+import logging
+from typing import Any
 
+import pytest
 import torch
 
 from oneshotfl.methods.fedeov import KnownClasses
@@ -58,3 +61,20 @@ def test_models_that_differ_are_each_run_under_the_memo() -> None:
         predict_logits(_model(3), x, CPU)
     assert torch.equal(narrow, wide[:, :4])
     assert (stats().hits, stats().misses) == (0, 3)
+
+
+def test_a_run_evaluates_the_shared_client_models_once(
+    tiny_config: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from oneshotfl.runner.experiment import run_experiment
+
+    methods = ["local", "ensemble", "ensemble:combine=logits", "fedavg"]
+    with caplog.at_level(logging.DEBUG, logger="oneshotfl.runner.experiment"):
+        cfg = tiny_config(methods=methods, workers=1)  # every client step in this process
+        run_experiment(cfg)
+    line = next(r.getMessage() for r in caplog.records if "test logits" in r.getMessage())
+    run, memoised = (int(w) for w in line.split() if w.isdigit())
+    clients = cfg.clients
+    # each client model once (local, both ensembles and the local-model facts share them),
+    # fedavg's average once more
+    assert run == clients + 1 and memoised >= 3 * clients

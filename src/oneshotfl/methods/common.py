@@ -175,8 +175,9 @@ SKEW = ("dirichlet", "disjoint")
 
 AVERAGING_LIMIT = KnownLimit(
     "one round of parameter averaging: models trained apart from one initialisation for the "
-    "whole local budget (300 steps) drift apart, so their average is below the ensemble of "
-    "the same models in the matrix, most under label skew, and can fall below a client's own "
+    "whole local budget (300 steps by default, 200 in the matrix) drift apart, so their "
+    "average is below the ensemble of the same models in the matrix, most under label skew, "
+    "and can fall below a client's own "
     "model - one-shot FedAvg's known failure, which the FedOL, FedEOV and IntactOFL tables "
     "report too",
     below=BOTH,
@@ -192,7 +193,8 @@ STUDENT_LIMIT = KnownLimit(
 DATA_FREE_LIMIT = KnownLimit(
     "data-free: the student (or IntactOFL's gate) learns only from inputs a generator "
     "synthesises against the frozen client models (in the matrix IntactOFL, DENSE, "
-    "Co-Boosting and F-DAFL run a third of their rounds, for CPU time); at full rounds the "
+    "Co-Boosting and F-DAFL run a sixth of their rounds, a third in the full-budget matrix, "
+    "for CPU time); at full rounds the "
     "IntactOFL benchmark also puts every data-free method below "
     "the probability ensemble, DENSE and Co-Boosting near chance",
     below=BOTH,

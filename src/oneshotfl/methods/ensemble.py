@@ -60,7 +60,10 @@ class Ensemble(SendsTrainedModel[EnsembleConfig]):
         KnownLimit(
             "averaging logits rather than probabilities: under label skew a client's logits "
             "for classes it never saw are on no common scale, and their mean is far below the "
-            "mean of probabilities (the IntactOFL benchmark: 4.5-18.4 points)",
+            "mean of probabilities (the IntactOFL benchmark: 4.5-18.4 points); where each "
+            "client holds two or three classes it can end below a client's own model (the "
+            "cut-budget robustness matrix, digits: 1-3 points)",
+            below=("local", "ensemble"),
             options=("combine=logits",),
         ),
     )

@@ -275,11 +275,13 @@ class Experiment:
         """Run ``methods`` in order (they share trained client artefacts)."""
         transport = transport or LocalTransport(self)
         results = []
-        with memoised_logits(self.data.test.x):  # each model runs over the test set once
+        with memoised_logits(self.data.test.x) as memo:  # each model runs over the test once
             for key, method in methods:
                 log.info("running %s", key)
                 results.append(run_method(key, method, self, transport))
                 warn_at_chance(results[-1], self.data.task.num_classes)
+        stats = memo()
+        log.debug("test logits: %d models run, %d answers memoised", stats.misses, stats.hits)
         return results
 
 

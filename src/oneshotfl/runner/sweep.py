@@ -169,11 +169,14 @@ def select_shard(runs: tuple[SweepRun, ...], shard: str | None) -> tuple[SweepRu
 class PointClaims:
     """Grid points claimed by the sweep processes that share one results folder (``--claim``).
 
-    A process claims a point (every group of it) before running it by creating
-    ``ROOT/.claims/point-<index>`` (atomic: exactly one process gets it) holding its host, pid
-    and a token of its own; a point another live process holds is left to it. A claim whose
+    A process claims a point (every group of it) before running it: it writes its host, pid
+    and a token of its own into a folder of its own and renames that folder to
+    ``ROOT/.claims/point-<index>`` (atomic: exactly one process gets it, and a claim is never
+    seen without its owner). A point another live process holds is left to it. A claim whose
     process is gone (same host, that pid no longer running) is taken over, so a sweep that
-    crashed resumes; a claim from another host is always left alone.
+    crashed resumes, as is a claim folder without an owner (left by an older version that
+    died between creating the folder and writing into it); a claim from another host is
+    always left alone.
     """
 
     root: Path
@@ -183,34 +186,49 @@ class PointClaims:
         """Claim ``point``; ``True`` when this process holds it (now or already)."""
         path = self.root / ".claims" / f"point-{point}"
         path.parent.mkdir(parents=True, exist_ok=True)
-        for _ in range(2):  # a second try after taking over a dead process's claim
-            try:
-                path.mkdir()
-            except FileExistsError:
-                owner = self._owner(path)
-                if owner.get("token") == self.token:
-                    return True
-                if owner.get("host") != socket.gethostname() or _alive(owner.get("pid")):
-                    return False
-                try:  # atomic: of several processes taking over, one renames it away
-                    path.rename(path.with_name(f"{path.name}.stale-{self.token}"))
-                except OSError:
-                    return False
-                shutil.rmtree(path.with_name(f"{path.name}.stale-{self.token}"), True)
+        for _ in range(3):  # again after taking over a dead process's claim, or a vanished one
+            if self._place(path):
+                return True
+            owner = self._owner(path)
+            if owner is None:  # taken over and removed meanwhile: try again
                 continue
-            me = {"host": socket.gethostname(), "pid": os.getpid(), "token": self.token}
-            atomic_write_text(path / "owner.json", json.dumps(me) + "\n")
-            return True
+            if owner.get("token") == self.token:
+                return True
+            if owner.get("host") != socket.gethostname() or _alive(owner.get("pid")):
+                return False
+            stale = path.with_name(f"{path.name}.stale-{self.token}")
+            try:  # atomic: of several processes taking over, one renames it away
+                path.rename(stale)
+            except OSError:
+                return False
+            shutil.rmtree(stale, True)
         return False
 
+    def _place(self, path: Path) -> bool:
+        """Put this process's claim at ``path`` unless a claim with an owner is there (an
+        empty folder, an orphan, is replaced by the rename)."""
+        staging = path.with_name(f"{path.name}.new-{self.token}")
+        staging.mkdir(exist_ok=True)
+        me = {"host": socket.gethostname(), "pid": os.getpid(), "token": self.token}
+        atomic_write_text(staging / "owner.json", json.dumps(me) + "\n")
+        try:
+            staging.rename(path)
+        except OSError:  # a claim is there
+            shutil.rmtree(staging, True)
+            return False
+        return True
+
     @staticmethod
-    def _owner(path: Path) -> dict[str, Any]:
-        """Who holds a claim; a claim still being written counts as held by a live process."""
+    def _owner(path: Path) -> dict[str, Any] | None:
+        """Who holds a claim (None: no claim there any more); a claim folder without a
+        readable owner is an orphan, held by no live process of this host."""
+        if not path.exists():
+            return None
         try:
             owner = json.loads((path / "owner.json").read_text())
         except (OSError, ValueError):
-            return {"host": None}
-        return owner if isinstance(owner, dict) else {"host": None}
+            return {"host": socket.gethostname(), "pid": None}
+        return owner if isinstance(owner, dict) else {"host": socket.gethostname(), "pid": None}
 
 
 def _alive(pid: object) -> bool:
