@@ -143,12 +143,9 @@ bench-workers: setup data
 
 ## The small-data study of issue 26 (docs/benchmarks.md): the initialisation and the step
 ## floors on and off, on digits with each small model and both optimisers; two shards.
-SMALL_DATA := $(VENV)/oneshotfl sweep benchmarks/small-data.yaml --out benchmarks/results/small-data
 bench-small-data: setup data
 	$(VENV)/python scripts/make_shapes.py runs/data/shapes16.npz
-	OMP_NUM_THREADS=1 $(SMALL_DATA) --shard 0/2 --claim & first=$$!; \
-	  OMP_NUM_THREADS=1 $(SMALL_DATA) --shard 1/2 --claim; second=$$?; \
-	  wait $$first && test $$second -eq 0
+	VENV=$(VENV) REPORT=0 bash scripts/sweep_shards.sh small-data
 	$(VENV)/python scripts/small_data_report.py
 
 ## The robustness matrix of issue 26 (docs/benchmarks.md): every registered method on digits,
@@ -164,9 +161,7 @@ bench-robustness-full: setup data
 	@$(MAKE) --no-print-directory robustness-matrix MATRIX=robustness-full
 robustness-matrix:
 	$(VENV)/python scripts/make_shapes.py runs/data/shapes16.npz
-	OMP_NUM_THREADS=1 $(VENV)/oneshotfl sweep benchmarks/$(MATRIX).yaml --out benchmarks/results/$(MATRIX) --shard 0/2 --claim & first=$$!; \
-	  OMP_NUM_THREADS=1 $(VENV)/oneshotfl sweep benchmarks/$(MATRIX).yaml --out benchmarks/results/$(MATRIX) --shard 1/2 --claim; second=$$?; \
-	  wait $$first && test $$second -eq 0
+	VENV=$(VENV) REPORT=0 bash scripts/sweep_shards.sh $(MATRIX)
 	$(VENV)/python scripts/robustness_report.py benchmarks/results/$(MATRIX) --check $(REPORT_ARGS)
 
 ## The membership-inference audit of issue 15 (docs/benchmarks.md): loss-threshold, shadow-model

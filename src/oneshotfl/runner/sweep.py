@@ -227,7 +227,7 @@ class PointClaims:
         try:
             owner = json.loads((path / "owner.json").read_text())
         except (OSError, ValueError):
-            return {"host": socket.gethostname(), "pid": None}
+            owner = None
         return owner if isinstance(owner, dict) else {"host": socket.gethostname(), "pid": None}
 
 
