@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
 .PHONY: setup data demo test test-fast docs check-wheel lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
-	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-robust bench-robustness bench-robustness-full robustness-matrix bench-small-data bench-workers bench-membership bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed \
+	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-membership bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed \
 	clean-cache
 VENV := .venv/bin
 
@@ -163,6 +163,10 @@ robustness-matrix:
 	$(VENV)/python scripts/make_shapes.py runs/data/shapes16.npz
 	VENV=$(VENV) REPORT=0 bash scripts/sweep_shards.sh $(MATRIX)
 	$(VENV)/python scripts/robustness_report.py benchmarks/results/$(MATRIX) --check $(REPORT_ARGS)
+## How low the matrix's client budget may go: its hardest open-set cell at 150 and 200 steps.
+bench-robustness-floor: setup data
+	$(VENV)/python scripts/make_shapes.py runs/data/shapes16.npz
+	VENV=$(VENV) REPORT=0 bash scripts/sweep_shards.sh robustness-floor
 
 ## The membership-inference audit of issue 15 (docs/benchmarks.md): loss-threshold, shadow-model
 ## and nearest-latent attacks against each upload kind; AUC and TPR at 1% FPR.
