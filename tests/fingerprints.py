@@ -15,6 +15,7 @@ After a change that is *meant* to change what a method sends, re-record and revi
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sys
@@ -26,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from helpers import TINY
+from oneshotfl.devices import DeviceAudit, DeviceSlip
 from oneshotfl.methods import METHODS, MethodSpec, build_method
 from oneshotfl.protocol.contract import Method, PeerMethod
 from oneshotfl.protocol.payload import decode
@@ -95,12 +97,23 @@ class Recording:
         return self.inner.relay(key, method, routes)
 
 
-def contract_run(name: str) -> tuple[dict[int, bytes], dict[str, Any], Experiment]:
+SLIPS: dict[str, list[DeviceSlip]] = {}
+"""Per method, the device slips its last audited :func:`contract_run` made."""
+
+
+def contract_run(
+    name: str, audit: bool = True
+) -> tuple[dict[int, bytes], dict[str, Any], Experiment]:
     """One run of ``name`` from scratch on :func:`contract_config`: every client's round-0
-    wire bytes, the method's result entry, and the experiment it ran in."""
+    wire bytes, the method's result entry, and the experiment it ran in. With ``audit`` the
+    method runs under :class:`~oneshotfl.devices.DeviceAudit` and its slips land in
+    :data:`SLIPS` (the audit only watches: the run is the same)."""
     exp = Experiment.prepare(contract_config(name))
     transport = Recording(LocalTransport(exp))
-    result = run_method(name, contract_method(name), exp, transport).to_dict()
+    with DeviceAudit() if audit else contextlib.nullcontext() as watching:
+        result = run_method(name, contract_method(name), exp, transport).to_dict()
+    if isinstance(watching, DeviceAudit):
+        SLIPS[name] = watching.slips
     return dict(transport.sent), result, exp
 
 

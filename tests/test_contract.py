@@ -22,7 +22,14 @@ import numpy as np
 import pytest
 import torch
 
-from fingerprints import RECORD, contract_config, contract_run, differences, fingerprint
+from fingerprints import (
+    RECORD,
+    SLIPS,
+    contract_config,
+    contract_run,
+    differences,
+    fingerprint,
+)
 from oneshotfl.artefacts import ArtefactStore
 from oneshotfl.data.types import LabelledData
 from oneshotfl.methods import METHODS, build_method
@@ -64,6 +71,15 @@ def test_payload_matches_the_recorded_fingerprint(name: str) -> None:
     ]
     assert not diffs, "\n".join(diffs[:10])
     assert result["accuracy"] == pytest.approx(RECORDED[name]["accuracy"], abs=0.02)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_tensor_it_makes_lands_on_the_runs_device(name: str) -> None:
+    """Issue 34: a tensor made without a device (SimCLR's NT-Xent targets) sits on the CPU and
+    fails a GPU run. The contract run is audited (``oneshotfl.devices.DeviceAudit``): no
+    tensor the method's code makes without a device may meet the run's tensors."""
+    first_run(name)
+    assert not SLIPS[name], "\n".join(map(str, SLIPS[name]))
 
 
 def _rows(x: torch.Tensor) -> set[bytes]:
@@ -159,7 +175,7 @@ def test_a_second_run_is_bit_identical(name: str) -> None:
     method = build_method(name)
     payloads_a, a, exp = first_run(name)
     assert isinstance(method.payload_spec(exp.dims), PayloadSpec)
-    payloads_b, b, _ = contract_run(name)  # a fresh experiment, no cache: all recomputed
+    payloads_b, b, _ = contract_run(name, audit=False)  # fresh, unwatched: all recomputed
     assert payloads_a == payloads_b
     for doc in (a, b):  # diagnostics' "timings" are measured wall-clock facts, never compared
         diagnostics = doc.get("diagnostics", {})

@@ -4,6 +4,7 @@ named and the run goes on."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -16,9 +17,10 @@ from oneshotfl.methods.fedavg import FedAvg
 from oneshotfl.protocol.contract import ClientContext, ServerContext
 from oneshotfl.protocol.outcome import Outcome
 from oneshotfl.protocol.payload import Payload
+from oneshotfl.runner import pool
 from oneshotfl.runner.compare import result_differences
 from oneshotfl.runner.experiment import run_experiment
-from oneshotfl.runner.pool import resolve_workers
+from oneshotfl.runner.pool import resolve_workers, start_method
 
 METHODS = [
     "local",
@@ -142,3 +144,35 @@ def test_a_worker_that_died_between_steps_is_replaced_at_the_next_submit(
         assert pool._slots[0] is not dead
     finally:
         pool.close()
+
+
+def test_workers_are_not_forked_where_torch_sees_a_gpu(
+    tiny_config: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34: on a machine whose torch sees a CUDA device, the parent's first backward pass
+    (SimCLR, a server step) starts the autograd engine's device threads, and every forked
+    worker then failed its client update ("Unable to handle autograd's threading in
+    combination with fork-based multiprocessing"). Torch made to report a GPU: no worker is
+    forked, yet the run still uses every client, identical to one run in process."""
+    asked: list[str] = []
+    real = multiprocessing.get_context
+
+    def spy(method: str | None = None) -> Any:
+        asked.append(str(method))
+        return real(method)
+
+    settings = {
+        "clients": 3,
+        "methods": ["fedavg", "ensemble"],
+        "cache_dir": "",
+        "client_threads": 1,
+    }
+    alone = run_experiment(tiny_config(**settings))
+    assert start_method(1) == "fork" or not hasattr(os, "fork") or torch.cuda.is_available()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(pool.multiprocessing, "get_context", spy)
+    assert start_method(1) != "fork" and start_method(None) != "fork"
+    doc = run_experiment(tiny_config(**settings, workers=2))
+    assert asked and "fork" not in asked, asked
+    assert all(m["clients_used"] == [0, 1, 2] for m in doc["methods"])
+    assert result_differences(alone, doc) == []

@@ -1,12 +1,22 @@
 """Facts about where a run ran, for its result file and its tracked run: the CPU, the code's
-git commit and a hash of the data — so two results can be told apart, or matched, later."""
+git commit and a hash of the data — so two results can be told apart, or matched, later.
+
+Two runs of one config give bit-identical numbers only where the same float kernels ran them:
+the same CPU (vendor, family, model, stepping: the model *name* alone can be as vague as
+``AMD EPYC``), the same instruction set torch dispatched to (``AVX512``, ``AVX2``…; an
+``ATEN_CPU_CAPABILITY`` limit changes it on one machine), the same torch build, thread count
+and device. :func:`kernel_signature` records those facts and :func:`kernel_differences` says
+which of them two results do not share — the test of whether an exact comparison is fair.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import platform
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from oneshotfl.data.federated import FederatedData
 from oneshotfl.fingerprints import tensor_fingerprint
@@ -21,6 +31,61 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown"
+
+
+def cpu_id() -> str:
+    """The CPU's vendor, family, model and stepping (``AuthenticAMD family 25 model 17
+    stepping 1``; ``/proc/cpuinfo`` on Linux), else what ``platform`` says."""
+    fields = {"vendor_id": "", "cpu family": "family", "model": "model", "stepping": "stepping"}
+    found: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key in fields and key not in found:
+                found[key] = value.strip()
+            if len(found) == len(fields):
+                break
+    except OSError:
+        pass
+    if not found:
+        return platform.processor() or platform.machine() or "unknown"
+    return " ".join(f"{fields[k]} {v}".strip() for k, v in found.items())
+
+
+KERNEL_KEYS = ("cpu", "cpu_id", "isa", "torch", "threads", "device", "gpu")
+"""The environment facts that decide which float kernels a run used (see the module docs)."""
+
+
+def kernel_signature(device: str = "cpu") -> dict[str, Any]:
+    """What decides this process's float kernels on ``device``: CPU model and id, the
+    instruction set torch dispatches to, the torch build, its thread count, the device and —
+    on CUDA — the GPU's name."""
+    import torch
+
+    signature: dict[str, Any] = {
+        "cpu": cpu_model(),
+        "cpu_id": cpu_id(),
+        "isa": torch.backends.cpu.get_cpu_capability(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "device": device,
+    }
+    if device.startswith("cuda") and torch.cuda.is_available():
+        signature["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    return signature
+
+
+def kernel_differences(recorded: Mapping[str, Any], here: Mapping[str, Any]) -> list[str]:
+    """The kernel facts (:data:`KERNEL_KEYS`) two environments do not share, as
+    ``isa: 'AVX512' recorded, 'AVX2' here``; a fact the recorded one lacks (a result written
+    before it was recorded) counts as differing, so an exact comparison is never assumed."""
+    return [
+        f"{key}: {recorded.get(key)!r} recorded, {here.get(key)!r} here"
+        for key in KERNEL_KEYS
+        if key in here or key in recorded
+        if recorded.get(key) != here.get(key)
+    ]
 
 
 def git_commit() -> str | None:

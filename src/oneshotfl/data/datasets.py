@@ -256,8 +256,8 @@ def _labelled(x: np.ndarray, y: np.ndarray, spec: DatasetSpec, split: str) -> La
             f"got {y.min()}..{y.max()}"
         )
     images = torch.from_numpy(np.ascontiguousarray(x)).to(torch.float32).div_(255.0)
-    images.sub_(torch.tensor(spec.mean).view(1, -1, 1, 1))
-    images.div_(torch.tensor(spec.std).view(1, -1, 1, 1))
+    images.sub_(torch.tensor(spec.mean, device=images.device).view(1, -1, 1, 1))
+    images.div_(torch.tensor(spec.std, device=images.device).view(1, -1, 1, 1))
     return LabelledData(images, torch.from_numpy(np.ascontiguousarray(y, dtype=np.int64)))
 
 

@@ -82,21 +82,27 @@ class PretrainConfig(Params):
 
 
 def augment(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """A random resized crop with horizontal flip (one affine warp) plus Gaussian noise."""
-    n = len(x)
-    scale = torch.empty(n).uniform_(0.6, 1.0, generator=generator).sqrt()
-    log_aspect = torch.empty(n).uniform_(math.log(3 / 4), math.log(4 / 3), generator=generator)
+    """A random resized crop with horizontal flip (one affine warp) plus Gaussian noise.
+
+    The draws come from ``generator`` on its own device (the same stream wherever ``x``
+    lies); the warp and the noise are then moved to ``x``'s device."""
+    n, at = len(x), generator.device
+    scale = torch.empty(n, device=at).uniform_(0.6, 1.0, generator=generator).sqrt()
+    log_aspect = torch.empty(n, device=at).uniform_(
+        math.log(3 / 4), math.log(4 / 3), generator=generator
+    )
     aspect = torch.exp(log_aspect)
     sx, sy = scale * aspect.sqrt(), scale / aspect.sqrt()
-    tx = (1 - sx) * (2 * torch.rand(n, generator=generator) - 1)
-    ty = (1 - sy) * (2 * torch.rand(n, generator=generator) - 1)
-    flip = torch.where(torch.rand(n, generator=generator) < 0.5, -1.0, 1.0)
-    theta = torch.zeros(n, 2, 3)
+    tx = (1 - sx) * (2 * torch.rand(n, generator=generator, device=at) - 1)
+    ty = (1 - sy) * (2 * torch.rand(n, generator=generator, device=at) - 1)
+    flip = torch.where(torch.rand(n, generator=generator, device=at) < 0.5, -1.0, 1.0)
+    theta = torch.zeros(n, 2, 3, device=at)
     theta[:, 0, 0], theta[:, 0, 2] = sx * flip, tx
     theta[:, 1, 1], theta[:, 1, 2] = sy, ty
-    grid = F.affine_grid(theta, list(x.shape), align_corners=False)
+    grid = F.affine_grid(theta.to(x.device), list(x.shape), align_corners=False)
     warped = F.grid_sample(x, grid, padding_mode="border", align_corners=False)
-    return warped + 0.1 * torch.randn(x.shape, generator=generator)
+    noise = torch.randn(x.shape, generator=generator, device=at)
+    return warped + 0.1 * noise.to(x.device)
 
 
 def nt_xent(a: torch.Tensor, b: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -105,7 +111,7 @@ def nt_xent(a: torch.Tensor, b: torch.Tensor, temperature: float) -> torch.Tenso
     sim = z @ z.T / temperature
     sim.fill_diagonal_(float("-inf"))
     n = len(a)
-    targets = torch.cat([torch.arange(n, 2 * n), torch.arange(n)])
+    targets = torch.cat([torch.arange(n, 2 * n, device=a.device), torch.arange(n, device=a.device)])
     return F.cross_entropy(sim, targets)
 
 

@@ -220,10 +220,10 @@ class FedCVAE(Method[FedCVAEConfig]):
         """``n`` images from ``decoder``: labels from ``counts``, z from the prior."""
         probs = torch.from_numpy(counts.astype(np.float64))
         y = torch.multinomial(probs / probs.sum(), n, replacement=True, generator=gen)
-        z = torch.randn(n, self.config.latent, generator=gen)
+        z = torch.randn(n, self.config.latent, generator=gen, device=gen.device)
         onehot = F.one_hot(y, task.num_classes).float()
         with torch.no_grad():
-            x = decoder(torch.cat([z, onehot], dim=1))
+            x = decoder(torch.cat([z, onehot], dim=1).to(next(decoder.parameters()).device))
         return x.view(n, task.in_channels, task.image_size, task.image_size), y
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:

@@ -212,7 +212,7 @@ class FedKT(Method[FedKTConfig]):
         num_classes = ctx.task.num_classes
         queries = query_indices(len(ctx.public), cfg.query_fraction, ctx.seed)
         public_x = ctx.public.x[queries]
-        counts = torch.zeros(len(queries), num_classes, dtype=torch.float64)
+        counts: torch.Tensor | None = None
         for c in ids:
             labels = torch.stack(
                 [
@@ -225,7 +225,9 @@ class FedKT(Method[FedKTConfig]):
                 ]
             )
             vote = consistent_vote_counts if cfg.consistent_voting else vote_counts
-            counts += vote(labels, num_classes)
+            votes = vote(labels, num_classes)
+            counts = votes if counts is None else counts + votes
+        assert counts is not None  # a server step runs with at least one payload
         labels = noisy_argmax(
             counts, cfg.server_noise_gamma, numpy_rng(ctx.seed, "fedkt", "server")
         )

@@ -105,7 +105,7 @@ def _rows(m: nn.Conv2d | nn.Linear, x: torch.Tensor, cfg: MAEchoConfig) -> torch
             padding = m.padding
         rows = F.unfold(mean, m.kernel_size, m.dilation, padding, stride)[0].T  # type: ignore[arg-type]
     if cfg.bias == "augment" and m.bias is not None:
-        rows = torch.cat([rows, torch.ones(len(rows), 1, dtype=rows.dtype)], dim=1)
+        rows = torch.cat([rows, torch.ones(len(rows), 1, dtype=rows.dtype, device=rows.device)], 1)
     return rows
 
 
@@ -120,7 +120,10 @@ def client_projections(
         for name, m in layers
     ]
     augment = cfg.bias == "augment"
-    proj = {name: torch.eye(layer_width(m, augment), dtype=torch.float64) for name, m in layers}
+    cpu = torch.device("cpu")  # the recursion runs on the CPU, in float64 (the rows below)
+    proj = {
+        n: torch.eye(layer_width(m, augment), dtype=torch.float64, device=cpu) for n, m in layers
+    }
     model.eval()
     try:
         with torch.no_grad():
@@ -213,7 +216,8 @@ class MAEcho(SendsTrainedModel[MAEchoConfig]):
         )
         out = _class_split_average(states, holds)
         layers = projected_layers(models[0])
-        eye = {n: torch.eye(layer_width(m, augment)) for n, m in layers}
+        device = holds.device  # the payloads' (decoded on the CPU)
+        eye = {n: torch.eye(layer_width(m, augment), device=device) for n, m in layers}
         proj = {
             n: [torch.from_numpy(np.asarray(payloads[c].arrays[f"proj.{n}"])) for c in ids]
             for n, _ in layers

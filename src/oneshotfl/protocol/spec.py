@@ -344,7 +344,8 @@ def _check_outputs(payload: Payload, spec: ModelSpec, dims: WireDims, client: in
     can still overflow, or a BatchNorm layer divide by a negative variance's root)."""
     model_dims = spec.model_dims(dims)
     model = model_from_fields(payload, model_dims, spec.prefix, spec.extra_outputs).eval()
-    probe = torch.zeros(1, model_dims.in_channels, model_dims.image_size, model_dims.image_size)
+    side, device = model_dims.image_size, next(model.parameters()).device
+    probe = torch.zeros(1, model_dims.in_channels, side, side, device=device)
     with torch.no_grad():
         out = model(probe)
     if not torch.isfinite(out).all():

@@ -3,12 +3,16 @@
 :class:`PoolTransport` runs every client's :func:`~oneshotfl.runner.transport.client_step`
 (and every peer receiver's :func:`~oneshotfl.runner.transport.peer_step`) in one of
 ``workers`` processes holding the parent's prepared experiment — the same data, encoder and
-seeds. With one thread per client step (``client_threads=1``, the default) they are forked:
-they start at once, share the parent's memory until they write, and do not re-run the
-calling script. A forked process must not use OpenMP threads (torch's would hang), so with
-more threads per step they come from a ``forkserver`` and are handed a copy of the
-experiment; a script that runs oneshotfl then needs Python's ``if __name__ == "__main__":``
-guard, as every multiprocessing program started that way does. Client ``k``
+seeds. With one thread per client step (``client_threads=1``, the default) on a machine where
+torch sees no GPU they are forked: they start at once, share the parent's memory until they
+write, and do not re-run the calling script. A fork is not safe everywhere
+(:func:`start_method`): a forked process must not use OpenMP threads (torch's would hang),
+and where torch sees a GPU the autograd engine has started device threads at the parent's
+first backward pass (the SimCLR encoder, a server-side step), after which no forked child can
+train. So with more threads per step, or wherever an accelerator is visible, the workers come
+from a ``forkserver`` and are handed a copy of the experiment; a script that runs oneshotfl
+then needs Python's ``if __name__ == "__main__":`` guard, as every multiprocessing program
+started that way does. Client ``k``
 always runs in worker ``k mod workers``: its in-memory artefacts (a model trained without a
 disk cache, memoised accuracies) stay where it made them, for the next method of the run.
 
@@ -141,13 +145,34 @@ def _receive(
     return _counted(step)
 
 
+def accelerator_visible() -> bool:
+    """Whether torch sees a GPU (or another accelerator) — or has started CUDA already. On
+    such a machine the autograd engine starts one thread per device at the parent's first
+    backward pass (even of a CPU model), after which a forked child cannot train."""
+    if torch.cuda.is_initialized() or torch.cuda.is_available():
+        return True
+    accelerator = getattr(torch, "accelerator", None)
+    return bool(accelerator is not None and accelerator.is_available())
+
+
+def start_method(threads: int | None) -> str:
+    """How the pool starts its workers: ``fork`` only where it is safe — single-threaded
+    client steps (a forked child must not use OpenMP threads) on a machine where torch sees no
+    accelerator (the autograd engine and CUDA start threads a fork cannot carry) — else the
+    ``forkserver`` (``spawn`` where there is none)."""
+    methods = multiprocessing.get_all_start_methods()
+    if threads == 1 and "fork" in methods and not accelerator_visible():
+        return "fork"
+    return "forkserver" if "forkserver" in methods else "spawn"
+
+
 def _context(threads: int | None) -> multiprocessing.context.BaseContext:
-    """``fork`` for single-threaded client steps, else the ``forkserver`` (its server
-    preloading this module, and so torch); see the module docs."""
-    if threads == 1:
-        return multiprocessing.get_context("fork")
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload([__name__])
+    """The context of :func:`start_method` (a forkserver preloading this module, and so
+    torch)."""
+    method = start_method(threads)
+    ctx = multiprocessing.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload([__name__])
     return ctx
 
 
@@ -296,4 +321,4 @@ def open_transport(exp: Experiment) -> Iterator[tuple[Transport, int]]:
         pool.close()
 
 
-__all__ = ["PoolTransport", "open_transport", "resolve_workers"]
+__all__ = ["PoolTransport", "open_transport", "resolve_workers", "start_method"]

@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 import oneshotfl
-from oneshotfl.environment import cpu_model, data_hash, git_commit
+from oneshotfl.environment import data_hash, git_commit, kernel_signature
 from oneshotfl.plots import partition_heatmap
 from oneshotfl.runner.config import ExperimentConfig, make_config, names_unchecked
 from oneshotfl.runner.config_values import run_defaults
@@ -341,11 +340,8 @@ def result_document(
         "wall_time_s": time.perf_counter() - t0,
         "environment": {
             "python": platform.python_version(),
-            "torch": torch.__version__,
-            "device": str(exp.device),
-            "threads": torch.get_num_threads(),
+            **kernel_signature(str(exp.device)),
             "workers": workers,
-            "cpu": cpu_model(),
             "git_commit": git_commit(),
             "data_hash": data_hash(fed),
         },

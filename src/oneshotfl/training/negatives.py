@@ -122,8 +122,8 @@ def gaussian_kernels(
     sigma_y: torch.Tensor, sigma_x: torch.Tensor, ky: int, kx: int
 ) -> torch.Tensor:
     """Normalised ``[B, ky, kx]`` Gaussian kernels with per-image σ."""
-    gy = torch.arange(ky, dtype=torch.float64) - (ky - 1) / 2
-    gx = torch.arange(kx, dtype=torch.float64) - (kx - 1) / 2
+    gy = torch.arange(ky, dtype=torch.float64, device=sigma_y.device) - (ky - 1) / 2
+    gx = torch.arange(kx, dtype=torch.float64, device=sigma_x.device) - (kx - 1) / 2
     ey = torch.exp(-(gy.view(1, -1) ** 2) / (2 * sigma_y.view(-1, 1) ** 2))
     ex = torch.exp(-(gx.view(1, -1) ** 2) / (2 * sigma_x.view(-1, 1) ** 2))
     k = ey.unsqueeze(2) * ex.unsqueeze(1)
