@@ -1,21 +1,35 @@
-"""The CUDA path (skipped on machines without a GPU, such as CI)."""
+"""The CUDA path, in one command for whoever has a GPU (skipped on machines without one, such
+as CI): ``.venv/bin/python -m pytest tests/test_cuda.py``.
+
+It runs the demo's config (``configs/demo.yaml``: every seed system, SimCLR's encoder
+included) and every registered method at tiny budgets on the GPU, checks that each one uses
+every client and that a CUDA run matches itself, and that what the methods make without a
+GPU check — ``oneshotfl.devices.DeviceAudit`` in the contract suite — holds on the device."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from oneshotfl.runner.experiment import run_experiment
+from fingerprints import contract_config, contract_method
+from oneshotfl.api import resolve_config
+from oneshotfl.methods import METHODS
+from oneshotfl.runner.engine import run_method
+from oneshotfl.runner.experiment import Experiment, run_experiment
+from oneshotfl.runner.transport import LocalTransport
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_cuda_run_matches_itself_and_learns(tiny_config: Any) -> None:
     cfg = tiny_config(device="cuda", model="cnn", local_epochs=3)
     first = run_experiment(cfg)
     assert first["environment"]["device"].startswith("cuda")
+    assert first["environment"]["gpu"]  # the result says on what it ran
     again = run_experiment(tiny_config(device="cuda", model="cnn", local_epochs=3, cache_dir=None))
     acc = {m["key"]: m["accuracy"] for m in first["methods"]}
     acc2 = {m["key"]: m["accuracy"] for m in again["methods"]}
@@ -33,3 +47,30 @@ def test_fol_prunes_and_caches_on_cuda(tiny_config: Any) -> None:
         assert method["clients_used"] == [0, 1, 2, 3]
         aligned = method["diagnostics"]["0"]["rounds"][0]["aligned"]
         assert all(a["params_after"] < a["params_before"] for a in aligned.values())
+
+
+def test_the_demo_config_runs_on_cuda(tmp_path: Path) -> None:
+    """``make demo``'s config with its budgets cut (Fashion-MNIST 3 000, one epoch)."""
+    cfg = resolve_config(
+        ROOT / "configs" / "demo.yaml",
+        device="cuda", max_train=3000, public_size=600, local_epochs=1,
+        encoder="simclr:epochs=1", cache_dir=str(tmp_path / "cache"),
+        methods=[
+            "fedavg", "ensemble", "centralized", "fedol:iterations=1:epochs_per_iteration=1",
+            "fedage:block_epochs=1:ensemble_epochs=1", "fedeov",
+            "intactofl:rounds=1:generator_steps=1", "fol:rounds=1:kd_epochs=1",
+        ],
+    )  # fmt: skip
+    doc = run_experiment(cfg)
+    assert doc["environment"]["device"].startswith("cuda")
+    for method in doc["methods"]:
+        assert method["clients_used"] == list(range(cfg.clients)), method["key"]
+
+
+@pytest.mark.parametrize("name", METHODS.names())
+def test_every_registered_method_runs_on_cuda(name: str) -> None:
+    """Each method on the contract suite's digits federation, on the GPU."""
+    exp = Experiment.prepare(contract_config(name, device="cuda"))
+    result = run_method(name, contract_method(name), exp, LocalTransport(exp)).to_dict()
+    assert result["clients_used"] == list(range(exp.cfg.clients)), result
+    assert 0.0 <= result["accuracy"] <= 1.0
