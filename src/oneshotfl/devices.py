@@ -23,7 +23,7 @@ def resolve_device(choice: str = "auto") -> torch.device:
         ValueError: for an unknown choice, or ``cuda`` when no CUDA device is present.
     """
     if choice == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return resolve_device("cuda" if torch.cuda.is_available() else "cpu")
     if choice == "cpu":
         return torch.device("cpu")
     if choice == "cuda" or choice.startswith("cuda:"):
@@ -32,8 +32,16 @@ def resolve_device(choice: str = "auto") -> torch.device:
                 f"device {choice!r} was asked for but torch sees no CUDA device; "
                 "use --device cpu or --device auto"
             )
+        deterministic_cudnn()
         return torch.device(choice)
     raise ValueError(f"unknown device {choice!r}; expected one of auto, cpu, cuda, cuda:N")
+
+
+def deterministic_cudnn() -> None:
+    """cuDNN picks the same convolution algorithms every run (no autotuning): a CUDA run, like
+    a CPU one, then repeats itself on one machine."""
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
 
 
 FACTORIES = frozenset(

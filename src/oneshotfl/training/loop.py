@@ -182,34 +182,61 @@ def fit(
     per_epoch = steps_per_epoch(n, cfg.batch_size)
     steps, loss_value = 0, math.nan
     hooks = hooks or FitHooks()
+    resident = tuple(t.to(device) for t in tensors)  # once, not a copy per step
+    every_step = device.type == "cpu"  # where reading a loss costs no device sync
     model.train()
     with (tracker or NullTracker()).task(description, cfg.epochs * per_epoch) as advance:
         for epoch in range(cfg.epochs):
             if hooks.epoch_start is not None:
                 hooks.epoch_start(epoch)
-            epoch_loss, epoch_steps = 0.0, 0
-            for idx in batch_indices(n, cfg.batch_size, generator):
-                batch = tuple(t[idx].to(device, non_blocking=True) for t in tensors)
+            losses: list[torch.Tensor] = []
+            for idx in epoch_batches(n, cfg.batch_size, generator, device):
+                batch = tuple(t[idx] for t in resident)
                 optimizer.zero_grad(set_to_none=True)
                 loss = loss_fn(model, batch)
-                if not torch.isfinite(loss):
-                    raise FloatingPointError(
-                        f"{description}: loss became {loss.item()} at step {steps}; "
-                        "lower the learning rate"
-                    )
+                if every_step:
+                    _check_finite([loss.detach()], steps, description)
                 loss.backward()
                 optimizer.step()
                 if hooks.step_end is not None:
                     hooks.step_end()
                 steps += 1
-                loss_value = float(loss.detach())
-                epoch_loss, epoch_steps = epoch_loss + loss_value, epoch_steps + 1
+                losses.append(loss.detach())
                 advance(1)
-            report_scalar(tracker, f"loss/{description}", epoch, epoch_loss / epoch_steps)
+            values = _check_finite(losses, steps - len(losses), description)
+            loss_value = values[-1]
+            report_scalar(tracker, f"loss/{description}", epoch, sum(values) / len(values))
             if hooks.epoch_end is not None:
                 hooks.epoch_end(epoch)
     model.eval()
     return FitStats(steps, loss_value, time.perf_counter() - start)
+
+
+def epoch_batches(
+    n: int, batch_size: int, generator: torch.Generator, device: torch.device
+) -> list[torch.Tensor]:
+    """:func:`batch_indices` on ``device``: drawn from ``generator`` as on the CPU, then moved
+    in one copy per epoch."""
+    batches = batch_indices(n, batch_size, generator)
+    if device.type == "cpu":
+        return batches
+    return list(torch.cat(batches).to(device).split([len(b) for b in batches]))
+
+
+def _check_finite(losses: Sequence[torch.Tensor], first_step: int, description: str) -> list[float]:
+    """The values of ``losses`` (read in one transfer), or FloatingPointError at the first
+    that is not finite — per step on the CPU, per epoch on a device (a step's loss read on
+    a GPU would wait for it)."""
+    if not losses:
+        return []
+    values = [float(v) for v in torch.stack([v.reshape(()) for v in losses]).tolist()]
+    for i, value in enumerate(values):
+        if not math.isfinite(value):
+            raise FloatingPointError(
+                f"{description}: loss became {value} at step {first_step + i}; "
+                "lower the learning rate"
+            )
+    return values
 
 
 def cross_entropy_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
