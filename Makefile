@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
 .PHONY: setup data demo test test-fast docs check-wheel lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
-	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-membership bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed \
+	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-gpu bench-membership bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed \
 	clean-cache
 VENV := .venv/bin
 
@@ -140,6 +140,12 @@ bench-robust: setup data
 ## otherwise idle machine; identical results, speedup, Amdahl's serial fraction.
 bench-workers: setup data
 	$(VENV)/python scripts/bench_workers.py
+
+## What a GPU pays (issue 34; needs a CUDA device): the demo on this machine's CPUs and on its
+## GPU (one process, then four clients in flight), and a 100-client Fashion-MNIST federation
+## of every seed system on the GPU; writes benchmarks/results/gpu/<gpu>.json.
+bench-gpu: setup data
+	$(VENV)/python scripts/bench_gpu.py
 
 ## The small-data study of issue 26 (docs/benchmarks.md): the initialisation and the step
 ## floors on and off, on digits with each small model and both optimisers; two shards.

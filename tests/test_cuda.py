@@ -17,6 +17,7 @@ import torch
 from fingerprints import contract_config, contract_method
 from oneshotfl.api import resolve_config
 from oneshotfl.methods import METHODS
+from oneshotfl.runner.compare import result_differences
 from oneshotfl.runner.engine import run_method
 from oneshotfl.runner.experiment import Experiment, run_experiment
 from oneshotfl.runner.transport import LocalTransport
@@ -65,6 +66,15 @@ def test_the_demo_config_runs_on_cuda(tmp_path: Path) -> None:
     assert doc["environment"]["device"].startswith("cuda")
     for method in doc["methods"]:
         assert method["clients_used"] == list(range(cfg.clients)), method["key"]
+
+
+def test_clients_in_flight_on_one_gpu_give_the_same_result(tiny_config: Any) -> None:
+    """``workers=3`` on a GPU: three processes share it, each client's update as in one."""
+    settings = {"device": "cuda", "model": "cnn", "clients": 4, "cache_dir": None}
+    one = run_experiment(tiny_config(**settings, workers=1))
+    three = run_experiment(tiny_config(**settings, workers=3))
+    assert three["environment"]["workers"] == 3
+    assert result_differences(one, three) == []
 
 
 @pytest.mark.parametrize("name", METHODS.names())

@@ -113,7 +113,7 @@ def test_the_number_of_workers() -> None:
     assert resolve_workers(8, clients=5, client_thread_count=1, gpu=False) == 5  # one per client
     assert resolve_workers(0, clients=100, client_thread_count=1, gpu=False) == budget
     assert resolve_workers(0, clients=100, client_thread_count=1, gpu=True) == 1
-    assert resolve_workers(3, clients=100, client_thread_count=1, gpu=True) == 1  # one GPU
+    assert resolve_workers(3, clients=100, client_thread_count=1, gpu=True) == 3  # in flight
     assert resolve_workers(0, clients=100, client_thread_count=None, gpu=False) == 1
 
 

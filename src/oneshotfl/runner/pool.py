@@ -74,12 +74,13 @@ _WORKER: dict[str, Any] = {}
 
 
 def resolve_workers(workers: int, clients: int, client_thread_count: int | None, gpu: bool) -> int:
-    """How many worker processes a run uses: one on a GPU; else ``workers`` when set (at most
-    one per client), and 0 sizes the pool to the thread budget — torch's thread count
-    (``OMP_NUM_THREADS``, else the cores) divided by the threads of one client step."""
-    if gpu:  # one GPU: workers would only queue on it (and forking after CUDA fails)
-        if workers > 1:
-            log.warning("workers=%d on a GPU: client steps run in one process", workers)
+    """How many worker processes a run uses: ``workers`` when set (at most one per client);
+    0 sizes the pool to the thread budget — torch's thread count (``OMP_NUM_THREADS``, else
+    the cores) divided by the threads of one client step — on the CPU, and means one process
+    on a GPU. On a GPU, ``workers`` > 1 keeps that many clients' updates in flight on it, each
+    process launching its own kernels (a small model leaves a GPU waiting on one process's
+    launches); their workers come from a forkserver (:func:`start_method`)."""
+    if gpu and workers <= 1:
         return 1
     if workers > 0:
         return max(1, min(workers, clients))
