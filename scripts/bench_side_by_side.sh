@@ -6,6 +6,10 @@
 # the run's summary lines are appended to OUT (default
 # benchmarks/results/speed/TARGET-runs.txt).
 #
+# With COMPARE=PATH (e.g. runs/demo), each round also compares the two clones' results at PATH
+# (`oneshotfl compare`, the after clone's) and appends its verdict; with KEEP=DIR, each run's
+# PATH/result.json is kept as DIR/REV-ROUND.json.
+#
 #   scripts/bench_side_by_side.sh TARGET BEFORE AFTER [ROUNDS]     e.g. test 7a16497 HEAD
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +36,14 @@ for round in $(seq "$rounds"); do
       echo "$rev round $round: make $target rc=$rc wall=${wall}s"
       grep -E "^[0-9]+ passed|PASSED|FAILED|exit [0-9]|after set-up" "$log" | tail -n 4 | sed 's/^/  /'
     } >>"$OUT"
+    if [ -n "${KEEP:-}" ] && [ -f "$WORK/$rev/${COMPARE:-runs/demo}/result.json" ]; then
+      mkdir -p "$KEEP" && cp "$WORK/$rev/${COMPARE:-runs/demo}/result.json" "$KEEP/$rev-$round.json"
+    fi
   done
+  if [ -n "${COMPARE:-}" ]; then
+    verdict=$("$WORK/$after/.venv/bin/oneshotfl" compare "$WORK/$before/$COMPARE" \
+      "$WORK/$after/$COMPARE" 2>&1 | tail -n 1) || true
+    echo "  round $round: $before against $after at $COMPARE: $verdict" >>"$OUT"
+  fi
 done
 rm -rf "$WORK"
