@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
-.PHONY: setup data demo test test-fast docs check-wheel lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
-	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-gpu bench-membership bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed \
+.PHONY: setup data demo test test-fast test-cuda docs check-wheel lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
+	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-gpu check-kernels bench-membership bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed \
 	clean-cache
 VENV := .venv/bin
 
@@ -21,7 +21,8 @@ demo: setup data
 	    "(personal accuracy: runs/demo/report/personal_accuracy_vs_bytes.png)" \
 	  && echo "demo: $$(( $$(date +%s) - start )) s after set-up"
 
-## The whole test suite (one pytest worker per core; it builds the docs site strictly too),
+## The whole test suite (one pytest worker per core; it builds the docs site strictly too; on
+## the CPU whatever the machine has: GPUs are hidden, `make test-cuda` checks them),
 ## and beside it lint + type-check and Flower end to end on loopback (scripts/flower_e2e.sh:
 ## three SuperLinks with their SuperNodes, insecure and with TLS + node auth). Their logs go to
 ## runs/lint.log and runs/flower-e2e.log and are printed after pytest's, so the end of the
@@ -34,8 +35,8 @@ LINT = $(VENV)/ruff check src tests examples scripts \
 test: setup data
 	@echo "pytest, and beside it lint ($(LINT_LOG)) and the Flower end-to-end script ($(E2E_LOG))"
 	@mkdir -p runs; ( $(LINT) ) >$(LINT_LOG) 2>&1 & lint=$$!; \
-	  bash scripts/flower_e2e.sh >$(E2E_LOG) 2>&1 & e2e=$$!; \
-	  OMP_NUM_THREADS=1 $(VENV)/python -m pytest -q -n auto; tests=$$?; \
+	  CUDA_VISIBLE_DEVICES= bash scripts/flower_e2e.sh >$(E2E_LOG) 2>&1 & e2e=$$!; \
+	  CUDA_VISIBLE_DEVICES= OMP_NUM_THREADS=1 $(VENV)/python -m pytest -q -n auto; tests=$$?; \
 	  wait $$lint; lint=$$?; wait $$e2e; flower=$$?; \
 	  echo "--- lint and type-check ($(LINT_LOG))"; cat $(LINT_LOG); \
 	  echo "--- Flower end to end ($(E2E_LOG))"; cat $(E2E_LOG); \
@@ -46,7 +47,13 @@ test: setup data
 ## The inner loop: lint, type-check and the test suite, without the docs build and the Flower
 ## end-to-end script.
 test-fast: lint
-	OMP_NUM_THREADS=1 $(VENV)/python -m pytest -q -n auto
+	CUDA_VISIBLE_DEVICES= OMP_NUM_THREADS=1 $(VENV)/python -m pytest -q -n auto
+
+## The GPU's own check (issue 34), for a machine with a CUDA device: the demo's config and
+## every registered method at tiny budgets on it. `make test` hides GPUs (CUDA_VISIBLE_DEVICES
+## empty), so that it runs the same on every machine; this target is where a GPU is used.
+test-cuda: setup data
+	OMP_NUM_THREADS=1 $(VENV)/python -m pytest -q tests/test_cuda.py
 
 lint: setup data
 	$(LINT)
@@ -140,6 +147,11 @@ bench-robust: setup data
 ## otherwise idle machine; identical results, speedup, Amdahl's serial fraction.
 bench-workers: setup data
 	$(VENV)/python scripts/bench_workers.py
+
+## Other CPUs on this one (issue 34): the example and the suite with torch, oneDNN and MKL
+## held to AVX2 and to no SIMD (benchmarks/results/kernels/).
+check-kernels: setup data
+	bash scripts/check_other_kernels.sh --suite
 
 ## What a GPU pays (issue 34; needs a CUDA device): the demo on this machine's CPUs and on its
 ## GPU (one process, then four clients in flight), and a 100-client Fashion-MNIST federation

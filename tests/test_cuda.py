@@ -1,5 +1,5 @@
 """The CUDA path, in one command for whoever has a GPU (skipped on machines without one, such
-as CI): ``.venv/bin/python -m pytest tests/test_cuda.py``.
+as CI): ``make test-cuda`` (``make test`` hides GPUs, so that it runs the same everywhere).
 
 It runs the demo's config (``configs/demo.yaml``: every seed system, SimCLR's encoder
 included) and every registered method at tiny budgets on the GPU, checks that each one uses
