@@ -110,3 +110,28 @@ def test_the_command_says_the_configs_differ_and_how_many_differences_it_left_ou
     assert "the configs differ in alpha: 1.0 before, 0.1 after" in result.output
     assert "more difference(s)" in result.output
     assert "compared 1 run(s): 0 identical, 1 differ" in result.output and "{" not in result.output
+
+
+def test_the_command_says_when_two_runs_ran_on_other_kernels(
+    tiny_config: Any, tmp_path: Path
+) -> None:
+    """Issue 34: a difference between runs on two CPUs is float-kernel noise, and the command
+    says so; between runs on the same kernels it says nothing of the kind."""
+    from typer.testing import CliRunner
+
+    from oneshotfl.cli import app
+
+    doc = run_experiment(tiny_config(methods=["fedavg"]))
+    elsewhere = copy.deepcopy(doc)
+    elsewhere["environment"]["isa"] = "ANOTHER-ISA"
+    elsewhere["methods"][0]["accuracy"] += 0.01
+    for name, other in (("same", doc), ("other", elsewhere)):
+        _write(tmp_path, name, other)
+    _write(tmp_path, "ref", doc)
+    runner = CliRunner()
+    same = runner.invoke(app, ["compare", str(tmp_path / "ref"), str(tmp_path / "same")])
+    assert same.exit_code == 0 and "other kernels" not in same.output
+    other = runner.invoke(app, ["compare", str(tmp_path / "ref"), str(tmp_path / "other")])
+    assert other.exit_code == 1
+    said = " ".join(other.output.split())  # the console wraps long lines
+    assert "ran on other kernels (isa:" in said and "'ANOTHER-ISA' here" in said

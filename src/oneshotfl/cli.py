@@ -49,6 +49,7 @@ from oneshotfl.registry import Registry, RegistryError
 from oneshotfl.runner.compare import (
     compare_trees,
     config_differences,
+    other_kernels,
     read_result,
     result_differences,
 )
@@ -370,12 +371,17 @@ def compare(
             report["summary"]["runs_identical"] = int(not diffs)
             if config_differences(a, b):
                 report["config_differences"] = {str(other): config_differences(a, b)}
+            if diffs and other_kernels(a, b):
+                report["other_kernels"] = {str(other): other_kernels(a, b)}
     except ValueError as exc:
         fail(exc)
     if out is not None:
         atomic_write_text(out, json.dumps(report, indent=2) + "\n")
     for run, lines in report.get("config_differences", {}).items():
         err_console.print(f"{run}: the configs differ in {'; '.join(lines)}", markup=False)
+    for run, lines in report.get("other_kernels", {}).items():
+        note = "its numbers need not be bit-identical (docs/benchmarks.md: determinism)"
+        err_console.print(f"{run}: ran on other kernels ({'; '.join(lines)}): {note}", markup=False)
     bad = {run: diffs for run, diffs in report["runs"].items() if diffs}
     for run, diffs in bad.items():
         for line in diffs[:5]:

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from oneshotfl.environment import kernel_differences
 from oneshotfl.runner.config_values import run_defaults
 from oneshotfl.runner.results import RECORDED_BEFORE
 
@@ -140,6 +141,13 @@ def config_differences(
     ]
 
 
+def other_kernels(ref: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """The float-kernel facts two results do not share
+    (:func:`~oneshotfl.environment.kernel_differences`): where there are any, the same config
+    need not give bit-identical numbers, and a difference says nothing of the code."""
+    return kernel_differences(ref.get("environment") or {}, new.get("environment") or {})
+
+
 def read_result(path: Path) -> dict[str, Any]:
     """A result document from ``path`` (a ``result.json`` or a folder holding one).
 
@@ -180,6 +188,8 @@ def compare_trees(
         configs = config_differences(a, b, labels)
         if configs:
             report.setdefault("config_differences", {})[str(run)] = configs
+        if diffs and (kernels := other_kernels(a, b)):
+            report.setdefault("other_kernels", {})[str(run)] = kernels
         intended = [d for d in diffs if _about(d, a, changed) or d.endswith(UNUSED_LOCAL)]
         report["runs"][str(run)] = [d for d in diffs if d not in intended]
         if intended:
