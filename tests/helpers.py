@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -71,3 +72,24 @@ def registered(name: str, cls: type[Method[Any]]) -> Iterator[None]:
         yield
     finally:
         del METHODS._entries[name]  # the registry has no public removal: tests only
+
+
+DEMO_AT_A_TINY_BUDGET = [
+    "fedavg", "ensemble", "centralized", "fedol:iterations=1:epochs_per_iteration=1",
+    "fedage:block_epochs=1:ensemble_epochs=1", "fedeov:fgsm_steps=1",
+    "intactofl:rounds=1:generator_steps=1", "fol:rounds=1:kd_epochs=1",
+]  # fmt: skip
+"""The demo's methods (``configs/demo.yaml``) at budgets of a few seconds."""
+
+
+def tiny_demo(cache: Path, **overrides: Any) -> ExperimentConfig:
+    """``make demo``'s config with :data:`DEMO_AT_A_TINY_BUDGET`, one epoch, a one-epoch
+    SimCLR encoder and its cache at ``cache``; ``overrides`` on top."""
+    from oneshotfl.api import resolve_config
+
+    demo = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
+    values: dict[str, Any] = {
+        "local_epochs": 1, "encoder": "simclr:epochs=1", "cache_dir": str(cache),
+        "methods": DEMO_AT_A_TINY_BUDGET, **overrides,
+    }  # fmt: skip
+    return resolve_config(demo, **values)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from fingerprints import contract_config, contract_method
-from oneshotfl.api import resolve_config
+from helpers import tiny_demo
 from oneshotfl.methods import METHODS
 from oneshotfl.runner.compare import result_differences
 from oneshotfl.runner.engine import run_method
@@ -23,7 +23,6 @@ from oneshotfl.runner.experiment import Experiment, run_experiment
 from oneshotfl.runner.transport import LocalTransport
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_cuda_run_matches_itself_and_learns(tiny_config: Any) -> None:
@@ -52,16 +51,7 @@ def test_fol_prunes_and_caches_on_cuda(tiny_config: Any) -> None:
 
 def test_the_demo_config_runs_on_cuda(tmp_path: Path) -> None:
     """``make demo``'s config with its budgets cut (Fashion-MNIST 3 000, one epoch)."""
-    cfg = resolve_config(
-        ROOT / "configs" / "demo.yaml",
-        device="cuda", max_train=3000, public_size=600, local_epochs=1,
-        encoder="simclr:epochs=1", cache_dir=str(tmp_path / "cache"),
-        methods=[
-            "fedavg", "ensemble", "centralized", "fedol:iterations=1:epochs_per_iteration=1",
-            "fedage:block_epochs=1:ensemble_epochs=1", "fedeov",
-            "intactofl:rounds=1:generator_steps=1", "fol:rounds=1:kd_epochs=1",
-        ],
-    )  # fmt: skip
+    cfg = tiny_demo(tmp_path / "cache", device="cuda", max_train=3000, public_size=600)
     doc = run_experiment(cfg)
     assert doc["environment"]["device"].startswith("cuda")
     for method in doc["methods"]:

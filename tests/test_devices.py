@@ -5,18 +5,18 @@ tensors on a CPU run; the contract suite audits every registered method
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from oneshotfl.api import resolve_config
+from helpers import tiny_demo
 from oneshotfl.devices import DeviceAudit
 from oneshotfl.encoders.pretrain import nt_xent
 from oneshotfl.runner.experiment import run_experiment
 
-ROOT = Path(__file__).resolve().parents[1]
 HERE = str(Path(__file__).resolve().parent)
 
 
@@ -44,9 +44,10 @@ def test_the_audit_names_a_tensor_made_without_a_device_and_changes_nothing() ->
     with DeviceAudit(roots=[HERE]) as audit:
         before = nt_xent_before(a, b, 0.5)
         before.backward()
+    made = inspect.getsourcelines(nt_xent_before)[1] + 6  # its `targets = ...` line
     assert [str(s) for s in audit.slips] == [
-        "a tensor made at test_devices.py:29 in nt_xent_before without a device met the "
-        "run's tensors in cross_entropy at test_devices.py:30 in nt_xent_before"
+        f"a tensor made at test_devices.py:{made} in nt_xent_before without a device met the "
+        f"run's tensors in cross_entropy at test_devices.py:{made + 1} in nt_xent_before"
     ]
     with DeviceAudit(roots=[HERE]) as audit:
         after = nt_xent(a, b, 0.5)
@@ -61,16 +62,7 @@ def test_the_audit_names_a_tensor_made_without_a_device_and_changes_nothing() ->
 def test_the_demo_config_is_device_clean_at_a_tiny_budget(tmp_path: Path) -> None:
     """The demo's every method — SimCLR's encoder, FedAGE, FedEOV, IntactOFL, FOL… — on a
     few hundred images, audited from data to evaluation."""
-    cfg = resolve_config(
-        ROOT / "configs" / "demo.yaml",
-        dataset="digits", max_train=600, public_size=120, local_epochs=1, workers=1,
-        encoder="simclr:epochs=1", cache_dir=str(tmp_path / "cache"),
-        methods=[
-            "fedavg", "ensemble", "centralized", "fedol:iterations=1:epochs_per_iteration=1",
-            "fedage:block_epochs=1:ensemble_epochs=1", "fedeov:fgsm_steps=1",
-            "intactofl:rounds=1:generator_steps=1", "fol:rounds=1:kd_epochs=1",
-        ],
-    )  # fmt: skip
+    cfg = tiny_demo(tmp_path / "cache", dataset="digits", max_train=600, public_size=120)
     with DeviceAudit() as audit:
         doc = run_experiment(cfg)
     assert audit.slips == [], "\n".join(map(str, audit.slips))
