@@ -23,9 +23,10 @@ threads, device). So:
   script then runs twice: the two runs must be identical (determinism on this machine), bytes,
   clients and data must equal the committed ones, and each method's test and personal
   accuracy must lie within its tolerance of the committed value. The tolerance is
-  ``3·√2·σ`` — σ the method's standard deviation over model seeds, recorded beside the
-  result as ``spread.json`` (``--record`` writes it; √2 since both sides are draws, 3 for a
-  three-sigma bound) — and at least two test examples; ``--tolerance POINTS`` sets one for
+  ``4·√2·σ`` — σ the method's standard deviation over model seeds, recorded beside the
+  result as ``spread.json`` (``--record`` writes it; √2 since both sides are draws, 4 so
+  that the ten checks of the digits run all pass on another CPU about 999 times in 1 000) —
+  and at least two test examples; ``--tolerance POINTS`` sets one for
   every method (needed for a result recorded without a spread).
 
 Exit status: 0 when reproduced, 1 otherwise.
@@ -95,7 +96,7 @@ def tolerances(path: Path, test_size: int, points: float | None) -> dict[str, di
             )
         return {f: {"*": max(points / 100, floor)} for f in ("accuracy", "personal_accuracy")}
     std: dict[str, dict[str, float]] = json.loads(spread_file.read_text())["std"]
-    return {f: {k: max(3 * math.sqrt(2) * s, floor) for k, s in v.items()} for f, v in std.items()}
+    return {f: {k: max(4 * math.sqrt(2) * s, floor) for k, s in v.items()} for f, v in std.items()}
 
 
 def within(
