@@ -47,6 +47,7 @@ import torch
 
 import oneshotfl
 from oneshotfl.environment import kernel_differences, kernel_signature
+from oneshotfl.runner.compare import result_differences
 
 HERE = Path(__file__).resolve().parent
 CONFIG = HERE / "digits-row.yaml"
@@ -117,20 +118,18 @@ def within(
     return out
 
 
+KERNEL_FREE = ("key", "upload_bytes_per_client", "download_bytes_per_client", "clients_used")
+"""Method fields no float kernel can change."""
+
+
 def shared(committed: oneshotfl.Result, again: oneshotfl.Result) -> list[str]:
-    """What no float kernel can change: methods, bytes, clients and data."""
+    """What no float kernel can change: the data, every method's bytes and clients, and the
+    clients' data facts (``oneshotfl compare``'s check, on those fields alone)."""
     a, b = committed.to_dict(), again.to_dict()
+    for doc in (a, b):
+        doc["methods"] = [{k: m[k] for k in KERNEL_FREE if k in m} for m in doc["methods"]]
     diffs = [f"data: {a['data']} committed, {b['data']} here"] if a["data"] != b["data"] else []
-    for m, n in zip(a["methods"], b["methods"], strict=False):
-        for key in ("key", "upload_bytes_per_client", "download_bytes_per_client", "clients_used"):
-            if m.get(key) != n.get(key):
-                diffs.append(f"{m['key']}.{key}: {m.get(key)!r} committed, {n.get(key)!r} here")
-    fields = ("client", "arch", "train_size", "val_size", "label_histogram")
-    for c, d in zip(a["clients"], b["clients"], strict=False):
-        diffs += [f"client {c['client']}.{f} differs" for f in fields if c.get(f) != d.get(f)]
-    if len(a["methods"]) != len(b["methods"]) or len(a["clients"]) != len(b["clients"]):
-        diffs.append("methods or clients: a different number")
-    return diffs
+    return diffs + result_differences(a, b, ("committed", "here"))
 
 
 def reproduce(path: Path, points: float | None = None) -> int:

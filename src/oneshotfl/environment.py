@@ -18,39 +18,42 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from oneshotfl.data.federated import FederatedData
 from oneshotfl.fingerprints import tensor_fingerprint
 
 
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo`` on Linux), else what ``platform`` says."""
+def _cpuinfo(*keys: str) -> dict[str, str]:
+    """The first value of each of ``keys`` in ``/proc/cpuinfo`` (Linux; empty elsewhere)."""
+    found: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            key, _, value = line.partition(":")
+            if key.strip() in keys:
+                found.setdefault(key.strip(), value.strip())
+            if len(found) == len(keys):
+                break
     except OSError:
         pass
+    return found
+
+
+def _platform_cpu() -> str:
     return platform.processor() or platform.machine() or "unknown"
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux), else what ``platform`` says."""
+    return _cpuinfo("model name").get("model name") or _platform_cpu()
 
 
 def cpu_id() -> str:
     """The CPU's vendor, family, model and stepping (``AuthenticAMD family 25 model 17
     stepping 1``; ``/proc/cpuinfo`` on Linux), else what ``platform`` says."""
-    fields = {"vendor_id": "", "cpu family": "family", "model": "model", "stepping": "stepping"}
-    found: dict[str, str] = {}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            key = key.strip()
-            if key in fields and key not in found:
-                found[key] = value.strip()
-            if len(found) == len(fields):
-                break
-    except OSError:
-        pass
-    if not found:
-        return platform.processor() or platform.machine() or "unknown"
-    return " ".join(f"{fields[k]} {v}".strip() for k, v in found.items())
+    labels = {"vendor_id": "", "cpu family": "family ", "model": "model ", "stepping": "stepping "}
+    found = _cpuinfo(*labels)
+    return " ".join(labels[k] + found[k] for k in labels if k in found) or _platform_cpu()
 
 
 KERNEL_KEYS = ("cpu", "cpu_id", "isa", "torch", "threads", "device", "gpu")
@@ -61,8 +64,6 @@ def kernel_signature(device: str = "cpu") -> dict[str, Any]:
     """What decides this process's float kernels on ``device``: CPU model and id, the
     instruction set torch dispatches to, the torch build, its thread count, the device and —
     on CUDA — the GPU's name."""
-    import torch
-
     signature: dict[str, Any] = {
         "cpu": cpu_model(),
         "cpu_id": cpu_id(),

@@ -212,7 +212,8 @@ class FedKT(Method[FedKTConfig]):
         num_classes = ctx.task.num_classes
         queries = query_indices(len(ctx.public), cfg.query_fraction, ctx.seed)
         public_x = ctx.public.x[queries]
-        counts: torch.Tensor | None = None
+        cpu = torch.device("cpu")  # predict_logits answers on the CPU, so do the votes
+        counts = torch.zeros(len(queries), num_classes, dtype=torch.float64, device=cpu)
         for c in ids:
             labels = torch.stack(
                 [
@@ -225,9 +226,7 @@ class FedKT(Method[FedKTConfig]):
                 ]
             )
             vote = consistent_vote_counts if cfg.consistent_voting else vote_counts
-            votes = vote(labels, num_classes)
-            counts = votes if counts is None else counts + votes
-        assert counts is not None  # a server step runs with at least one payload
+            counts += vote(labels, num_classes)
         labels = noisy_argmax(
             counts, cfg.server_noise_gamma, numpy_rng(ctx.seed, "fedkt", "server")
         )

@@ -189,21 +189,23 @@ def fit(
         for epoch in range(cfg.epochs):
             if hooks.epoch_start is not None:
                 hooks.epoch_start(epoch)
-            losses: list[torch.Tensor] = []
+            values: list[float] = []
+            pending: list[torch.Tensor] = []  # losses not read yet
             for idx in epoch_batches(n, cfg.batch_size, generator, device):
                 batch = tuple(t[idx] for t in resident)
                 optimizer.zero_grad(set_to_none=True)
                 loss = loss_fn(model, batch)
+                pending.append(loss.detach())
                 if every_step:
-                    _check_finite([loss.detach()], steps, description)
+                    values += _check_finite(pending, steps, description)
+                    pending = []
                 loss.backward()
                 optimizer.step()
                 if hooks.step_end is not None:
                     hooks.step_end()
                 steps += 1
-                losses.append(loss.detach())
                 advance(1)
-            values = _check_finite(losses, steps - len(losses), description)
+            values += _check_finite(pending, steps - len(pending), description)
             loss_value = values[-1]
             report_scalar(tracker, f"loss/{description}", epoch, sum(values) / len(values))
             if hooks.epoch_end is not None:
