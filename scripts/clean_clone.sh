@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The README's two commands as a new user runs them (issue 34): a clean clone of HEAD, then
+# `bash .ci/run` (CI's entry point: `make test`, set-up included) and `make demo` on an empty
+# artefact cache, each timed; and the first run's one-off cost the demo's figure includes
+# beside set-up: matplotlib's font cache, built in an empty config folder. Appends to OUT
+# (default benchmarks/results/speed/clean-clone.txt). Run it on an otherwise idle machine.
+#
+#   scripts/clean_clone.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/benchmarks/results/speed/clean-clone.txt}
+rev=$(git rev-parse --short HEAD)
+work=$(mktemp -d "${TMPDIR:-/tmp}/oneshotfl-clean-clone.XXXXXX")
+git clone -q "$PWD" "$work/repo"
+cd "$work/repo"
+timed() {  # NAME COMMAND...: run, then "NAME rc=RC wall=Ss"
+  local name=$1 start rc=0
+  shift
+  start=$(date +%s.%N)
+  "$@" >"$work/$name.log" 2>&1 || rc=$?
+  echo "$name rc=$rc wall=$(python3 -c "print(f'{$(date +%s.%N) - $start:.0f}')")s"
+}
+{
+  echo
+  echo "# Fresh clone at $rev, $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), idle (scripts/clean_clone.sh)"
+  timed ci env CI=true bash .ci/run </dev/null
+  grep -E "^[0-9]+ passed|exit [0-9]" "$work/ci.log" | tail -n 2
+  rm -rf .cache runs/demo
+  timed demo make demo
+  grep "after set-up" "$work/demo.log"
+  fonts=$(mktemp -d)
+  for round in first again; do
+    start=$(date +%s.%N)
+    MPLCONFIGDIR=$fonts .venv/bin/python -c "import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot as p; p.figure(); p.text(0, 0, 'x'); p.savefig('$fonts/a.png')"
+    echo "matplotlib, $round import and plot in an empty config folder: $(python3 -c "print(f'{$(date +%s.%N) - $start:.2f}')") s"
+  done
+} | tee -a "$OUT"
+rm -rf "$work"
