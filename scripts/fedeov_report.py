@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from oneshotfl.cost import forward_flops
+from oneshotfl.encoders.cost import forward_flops
 from oneshotfl.models import create_model
 from oneshotfl.runner.report import splice_markdown
 

@@ -2,7 +2,7 @@
 
 The file names a federation (``base``: an experiment config), the ``methods`` whose uploads
 are audited, the audited ``clients`` and the audit's settings (``audit``: see
-:class:`oneshotfl.membership.AuditConfig`). Writes ``benchmarks/results/NAME/membership.json``
+:class:`oneshotfl.security.membership.AuditConfig`). Writes ``benchmarks/results/NAME/membership.json``
 (every client's AUC and TPR per attack) and splices the table, mean ± std over the audited
 clients, between the ``<!-- report:NAME -->`` markers of ``docs/benchmarks.md``.
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from oneshotfl.membership import AuditConfig, audit_client, upload_kind
+from oneshotfl.security.membership import AuditConfig, audit_client, upload_kind
 from oneshotfl.methods import build_method
 from oneshotfl.params import coerce_params
 from oneshotfl.runner.config import make_config

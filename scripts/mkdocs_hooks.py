@@ -1,7 +1,7 @@
 """MkDocs hooks of the documentation site (``hooks:`` in mkdocs.yml).
 
 * One page per registered method, ``methods/NAME.md``, generated at build time from
-  :func:`oneshotfl.describe.method_page` — the text ``oneshotfl describe NAME`` prints, so the
+  :func:`oneshotfl.cli.describe.method_page` — the text ``oneshotfl describe NAME`` prints, so the
   command and the site share one source — and appended to the "Methods" section of the nav.
 * ``methods/index.md``: the marker ``<!-- methods-table -->`` becomes the table of every
   registered method and its one-line description.
@@ -23,7 +23,7 @@ from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.structure.files import File, Files
 from mkdocs.structure.pages import Page
 
-from oneshotfl.describe import method_page, methods_table
+from oneshotfl.cli.describe import method_page, methods_table
 from oneshotfl.methods import METHODS
 
 METHODS_SECTION = "Methods"

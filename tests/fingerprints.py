@@ -30,7 +30,7 @@ from helpers import TINY
 from oneshotfl.devices import DeviceAudit, DeviceSlip
 from oneshotfl.methods import METHODS, MethodSpec, build_method
 from oneshotfl.protocol.contract import Method, PeerMethod
-from oneshotfl.protocol.payload import decode
+from oneshotfl.payload import decode
 from oneshotfl.runner.config import ExperimentConfig, make_config
 from oneshotfl.runner.engine import run_method
 from oneshotfl.runner.experiment import Experiment

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 import oneshotfl
 from helpers import TINY
 from oneshotfl.api import Result, SweepResult, resolve_config
-from oneshotfl.cli import app
+from oneshotfl.cli.main import app
 from oneshotfl.environment import kernel_differences, kernel_signature
 from oneshotfl.runner.config import ConfigError, ExperimentConfig, make_config
 from oneshotfl.runner.results import METHOD_COLUMNS, MethodResult

@@ -28,7 +28,7 @@ from oneshotfl.methods.mine import (
 )
 from oneshotfl.protocol.contract import ServerContext
 from oneshotfl.protocol.fields import model_fields, model_from_fields
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import PayloadError, task_dims, validate_payload
 from oneshotfl.runner.experiment import resolve_methods
 from oneshotfl.training.components import (

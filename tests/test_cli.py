@@ -7,7 +7,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from oneshotfl.cli import app
+from oneshotfl.cli.main import app
 from oneshotfl.data.partition import PARTITIONERS
 from oneshotfl.methods import METHODS
 
@@ -165,7 +165,7 @@ def test_version() -> None:
 
 
 def test_option_help_keeps_continuation_lines_that_hold_a_colon() -> None:
-    from oneshotfl.cli_support import field_docs
+    from oneshotfl.cli.support import field_docs
     from oneshotfl.runner.config import ExperimentConfig
 
     docs = field_docs(ExperimentConfig)
@@ -204,7 +204,7 @@ def test_one_run_command_runs_several_seeds(tmp_path: Path) -> None:
 def test_verbose_shows_our_debug_lines_and_not_the_libraries() -> None:
     import logging
 
-    from oneshotfl.cli_support import setup_logging
+    from oneshotfl.cli.support import setup_logging
 
     setup_logging(True)
     try:

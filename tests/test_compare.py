@@ -89,7 +89,7 @@ def test_the_command_says_the_configs_differ_and_how_many_differences_it_left_ou
 ) -> None:
     from typer.testing import CliRunner
 
-    from oneshotfl.cli import app
+    from oneshotfl.cli.main import app
     from oneshotfl.runner.compare import config_differences
 
     doc = run_experiment(tiny_config(methods=["local", "fedavg"]))
@@ -119,7 +119,7 @@ def test_the_command_says_when_two_runs_ran_on_other_kernels(
     says so; between runs on the same kernels it says nothing of the kind."""
     from typer.testing import CliRunner
 
-    from oneshotfl.cli import app
+    from oneshotfl.cli.main import app
 
     doc = run_experiment(tiny_config(methods=["fedavg"]))
     elsewhere = copy.deepcopy(doc)

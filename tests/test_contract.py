@@ -30,11 +30,11 @@ from fingerprints import (
     differences,
     fingerprint,
 )
-from oneshotfl.artefacts import ArtefactStore
+from oneshotfl.training.artefacts import ArtefactStore
 from oneshotfl.data.types import LabelledData
 from oneshotfl.methods import METHODS, build_method
 from oneshotfl.protocol.contract import Method, PeerMethod, Requires, ServerContext, Topology
-from oneshotfl.protocol.payload import Payload, decode, encode
+from oneshotfl.payload import Payload, decode, encode
 from oneshotfl.protocol.spec import PayloadSpec
 from oneshotfl.runner.engine import RequirementError
 from oneshotfl.runner.experiment import Experiment

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from oneshotfl.cost import (
+from oneshotfl.encoders.cost import (
     client_gflops_curve,
     forward_flops,
     train_step_flops,
@@ -48,7 +48,7 @@ def test_frozen_encoder_plus_head_costs_less_than_full_training() -> None:
 def test_cost_command_writes_json_and_plot(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from oneshotfl.cli import app
+    from oneshotfl.cli.main import app
 
     out = tmp_path / "cost"
     args = ["encoder", "cost", "--encoder", "random:dim=16", "--out", str(out), "--full", "mlp"]

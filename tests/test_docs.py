@@ -15,8 +15,8 @@ from types import ModuleType
 import pytest
 from typer.testing import CliRunner
 
-from oneshotfl.cli import app
-from oneshotfl.describe import (
+from oneshotfl.cli.main import app
+from oneshotfl.cli.describe import (
     describe,
     describe_method,
     docstring_markdown,

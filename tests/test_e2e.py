@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from oneshotfl.cli import app
+from oneshotfl.cli.main import app
 from oneshotfl.data.datasets import DatasetNotFoundError, load_dataset
 
 

@@ -196,7 +196,7 @@ def test_pretrain_save_load_and_hash_checks(tmp_path: Path) -> None:
 
 
 def test_simclr_source_pretrains_on_the_public_pool_once(tmp_path: Path) -> None:
-    from oneshotfl.artefacts import ArtefactStore
+    from oneshotfl.training.artefacts import ArtefactStore
     from oneshotfl.encoders.pretrain import PretrainConfig, pretrain_encoder
 
     pool = torch.randn(32, 1, 8, 8)
@@ -228,7 +228,7 @@ def _raw_meta(path: Path) -> dict[str, str]:
 def test_encoder_cli_pretrain_then_probe(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from oneshotfl.cli import app
+    from oneshotfl.cli.main import app
 
     out = tmp_path / "enc.safetensors"
     args = ["dataset=digits", "public_size=200", f"cache_dir={tmp_path / 'cache'}"]

@@ -23,7 +23,7 @@ from oneshotfl.protocol.contract import (
     Topology,
 )
 from oneshotfl.protocol.fields import model_fields
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 from oneshotfl.runner.config import ConfigError
 from oneshotfl.runner.engine import QuorumError
 from oneshotfl.runner.experiment import run_experiment

@@ -22,7 +22,7 @@ from oneshotfl.methods.fedet import (
 )
 from oneshotfl.methods.fedkd import FedKDConfig, dequantize_levels, noisy_mean, quantize_levels
 from oneshotfl.methods.fedkt import FedKTConfig, disjoint_parts, query_indices
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import PayloadError, task_dims, validate_payload
 from oneshotfl.runner.experiment import resolve_methods
 

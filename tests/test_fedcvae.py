@@ -12,7 +12,7 @@ import torch
 from helpers import prepare, run_method
 from oneshotfl.methods import build_method
 from oneshotfl.methods.fedcvae import FedCVAEConfig, allocate, elbo_loss
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import PayloadError, WireDims, validate_payload
 from oneshotfl.runner.experiment import resolve_methods
 

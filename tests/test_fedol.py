@@ -19,7 +19,7 @@ from oneshotfl.methods.fedol import (
     fedol_loss,
     pseudo_labels,
 )
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 
 # Two source models, four public samples, three classes.
 A = [[0.8, 0.1, 0.1], [0.4, 0.3, 0.3], [0.1, 0.8, 0.1], [0.34, 0.33, 0.33]]

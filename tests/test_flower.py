@@ -35,7 +35,7 @@ from oneshotfl.flower.node import (  # noqa: E402
     sender,
 )
 from oneshotfl.flower.server import ServerSettings, run_server, send_and_receive  # noqa: E402
-from oneshotfl.protocol.payload import Payload, decode, encode  # noqa: E402
+from oneshotfl.payload import Payload, decode, encode  # noqa: E402
 from oneshotfl.runner.config import ConfigError  # noqa: E402
 from oneshotfl.runner.engine import QuorumError  # noqa: E402
 from oneshotfl.runner.experiment import run_experiment  # noqa: E402

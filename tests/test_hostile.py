@@ -18,13 +18,13 @@ from safetensors.numpy import save as st_save
 from typer.testing import CliRunner
 
 from helpers import prepare
-from oneshotfl.cli import app
+from oneshotfl.cli.main import app
 from oneshotfl.functional import client_weights
 from oneshotfl.methods import build_method
 from oneshotfl.models import create_model
 from oneshotfl.protocol import wire
 from oneshotfl.protocol.fields import model_fields
-from oneshotfl.protocol.payload import Payload, WireError, encode
+from oneshotfl.payload import Payload, WireError, encode
 from oneshotfl.protocol.spec import PayloadError, WireDims
 from oneshotfl.runner import engine, results
 from oneshotfl.runner.config import ConfigError

@@ -12,7 +12,7 @@ from types import ModuleType
 
 import pytest
 
-from oneshotfl.describe import describe_method
+from oneshotfl.cli.describe import describe_method
 from oneshotfl.methods import METHODS
 from oneshotfl.protocol.limits import KnownLimit
 

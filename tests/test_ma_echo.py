@@ -13,7 +13,7 @@ from oneshotfl.methods import build_method, parse_method_spec
 from oneshotfl.methods.ma_echo import MAEcho, _class_split_average, client_projections
 from oneshotfl.methods.ma_echo import MAEchoConfig as Config
 from oneshotfl.models import create_model
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import PayloadError, task_dims, validate_payload
 from oneshotfl.runner.experiment import Experiment, run_experiment
 

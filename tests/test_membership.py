@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from helpers import prepare
-from oneshotfl.membership import (
+from oneshotfl.security.membership import (
     AuditConfig,
     audit_client,
     fit_logistic,
@@ -18,7 +18,7 @@ from oneshotfl.membership import (
     upload_kind,
 )
 from oneshotfl.methods import build_method
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 
 
 def test_auc_and_tpr_at_fpr_by_hand() -> None:

@@ -16,7 +16,7 @@ from oneshotfl.models import create_model
 from oneshotfl.protocol.contract import ServerContext
 from oneshotfl.protocol.fields import model_fields
 from oneshotfl.protocol.outcome import Ensemble, GlobalModel
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 
 TASK = TaskInfo("digits", 10, 1, 8)
 

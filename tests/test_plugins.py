@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from oneshotfl import plugins
-from oneshotfl.cli import app
+from oneshotfl.cli.main import app
 from oneshotfl.methods import METHODS
 from oneshotfl.models import MODELS
 from oneshotfl.runner.compare import result_differences

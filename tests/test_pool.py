@@ -16,7 +16,7 @@ from helpers import registered
 from oneshotfl.methods.fedavg import FedAvg
 from oneshotfl.protocol.contract import ClientContext, ServerContext
 from oneshotfl.protocol.outcome import Outcome
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 from oneshotfl.runner import pool
 from oneshotfl.runner.compare import result_differences
 from oneshotfl.runner.experiment import run_experiment

@@ -12,7 +12,7 @@ import torch
 
 from helpers import TINY, prepare
 from oneshotfl.methods import build_method
-from oneshotfl.protocol.payload import Payload, decode, encode
+from oneshotfl.payload import Payload, decode, encode
 from oneshotfl.robust import (
     agreement_trust,
     coordinate_median,
@@ -162,7 +162,7 @@ def test_malicious_clients_are_a_setting_checked_before_training(tiny_config: An
 
 
 def test_attacks_poison_and_tamper_as_documented(tiny_config: Any) -> None:
-    from oneshotfl.threats import build_attack
+    from oneshotfl.security.threats import build_attack
 
     exp = prepare(tiny_config(malicious=1, attack="label_flip"))
     honest = prepare(tiny_config())

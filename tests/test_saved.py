@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 import oneshotfl
 from helpers import TINY, prepare
-from oneshotfl.cli import app
+from oneshotfl.cli.main import app
 from oneshotfl.protocol.outcome import Ensemble, GlobalModel
 from oneshotfl.protocol.saved import SavedModelError
 from oneshotfl.runner.config import ConfigError, make_config

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 import oneshotfl
 from helpers import TINY
-from oneshotfl.cli import app
+from oneshotfl.cli.main import app
 from oneshotfl.runner.config import ConfigError
 from oneshotfl.tracking import TrackedProgress, open_logs, result_points, tag_name
 

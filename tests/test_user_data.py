@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 from typer.testing import CliRunner
 
-from oneshotfl.cli import app
+from oneshotfl.cli.main import app
 from oneshotfl.data.datasets import DatasetFormatError, DatasetNotFoundError, load_dataset
 from oneshotfl.data.feature_skew import Stats, dataset_stats
 from oneshotfl.data.user import (

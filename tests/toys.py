@@ -25,7 +25,7 @@ from oneshotfl.protocol.contract import (
 )
 from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 from oneshotfl.seeding import seeded_torch, torch_generator
 from oneshotfl.training.synthesis import (
     BatchNormStatistics,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.2.0"
+from oneshotfl._version import __version__
 
 if TYPE_CHECKING:
     from oneshotfl.api import ConfigError, Result, SweepResult, run, sweep

@@ -10,10 +10,10 @@ import sys
 def main() -> None:
     """Run the ``oneshotfl`` command."""
     if sys.argv[1:] == ["--version"]:
-        from oneshotfl import __version__
+        from oneshotfl._version import __version__
 
         print(f"oneshotfl {__version__}")
         return
-    from oneshotfl.cli import app
+    from oneshotfl.cli.main import app
 
     app()

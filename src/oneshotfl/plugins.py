@@ -42,7 +42,7 @@ GROUPS: dict[str, tuple[str, str]] = {
     "oneshotfl.partitioners": ("oneshotfl.data.partition", "PARTITIONERS"),
     "oneshotfl.components": ("oneshotfl.training.components", "COMPONENTS"),
     "oneshotfl.graphs": ("oneshotfl.protocol.graph", "GRAPHS"),
-    "oneshotfl.attacks": ("oneshotfl.threats", "ATTACKS"),
+    "oneshotfl.attacks": ("oneshotfl.security.threats", "ATTACKS"),
     "oneshotfl.encoders": ("oneshotfl.encoders.base", "ENCODERS"),
     "oneshotfl.feature_skews": ("oneshotfl.data.feature_skew", "FEATURE_SKEWS"),
 }

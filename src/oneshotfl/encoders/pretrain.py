@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from oneshotfl.artefacts import ArtefactStore
+from oneshotfl.training.artefacts import ArtefactStore
 from oneshotfl.data.types import TaskInfo
 from oneshotfl.encoders.base import (
     ENCODERS,
@@ -45,7 +45,7 @@ from oneshotfl.encoders.base import (
 from oneshotfl.encoders.sources import conv_encoder
 from oneshotfl.fingerprints import tensor_fingerprint
 from oneshotfl.params import Params, require
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 from oneshotfl.seeding import seeded_torch, torch_generator
 from oneshotfl.training.progress import NullTracker, Tracker
 

@@ -1,7 +1,7 @@
 """``oneshotfl flower ...``: the Flower app directory, development certificates and node
 keys (a Flower run is compared with the local simulation by ``oneshotfl compare``).
 
-Registered lazily by :mod:`oneshotfl.cli`; it imports no flwr itself (``cryptography`` comes
+Registered lazily by :mod:`oneshotfl.cli.main`; it imports no flwr itself (``cryptography`` comes
 with the ``flower`` extra), so ``oneshotfl --help`` works without Flower installed.
 """
 

@@ -1,6 +1,6 @@
 """What crosses Flower: our wire bytes inside Flower records, and the facts around them.
 
-Every payload travels as the exact bytes of :func:`oneshotfl.protocol.payload.encode`
+Every payload travels as the exact bytes of :func:`oneshotfl.payload.encode`
 (safetensors, never pickle), stored as one ``uint8`` :class:`flwr.app.Array` in an
 :class:`flwr.app.ArrayRecord`, so Flower chunks large payloads like any array and the byte
 count we report is the count of what was sent. Decoding and validation on receipt are the
@@ -35,7 +35,7 @@ from typing import Any
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
 from oneshotfl.flower.node import sender
-from oneshotfl.protocol.payload import WireError
+from oneshotfl.payload import WireError
 from oneshotfl.runner.evaluate import ClientMetrics
 from oneshotfl.runner.transport import ClientReply, PeerReport, ShardReport
 

@@ -38,7 +38,7 @@ from oneshotfl.data.federated import ClientShard, OwnDataError, own_shard
 from oneshotfl.data.types import Dataset
 from oneshotfl.data.user import UserDataError, is_user_spec, load_user_dataset, parse_user_spec
 from oneshotfl.protocol.contract import Method, PeerMethod
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 from oneshotfl.runner.checks import resolve_methods
 from oneshotfl.runner.config import ConfigError, make_config
 from oneshotfl.runner.experiment import Experiment

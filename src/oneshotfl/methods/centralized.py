@@ -32,7 +32,7 @@ from oneshotfl.params import Params
 from oneshotfl.protocol.contract import ClientContext, Method, ServerContext
 from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import ArraySpec, PayloadSpec, WireDims
 from oneshotfl.seeding import torch_generator
 from oneshotfl.training.loop import TrainConfig, train_classifier

@@ -23,7 +23,7 @@ from oneshotfl.models import create_model
 from oneshotfl.protocol.contract import ClientContext, ConfigT, Method, ServerContext
 from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.protocol.limits import KnownLimit, Reference
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import ArraySpec, ModelSpec, PayloadSpec, WireDims, n_examples_spec
 from oneshotfl.robust import (
     Aggregation,

@@ -50,7 +50,7 @@ from oneshotfl.params import require
 from oneshotfl.protocol.contract import Requires, ServerContext
 from oneshotfl.protocol.fields import model_from_fields
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 from oneshotfl.seeding import seeded_torch, torch_generator
 from oneshotfl.training.synthesis import (
     NoAugmentation,

@@ -25,7 +25,7 @@ from oneshotfl.protocol.fields import model_from_fields
 from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import Ensemble as EnsembleOutcome
 from oneshotfl.protocol.outcome import Outcome
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 
 
 @dataclass(frozen=True)

@@ -101,7 +101,7 @@ from oneshotfl.protocol.contract import ClientContext, Method, Requires, ServerC
 from oneshotfl.protocol.fields import model_fields
 from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import ArraySpec, ModelSpec, PayloadSpec, ScalarSpec, WireDims
 from oneshotfl.seeding import seeded_torch, torch_generator
 

@@ -27,7 +27,7 @@ from oneshotfl.methods.common import AVERAGING_LIMIT, SendsTrainedModel, average
 from oneshotfl.params import Params, require
 from oneshotfl.protocol.contract import Requires, ServerContext
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 from oneshotfl.robust import Aggregation
 from oneshotfl.training.recipe import initial_model
 

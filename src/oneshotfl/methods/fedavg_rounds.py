@@ -35,7 +35,7 @@ from oneshotfl.protocol.contract import ClientContext, Requires, ServerContext
 from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import ModelSpec, PayloadSpec, WireDims
 from oneshotfl.seeding import torch_generator
 from oneshotfl.training.loop import train_classifier

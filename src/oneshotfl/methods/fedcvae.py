@@ -42,7 +42,7 @@ from oneshotfl.params import Params, require
 from oneshotfl.protocol.contract import ClientContext, Method, Requires, ServerContext
 from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import ArraySpec, PayloadSpec, WireDims
 from oneshotfl.seeding import seeded_torch, torch_generator
 from oneshotfl.training.loop import Batch, TrainConfig, fit, train_classifier

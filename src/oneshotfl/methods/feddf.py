@@ -64,7 +64,7 @@ from oneshotfl.params import Params, require
 from oneshotfl.protocol.contract import ClientContext, Requires, ServerContext
 from oneshotfl.protocol.fields import model_from_fields
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import PayloadSpec, WireDims
 from oneshotfl.robust import agreement_trust
 from oneshotfl.seeding import torch_generator

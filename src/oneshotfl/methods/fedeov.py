@@ -65,7 +65,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import nn
 
-from oneshotfl.cost import inference_latency_ms, sparse_forward_flops
+from oneshotfl.encoders.cost import inference_latency_ms, sparse_forward_flops
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import IID_OPEN_SET_LIMIT, SendsTrainedModel
 from oneshotfl.params import Params, require
@@ -73,7 +73,7 @@ from oneshotfl.protocol.contract import ClientContext, ServerContext
 from oneshotfl.protocol.fields import model_from_fields
 from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import Ensemble, Outcome
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import ModelSpec, PayloadSpec, WireDims, n_examples_spec
 from oneshotfl.training.components import ComponentSpec
 from oneshotfl.training.loop import TrainConfig

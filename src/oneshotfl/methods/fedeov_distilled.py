@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from oneshotfl.cost import inference_latency_ms
+from oneshotfl.encoders.cost import inference_latency_ms
 from oneshotfl.functional import kl_to_student
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import IID_OPEN_SET_LIMIT, STUDENT_LIMIT, initial_model
@@ -29,7 +29,7 @@ from oneshotfl.methods.fedeov import LATENCY_BATCH, FedEOV, FedEOVConfig
 from oneshotfl.params import require
 from oneshotfl.protocol.contract import Requires, ServerContext
 from oneshotfl.protocol.outcome import Ensemble, GlobalModel, Outcome
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 from oneshotfl.seeding import torch_generator
 from oneshotfl.training.distill import distil
 

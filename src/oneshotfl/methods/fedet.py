@@ -60,7 +60,7 @@ from oneshotfl.params import Params, require
 from oneshotfl.protocol.contract import ClientContext, Requires, ServerContext
 from oneshotfl.protocol.fields import model_from_fields
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import PayloadSpec, WireDims
 from oneshotfl.seeding import torch_generator
 from oneshotfl.training.distill import distil

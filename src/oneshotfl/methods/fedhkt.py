@@ -33,7 +33,7 @@ from oneshotfl.methods.common import (
 from oneshotfl.params import Params, require
 from oneshotfl.protocol.contract import Requires, ServerContext
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 from oneshotfl.seeding import torch_generator
 from oneshotfl.training.distill import distil
 

@@ -52,7 +52,7 @@ from oneshotfl.methods.common import STUDENT_LIMIT, initial_model
 from oneshotfl.params import Params, require
 from oneshotfl.protocol.contract import ClientContext, Method, Requires, ServerContext
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import ArraySpec, PayloadSpec, WireDims
 from oneshotfl.seeding import torch_generator
 from oneshotfl.training.distill import distil

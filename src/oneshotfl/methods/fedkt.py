@@ -61,7 +61,7 @@ from oneshotfl.params import Params, require
 from oneshotfl.protocol.contract import ClientContext, Method, Requires, ServerContext
 from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import ModelSpec, PayloadSpec, WireDims, n_examples_spec
 from oneshotfl.seeding import numpy_rng, seeded_torch, torch_generator
 from oneshotfl.training.loop import predict_logits, train_classifier

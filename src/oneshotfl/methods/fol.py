@@ -73,7 +73,7 @@ from oneshotfl.protocol.contract import ClientContext, PeerMethod, Requires, Top
 from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import Ensemble, GlobalModel, Outcome
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import WireDims
 from oneshotfl.seeding import torch_generator
 from oneshotfl.training.loop import TrainConfig, predict_logits, train_classifier

@@ -52,7 +52,7 @@ from oneshotfl.protocol.contract import ClientContext, Method, Requires, ServerC
 from oneshotfl.protocol.fields import model_fields
 from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import Ensemble, GlobalModel, Outcome
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import ArraySpec, ModelSpec, PayloadSpec, WireDims, n_examples_spec
 from oneshotfl.seeding import seeded_torch, torch_generator
 from oneshotfl.training.loop import train_classifier

@@ -73,7 +73,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from oneshotfl.cost import forward_flops, trainable_parameters
+from oneshotfl.encoders.cost import forward_flops, trainable_parameters
 from oneshotfl.functional import (
     cv_squared,
     expert_variance,
@@ -87,7 +87,7 @@ from oneshotfl.params import require
 from oneshotfl.protocol.contract import Requires, ServerContext
 from oneshotfl.protocol.fields import model_from_fields
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 from oneshotfl.seeding import derive_seed, seeded_torch, torch_generator
 from oneshotfl.training.synthesis import (
     NoAugmentation,

@@ -16,7 +16,7 @@ from oneshotfl.methods.base import register_method
 from oneshotfl.protocol.contract import ClientContext, Method, NoConfig, ServerContext
 from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.protocol.outcome import Outcome, Personalised
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import ModelSpec, PayloadSpec, WireDims
 
 

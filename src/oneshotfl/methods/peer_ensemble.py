@@ -29,7 +29,7 @@ from oneshotfl.protocol.contract import ClientContext, PeerMethod
 from oneshotfl.protocol.fields import model_from_fields
 from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import Ensemble, Outcome
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 
 
 @dataclass(frozen=True)

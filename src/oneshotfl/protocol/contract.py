@@ -33,18 +33,18 @@ from typing import Any, ClassVar, Generic, TypeVar
 import torch
 from torch import nn
 
-from oneshotfl.artefacts import ArtefactStore
+from oneshotfl.training.artefacts import ArtefactStore
 from oneshotfl.data.types import LabelledData, TaskInfo, UnlabelledData
-from oneshotfl.encoders.base import Encoder
+from oneshotfl.training.encoder import Encoder
 from oneshotfl.fingerprints import tensor_fingerprint
 from oneshotfl.models.base import Init
 from oneshotfl.params import Params
 from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import Outcome
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import PayloadSpec, WireDims, task_dims
-from oneshotfl.threats import Attack
+from oneshotfl.security.threats import Attack
 from oneshotfl.training.loop import TrainConfig, budget_epochs
 from oneshotfl.training.progress import NullTracker, Tracker
 from oneshotfl.training.recipe import ClientRecipe, train_recipe
@@ -124,7 +124,7 @@ class ClientContext:
         client_archs: every client's architecture by client id (public configuration; a
             peer receiver checks its senders' models against it).
         max_examples: ``N_max``, the most examples one client can hold (0: unknown).
-        attack: set only on a simulated malicious client (:mod:`oneshotfl.threats`): it
+        attack: set only on a simulated malicious client (:mod:`oneshotfl.security.threats`): it
             tampers with the message before it leaves (its data is already poisoned).
         neighbours: on a peer receiver, its in-neighbours in the graph (public topology; a
             method's encounter schedule is drawn over them); empty elsewhere.

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from oneshotfl.models import create_model
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 
 if TYPE_CHECKING:  # the spec module imports this one
     from oneshotfl.protocol.spec import WireDims

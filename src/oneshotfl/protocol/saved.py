@@ -25,7 +25,7 @@ from torch import nn
 
 from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.protocol.outcome import Ensemble, GlobalModel, Outcome
-from oneshotfl.protocol.payload import Payload, WireError, decode, encode
+from oneshotfl.payload import Payload, WireError, decode, encode
 from oneshotfl.protocol.spec import WireDims
 from oneshotfl.registry import RegistryError
 

@@ -26,7 +26,7 @@ import torch
 from oneshotfl.data.types import TaskInfo
 from oneshotfl.models import MODELS, create_model
 from oneshotfl.protocol.fields import model_from_fields
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 
 Dim = int | str
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from oneshotfl.models import MODELS
-from oneshotfl.protocol.payload import Payload, WireError, decode, encode
+from oneshotfl.payload import Payload, WireError, decode, encode
 from oneshotfl.protocol.spec import (
     PayloadError,
     PayloadSpec,

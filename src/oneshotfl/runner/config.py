@@ -34,7 +34,7 @@ from oneshotfl.runner.config_values import (
     normalise_model,
     normalise_plugins,
 )
-from oneshotfl.threats import AttackError, build_attacks
+from oneshotfl.security.threats import AttackError, build_attacks
 from oneshotfl.training.loop import TrainConfig
 
 
@@ -77,7 +77,7 @@ class ExperimentConfig(Params):
         attack: what the malicious clients do: ``label_flip``, ``scale:factor=10``,
             ``noise:std=1``, ``wrong_predictions``, ``over_report``, or one the wire refuses:
             ``garbage``, ``oversize``, ``wrong_arch`` (``oneshotfl list attacks``; see
-            :mod:`oneshotfl.threats`); several joined by ``+`` are dealt out in turn.
+            :mod:`oneshotfl.security.threats`); several joined by ``+`` are dealt out in turn.
         model: client architectures: one name, a list cycled over clients (cnn,resnet8) or a
             per-client mapping (0=resnet8,*=cnn).
         server_model: server architecture for methods that train a server model.

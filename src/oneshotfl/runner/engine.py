@@ -29,7 +29,7 @@ import numpy as np
 
 from oneshotfl.protocol.contract import Method, PeerMethod, Topology
 from oneshotfl.protocol.outcome import Outcome
-from oneshotfl.protocol.payload import Payload, WireError, encode
+from oneshotfl.payload import Payload, WireError, encode
 from oneshotfl.protocol.saved import save_outcome
 from oneshotfl.protocol.spec import PayloadError
 from oneshotfl.protocol.wire import receive

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from oneshotfl.artefacts import ArtefactStore
+from oneshotfl.training.artefacts import ArtefactStore
 from oneshotfl.data.datasets import load_dataset
 from oneshotfl.data.feature_skew import dataset_stats
 from oneshotfl.data.federated import ClientShard, FederatedData, carve_federated_data
@@ -52,7 +52,7 @@ from oneshotfl.runner.engine import RequirementError, run_method
 from oneshotfl.runner.pool import open_transport
 from oneshotfl.runner.results import MethodResult, result_document
 from oneshotfl.runner.transport import LocalTransport, ShardReport, Transport
-from oneshotfl.threats import Attack, build_attacks
+from oneshotfl.security.threats import Attack, build_attacks
 from oneshotfl.training.loop import resolve_budget
 from oneshotfl.training.memo import memoised_logits
 from oneshotfl.training.progress import NullTracker, Tracker

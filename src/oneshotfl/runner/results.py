@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-import oneshotfl
+from oneshotfl._version import __version__
 from oneshotfl.environment import data_hash, git_commit, kernel_signature
 from oneshotfl.plots import partition_heatmap
 from oneshotfl.runner.config import ExperimentConfig, make_config, names_unchecked
@@ -335,7 +335,7 @@ def result_document(
     """
     fed = exp.data
     doc: dict[str, Any] = {
-        "oneshotfl_version": oneshotfl.__version__,
+        "oneshotfl_version": __version__,
         "started": started.isoformat(timespec="seconds"),
         "wall_time_s": time.perf_counter() - t0,
         "environment": {

@@ -32,7 +32,7 @@ from torch import nn
 from oneshotfl.data.types import LabelledData
 from oneshotfl.fingerprints import tensor_fingerprint
 from oneshotfl.protocol.contract import ClientContext, Method, PeerMethod
-from oneshotfl.protocol.payload import Payload, WireError, encode
+from oneshotfl.payload import Payload, WireError, encode
 from oneshotfl.protocol.spec import PayloadError, WireDims
 from oneshotfl.protocol.wire import receive
 from oneshotfl.runner.evaluate import ClientMetrics, label_histogram, receiver_metrics

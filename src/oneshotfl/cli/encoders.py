@@ -1,6 +1,6 @@
 """``oneshotfl encoder ...``: research commands on shared frozen encoders — pretrain one with
 SimCLR on the public pool, linear-probe it, price its client cost in FLOPs, and audit it with
-a model-inversion attack. Registered by :mod:`oneshotfl.cli` as the ``encoder`` group."""
+a model-inversion attack. Registered by :mod:`oneshotfl.cli.main` as the ``encoder`` group."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import torch
 import typer
 from rich.table import Table
 
-from oneshotfl.cli_support import USER_ERRORS, console, err_console, fail, setup_logging
+from oneshotfl.cli.support import USER_ERRORS, console, err_console, fail, setup_logging
 from oneshotfl.encoders.base import Encoder
 from oneshotfl.registry import RegistryError
 from oneshotfl.runner.config import ConfigError, ExperimentConfig, load_config
@@ -146,7 +146,7 @@ def encoder_attack(
 ) -> None:
     """Model-inversion audit (FedAGE Eq. 8): reconstruct images from their (noised) latents;
     writes PSNR/SSIM against ε and a grid of originals vs reconstructions."""
-    from oneshotfl.attacks import invert, psnr, ssim, to_unit_range
+    from oneshotfl.security.inversion import invert, psnr, ssim, to_unit_range
     from oneshotfl.plots import image_grid
     from oneshotfl.privacy import gaussian_release
     from oneshotfl.seeding import torch_generator
@@ -215,7 +215,7 @@ def encoder_cost(
 ) -> None:
     """Client cost, measured with FlopCounterMode: FedAGE (encoder once + head epochs) vs
     training full client models, in GFLOPs per sample (FLOPs, not MACs)."""
-    from oneshotfl.cost import backbone_forward_flops, client_cost
+    from oneshotfl.encoders.cost import backbone_forward_flops, client_cost
     from oneshotfl.plots import line_plot
 
     setup_logging(False)

@@ -1,6 +1,6 @@
 """A content-addressed cache of trained client (and server) artefacts.
 
-An artefact is a :class:`~oneshotfl.protocol.payload.Payload` stored as safetensors under a
+An artefact is a :class:`~oneshotfl.payload.Payload` stored as safetensors under a
 key that hashes everything that determines it (data fingerprint, architecture, training
 config, seeds, recipe). A sweep therefore trains each client once, whichever methods use the
 model. Hits and misses are logged and counted.
@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from oneshotfl.protocol.payload import Payload, WireError, decode, encode
+from oneshotfl.payload import Payload, WireError, decode, encode
 
 log = logging.getLogger(__name__)
 

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from oneshotfl.runner.config import ConfigError
-from oneshotfl.tracking_backends import (
+from oneshotfl.tracking.backends import (
     DEFAULT_DIRS,
     LIBRARIES,
     TRACKING,

@@ -44,7 +44,7 @@ from oneshotfl.methods.common import encoded_head, head_from_payload
 from oneshotfl.params import Params, is_int, require
 from oneshotfl.protocol.contract import ClientContext, Method
 from oneshotfl.protocol.fields import model_from_fields
-from oneshotfl.protocol.payload import Payload
+from oneshotfl.payload import Payload
 from oneshotfl.seeding import numpy_rng, torch_generator
 from oneshotfl.training.distill import distil
 from oneshotfl.training.loop import predict_logits

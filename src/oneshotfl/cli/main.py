@@ -1,5 +1,5 @@
 """The ``oneshotfl`` command: run, sweep, report, partition, list, describe — command wiring
-only. The encoder research commands live in :mod:`oneshotfl.encoders.cli`, the Flower ones in
+only. The encoder research commands live in :mod:`oneshotfl.cli.encoders`, the Flower ones in
 :mod:`oneshotfl.flower.cli`; ``run``'s options are generated from
 :class:`~oneshotfl.runner.config.ExperimentConfig`."""
 
@@ -15,8 +15,9 @@ from typing import Annotated, Any
 
 import typer
 
-from oneshotfl import __version__, api
-from oneshotfl.cli_support import (
+from oneshotfl import api
+from oneshotfl._version import __version__
+from oneshotfl.cli.support import (
     USER_ERRORS,
     PluginOption,
     SaveModelsOption,
@@ -39,7 +40,7 @@ from oneshotfl.cli_support import (
 from oneshotfl.data.datasets import DATASETS, load_dataset
 from oneshotfl.data.federated import carve_federated_data
 from oneshotfl.data.partition import PARTITIONERS
-from oneshotfl.describe import describe_method
+from oneshotfl.cli.describe import describe_method
 from oneshotfl.methods import METHODS
 from oneshotfl.models import MODELS
 from oneshotfl.plots import partition_heatmap
@@ -63,7 +64,7 @@ from oneshotfl.runner.config import (
 from oneshotfl.runner.report import splice_markdown, write_report
 from oneshotfl.runner.results import atomic_write_text
 from oneshotfl.runner.sweep import load_sweep
-from oneshotfl.threats import ATTACKS
+from oneshotfl.security.threats import ATTACKS
 from oneshotfl.training.components import COMPONENTS
 from oneshotfl.training.progress import RichTracker
 
@@ -393,7 +394,7 @@ def compare(
         raise typer.Exit(1)
 
 
-from oneshotfl.encoders.cli import app as encoder_app  # noqa: E402
+from oneshotfl.cli.encoders import app as encoder_app  # noqa: E402
 from oneshotfl.flower.cli import app as flower_app  # noqa: E402  (imports no flwr)
 
 app.add_typer(encoder_app, name="encoder")
