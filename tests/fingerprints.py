@@ -29,8 +29,8 @@ import numpy as np
 from helpers import TINY
 from oneshotfl.devices import DeviceAudit, DeviceSlip
 from oneshotfl.methods import METHODS, MethodSpec, build_method
-from oneshotfl.protocol.contract import Method, PeerMethod
 from oneshotfl.payload import decode
+from oneshotfl.protocol.contract import Method, PeerMethod
 from oneshotfl.runner.config import ExperimentConfig, make_config
 from oneshotfl.runner.engine import run_method
 from oneshotfl.runner.experiment import Experiment

@@ -9,10 +9,10 @@ from pathlib import Path
 import torch
 from typer.testing import CliRunner
 
-from oneshotfl.security.inversion import invert, psnr, ssim, to_unit_range, total_variation
 from oneshotfl.cli.main import app
 from oneshotfl.data.types import TaskInfo
 from oneshotfl.encoders import build_encoder
+from oneshotfl.security.inversion import invert, psnr, ssim, to_unit_range, total_variation
 
 TASK = TaskInfo("digits", 10, 1, 8)
 

@@ -26,9 +26,9 @@ from oneshotfl.methods.mine import (
     lowest_entropy_labels,
     lowest_entropy_predictions,
 )
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ServerContext
 from oneshotfl.protocol.fields import model_fields, model_from_fields
-from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import PayloadError, task_dims, validate_payload
 from oneshotfl.runner.experiment import resolve_methods
 from oneshotfl.training.components import (

@@ -30,14 +30,14 @@ from fingerprints import (
     differences,
     fingerprint,
 )
-from oneshotfl.training.artefacts import ArtefactStore
 from oneshotfl.data.types import LabelledData
 from oneshotfl.methods import METHODS, build_method
-from oneshotfl.protocol.contract import Method, PeerMethod, Requires, ServerContext, Topology
 from oneshotfl.payload import Payload, decode, encode
+from oneshotfl.protocol.contract import Method, PeerMethod, Requires, ServerContext, Topology
 from oneshotfl.protocol.spec import PayloadSpec
 from oneshotfl.runner.engine import RequirementError
 from oneshotfl.runner.experiment import Experiment
+from oneshotfl.training.artefacts import ArtefactStore
 
 NAMES = METHODS.names()
 RECORDED: dict[str, Any] = json.loads(RECORD.read_text())

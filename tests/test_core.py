@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from oneshotfl.training.artefacts import ArtefactStore
 from oneshotfl.data.types import LabelledData
 from oneshotfl.devices import resolve_device
 from oneshotfl.payload import Payload
 from oneshotfl.registry import Registry, RegistryError
 from oneshotfl.seeding import derive_seed, numpy_rng, seeded_torch
+from oneshotfl.training.artefacts import ArtefactStore
 from oneshotfl.training.loop import TrainConfig, batch_indices, fit, train_classifier
 
 

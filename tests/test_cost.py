@@ -8,14 +8,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from oneshotfl.data.types import TaskInfo
+from oneshotfl.encoders import build_encoder
 from oneshotfl.encoders.cost import (
     client_gflops_curve,
     forward_flops,
     train_step_flops,
     trainable_parameters,
 )
-from oneshotfl.data.types import TaskInfo
-from oneshotfl.encoders import build_encoder
 from oneshotfl.models import create_model
 
 

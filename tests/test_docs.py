@@ -15,7 +15,6 @@ from types import ModuleType
 import pytest
 from typer.testing import CliRunner
 
-from oneshotfl.cli.main import app
 from oneshotfl.cli.describe import (
     describe,
     describe_method,
@@ -23,6 +22,7 @@ from oneshotfl.cli.describe import (
     method_page,
     methods_table,
 )
+from oneshotfl.cli.main import app
 from oneshotfl.methods import METHODS
 from oneshotfl.registry import RegistryError
 

@@ -196,8 +196,8 @@ def test_pretrain_save_load_and_hash_checks(tmp_path: Path) -> None:
 
 
 def test_simclr_source_pretrains_on_the_public_pool_once(tmp_path: Path) -> None:
-    from oneshotfl.training.artefacts import ArtefactStore
     from oneshotfl.encoders.pretrain import PretrainConfig, pretrain_encoder
+    from oneshotfl.training.artefacts import ArtefactStore
 
     pool = torch.randn(32, 1, 8, 8)
     spec = "simclr:dim=8:width=4:epochs=2:batch_size=16"

@@ -15,6 +15,7 @@ import torch
 import toys
 from helpers import prepare, registered, run_method
 from oneshotfl.methods import build_method
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import (
     ClientContext,
     NoConfig,
@@ -23,10 +24,10 @@ from oneshotfl.protocol.contract import (
     Topology,
 )
 from oneshotfl.protocol.fields import model_fields
-from oneshotfl.payload import Payload
 from oneshotfl.runner.config import ConfigError
 from oneshotfl.runner.engine import QuorumError
 from oneshotfl.runner.experiment import run_experiment
+from oneshotfl.training.services import train_model
 
 
 def _lines(*objects: Any) -> int:
@@ -163,5 +164,5 @@ def test_a_generator_based_method_runs_on_the_synthesis_layer(
 def test_model_fields_of_a_toy_client_round_trip(tiny_config: Any) -> None:
     exp = prepare(tiny_config(methods=["fedavg"]))
     ctx = exp.client_context(0)
-    fields = model_fields(ctx.train().cpu())
+    fields = model_fields(train_model(ctx, ctx.recipe()).cpu())
     assert fields.scalars["model.arch"] == "mlp"

@@ -15,8 +15,8 @@ from oneshotfl.methods import build_method
 from oneshotfl.methods.fedage import FedAGEConfig
 from oneshotfl.methods.fedage_server import kd_loss
 from oneshotfl.models import create_model
-from oneshotfl.protocol.fields import model_fields
 from oneshotfl.payload import Payload
+from oneshotfl.protocol.fields import model_fields
 from oneshotfl.protocol.spec import PayloadError, WireDims, validate_payload
 from oneshotfl.runner.engine import RequirementError
 from oneshotfl.runner.experiment import resolve_methods

@@ -29,6 +29,7 @@ from oneshotfl.runner.engine import RequirementError
 from oneshotfl.runner.experiment import run_experiment
 from oneshotfl.seeding import seeded_torch, torch_generator
 from oneshotfl.training.loop import TrainConfig
+from oneshotfl.training.services import train_model
 from oneshotfl.training.structured import channel_groups
 
 FOL = "fol:rounds=2:kd_epochs=1:weight_steps=20"
@@ -216,7 +217,7 @@ def test_a_candidate_with_non_finite_outputs_is_never_chosen(tiny_config: Any) -
     ctx = exp.receiver_context(0)
     method = build_method("fol:top_k=0")
     assert isinstance(method, Fol)
-    chosen, weights, _ = method._ensemble(ctx, [ctx.train(), Broken()])
+    chosen, weights, _ = method._ensemble(ctx, [train_model(ctx, ctx.recipe()), Broken()])
     assert chosen == [0] and weights.tolist() == [1.0]
 
 

@@ -22,9 +22,9 @@ from oneshotfl.cli.main import app
 from oneshotfl.functional import client_weights
 from oneshotfl.methods import build_method
 from oneshotfl.models import create_model
+from oneshotfl.payload import Payload, WireError, encode
 from oneshotfl.protocol import wire
 from oneshotfl.protocol.fields import model_fields
-from oneshotfl.payload import Payload, WireError, encode
 from oneshotfl.protocol.spec import PayloadError, WireDims
 from oneshotfl.runner import engine, results
 from oneshotfl.runner.config import ConfigError

@@ -16,6 +16,7 @@ from oneshotfl.models import create_model
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import PayloadError, task_dims, validate_payload
 from oneshotfl.runner.experiment import Experiment, run_experiment
+from oneshotfl.training.services import train_model
 
 VARIANTS = ["ma_echo:iterations=3", "ma_echo:iterations=3:bias=average:normalise=true"]
 
@@ -81,7 +82,7 @@ def test_one_client_gets_its_own_model_back(tiny_config: Any) -> None:
     assert isinstance(method, MAEcho)
     ctx = exp.client_context(0)
     payload = method.client_update(ctx)
-    own = ctx.train().state_dict()
+    own = train_model(ctx, ctx.recipe()).state_dict()
     got = method.aggregate({0: payload}, exp.server_context(method.requires)).model  # type: ignore[union-attr]
     assert all(torch.allclose(own[k].cpu(), v, atol=1e-5) for k, v in got.state_dict().items())
 

@@ -8,6 +8,8 @@ import numpy as np
 import torch
 
 from helpers import prepare
+from oneshotfl.methods import build_method
+from oneshotfl.payload import Payload
 from oneshotfl.security.membership import (
     AuditConfig,
     audit_client,
@@ -17,8 +19,6 @@ from oneshotfl.security.membership import (
     tpr_at_fpr,
     upload_kind,
 )
-from oneshotfl.methods import build_method
-from oneshotfl.payload import Payload
 
 
 def test_auc_and_tpr_at_fpr_by_hand() -> None:

@@ -13,10 +13,10 @@ from oneshotfl.data.types import TaskInfo
 from oneshotfl.functional import weighted_average, weighted_softmax_mean
 from oneshotfl.methods import build_method, parse_method_spec
 from oneshotfl.models import create_model
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ServerContext
 from oneshotfl.protocol.fields import model_fields
 from oneshotfl.protocol.outcome import Ensemble, GlobalModel
-from oneshotfl.payload import Payload
 
 TASK = TaskInfo("digits", 10, 1, 8)
 

@@ -10,8 +10,8 @@ import matplotlib.image
 import pytest
 
 from oneshotfl.plots import line_plot, spaced_ticks
-from oneshotfl.runner.report import Report, collect
-from oneshotfl.runner.report_plots import bytes_points, report_plots
+from oneshotfl.runner.report import collect
+from oneshotfl.runner.report_plots import Report, bytes_points, report_plots
 
 
 def test_spaced_ticks_drop_values_too_close_to_label_apart() -> None:

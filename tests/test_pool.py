@@ -14,9 +14,9 @@ import torch
 
 from helpers import registered
 from oneshotfl.methods.fedavg import FedAvg
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, ServerContext
 from oneshotfl.protocol.outcome import Outcome
-from oneshotfl.payload import Payload
 from oneshotfl.runner import pool
 from oneshotfl.runner.compare import result_differences
 from oneshotfl.runner.experiment import run_experiment

@@ -30,6 +30,7 @@ from oneshotfl.training.distill import distil
 from oneshotfl.training.loop import TrainConfig
 from oneshotfl.training.pruning import PruningSchedule
 from oneshotfl.training.recipe import ClientRecipe, train_recipe
+from oneshotfl.training.services import train_model
 
 CPU = torch.device("cpu")
 
@@ -45,10 +46,14 @@ def _train(ctx: ClientContext, recipe: ClientRecipe) -> nn.Module:
 
 def test_the_plain_recipe_is_the_cached_local_model(ctx: ClientContext) -> None:
     direct = _train(ctx, ctx.recipe())
-    cached = ctx.train()
+    cached = train_model(ctx, ctx.recipe())
     for key, value in direct.state_dict().items():
         assert torch.equal(cached.state_dict()[key], value)
-    assert ctx.store.misses == 1 and ctx.train() is not cached and ctx.store.hits == 1
+    assert (
+        ctx.store.misses == 1
+        and train_model(ctx, ctx.recipe()) is not cached
+        and ctx.store.hits == 1
+    )
 
 
 def test_an_abstention_recipe_trains_c_plus_one_outputs_on_negatives(ctx: ClientContext) -> None:
@@ -57,10 +62,10 @@ def test_an_abstention_recipe_trains_c_plus_one_outputs_on_negatives(ctx: Client
         ComponentSpec.of("augmented", transform="erase", strength=0.5, label="unknown"),
     )
     recipe = ctx.recipe(name="open-set", extra_outputs=1, components=negatives)
-    model = ctx.train(recipe)
+    model = train_model(ctx, recipe)
     logits = model(ctx.data.x[:8])
     assert logits.shape == (8, ctx.task.num_classes + 1)
-    plain = ctx.train()
+    plain = train_model(ctx, ctx.recipe())
     assert not torch.equal(plain(ctx.data.x[:8]), logits[:, :-1])
     with pytest.raises(ValueError, match="label=unknown needs a recipe with extra_outputs >= 1"):
         _train(ctx, ctx.recipe(components=negatives[:1]))
@@ -104,7 +109,7 @@ def test_a_pruning_schedule_runs_inside_the_budget(ctx: ClientContext) -> None:
     prunable = [m.weight for m in done.model.modules() if isinstance(m, nn.Conv2d | nn.Linear)]
     zeros = sum(int((w == 0).sum()) for w in prunable)
     assert zeros / sum(w.numel() for w in prunable) == pytest.approx(0.5, abs=1e-3)
-    cached = ctx.train(recipe)  # the cache keeps the zeros and the fact
+    cached = train_model(ctx, recipe)  # the cache keeps the zeros and the fact
     assert sum(int((m.weight == 0).sum()) for m in cached.modules()
                if isinstance(m, nn.Conv2d | nn.Linear)) == zeros  # fmt: skip
 

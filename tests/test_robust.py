@@ -168,7 +168,7 @@ def test_attacks_poison_and_tamper_as_documented(tiny_config: Any) -> None:
     honest = prepare(tiny_config())
     flipped, clean = exp.client_context(0).data.y, honest.client_context(0).data.y
     assert torch.equal(flipped, 9 - clean)
-    assert exp.client_context(1).attack is None and exp.client_context(0).attack is not None
+    assert exp.attack_of(1) is None and exp.attack_of(0) is not None
     spec = build_method("feddf:form=predictions").payload_spec(honest.dims)
     probs = np.full((4, 10), 0.1, np.float32)
     probs[:, 3] = 0.2

@@ -12,9 +12,9 @@ import torch
 
 from helpers import prepare, run_method
 from oneshotfl.methods.fedavg import FedAvg
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, ServerContext
 from oneshotfl.protocol.outcome import Outcome
-from oneshotfl.payload import Payload
 from oneshotfl.runner.config import ConfigError
 from oneshotfl.runner.engine import QuorumError, RequirementError
 from oneshotfl.runner.experiment import run_experiment

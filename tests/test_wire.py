@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from oneshotfl.models import create_model, list_models
-from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.payload import Payload, WireError, decode, encode
+from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.protocol.spec import (
     ArraySpec,
     ModelSpec,

@@ -15,6 +15,7 @@ from torch import nn
 
 from oneshotfl.functional import kl_to_student
 from oneshotfl.methods.common import SendsTrainedModel, average_models, initial_model
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import (
     ClientContext,
     NoConfig,
@@ -25,8 +26,8 @@ from oneshotfl.protocol.contract import (
 )
 from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.payload import Payload
 from oneshotfl.seeding import seeded_torch, torch_generator
+from oneshotfl.training.services import train_model
 from oneshotfl.training.synthesis import (
     BatchNormStatistics,
     NoAugmentation,
@@ -42,7 +43,9 @@ class NeighbourAverage(PeerMethod[NoConfig], SendsTrainedModel[NoConfig]):
     requires = Requires(topology=Topology.PEER, same_architecture=True)
 
     def aggregate_for(self, ctx: ClientContext, payloads: Mapping[int, Payload]) -> Outcome:
-        own = model_fields(ctx.train().cpu()).merged(Payload({}, {"n_examples": len(ctx.data)}))
+        own = model_fields(train_model(ctx, ctx.recipe()).cpu()).merged(
+            Payload({}, {"n_examples": len(ctx.data)})
+        )
         return GlobalModel(average_models({ctx.client_id: own, **payloads}, ctx.dims))
 
 

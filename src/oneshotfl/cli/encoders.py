@@ -146,9 +146,9 @@ def encoder_attack(
 ) -> None:
     """Model-inversion audit (FedAGE Eq. 8): reconstruct images from their (noised) latents;
     writes PSNR/SSIM against ε and a grid of originals vs reconstructions."""
-    from oneshotfl.security.inversion import invert, psnr, ssim, to_unit_range
     from oneshotfl.plots import image_grid
     from oneshotfl.privacy import gaussian_release
+    from oneshotfl.security.inversion import invert, psnr, ssim, to_unit_range
     from oneshotfl.seeding import torch_generator
 
     setup_logging(False)

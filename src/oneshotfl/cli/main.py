@@ -17,6 +17,7 @@ import typer
 
 from oneshotfl import api
 from oneshotfl._version import __version__
+from oneshotfl.cli.describe import describe_method
 from oneshotfl.cli.support import (
     USER_ERRORS,
     PluginOption,
@@ -40,7 +41,6 @@ from oneshotfl.cli.support import (
 from oneshotfl.data.datasets import DATASETS, load_dataset
 from oneshotfl.data.federated import carve_federated_data
 from oneshotfl.data.partition import PARTITIONERS
-from oneshotfl.cli.describe import describe_method
 from oneshotfl.methods import METHODS
 from oneshotfl.models import MODELS
 from oneshotfl.plots import partition_heatmap

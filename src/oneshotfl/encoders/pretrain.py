@@ -32,7 +32,6 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from oneshotfl.training.artefacts import ArtefactStore
 from oneshotfl.data.types import TaskInfo
 from oneshotfl.encoders.base import (
     ENCODERS,
@@ -47,6 +46,7 @@ from oneshotfl.fingerprints import tensor_fingerprint
 from oneshotfl.params import Params, require
 from oneshotfl.payload import Payload
 from oneshotfl.seeding import seeded_torch, torch_generator
+from oneshotfl.training.artefacts import ArtefactStore
 from oneshotfl.training.progress import NullTracker, Tracker
 
 

@@ -37,8 +37,8 @@ from oneshotfl.data.datasets import DatasetFormatError, DatasetNotFoundError, lo
 from oneshotfl.data.federated import ClientShard, OwnDataError, own_shard
 from oneshotfl.data.types import Dataset
 from oneshotfl.data.user import UserDataError, is_user_spec, load_user_dataset, parse_user_spec
-from oneshotfl.protocol.contract import Method, PeerMethod
 from oneshotfl.payload import Payload
+from oneshotfl.protocol.contract import Method, PeerMethod
 from oneshotfl.runner.checks import resolve_methods
 from oneshotfl.runner.config import ConfigError, make_config
 from oneshotfl.runner.experiment import Experiment
@@ -245,7 +245,7 @@ def run_update(
     ctx = exp.client_context(state.client_id).for_round(round_index, broadcast)
     report = exp.shard_report(state.client_id) if round_index == 0 else None  # round 0 only
     with client_threads(exp.cfg.client_threads):  # as the simulation runs client steps
-        reply = client_step(method, ctx, exp.data.test, report)
+        reply = client_step(method, ctx, exp.data.test, report, exp.attack_of(state.client_id))
     log.info(
         "client %d: %s round %d: %d bytes", ctx.client_id, method_spec, round_index, len(reply.data)
     )

@@ -29,10 +29,10 @@ from oneshotfl.data.types import LabelledData
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import initial_model
 from oneshotfl.params import Params
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, Method, ServerContext
 from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import ArraySpec, PayloadSpec, WireDims
 from oneshotfl.seeding import torch_generator
 from oneshotfl.training.loop import TrainConfig, train_classifier
@@ -94,7 +94,7 @@ class Centralized(Method[CentralizedConfig]):
         train = union_budget(ctx.client_train_config, len(payloads))
 
         def make() -> Payload:
-            model = initial_model(arch, ctx.task, ctx.seed, init=ctx.init)
+            model = initial_model(arch, ctx.task, ctx.seed, init=ctx.train_config.init)
             train_classifier(
                 model,
                 data,
@@ -111,7 +111,7 @@ class Centralized(Method[CentralizedConfig]):
             "arch": arch,
             "train": train.as_dict(),
             "seed": ctx.seed,
-            "init": ctx.init,
+            "init": ctx.train_config.init,
             "task": [ctx.task.num_classes, ctx.task.in_channels, ctx.task.image_size],
         }
         payload, _ = ctx.store.get_or_make("centralized", parts, make, "centralized model")

@@ -20,10 +20,10 @@ from oneshotfl.encoders.base import EncodedClassifier
 from oneshotfl.fingerprints import tensor_fingerprint
 from oneshotfl.functional import Weighting, client_weights, weighted_average
 from oneshotfl.models import create_model
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, ConfigT, Method, ServerContext
 from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.protocol.limits import KnownLimit, Reference
-from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import ArraySpec, ModelSpec, PayloadSpec, WireDims, n_examples_spec
 from oneshotfl.robust import (
     Aggregation,
@@ -34,6 +34,7 @@ from oneshotfl.robust import (
 from oneshotfl.seeding import seeded_torch, torch_generator
 from oneshotfl.training.loop import TrainConfig, predict_logits, train_classifier
 from oneshotfl.training.recipe import initial_model
+from oneshotfl.training.services import client_artefact, train_model
 
 __all__ = [
     "SendsTrainedModel",
@@ -71,7 +72,7 @@ def probabilities_payload(
 ) -> Payload:
     """The prediction-sharing message: the client's locally trained model (its recipe),
     softmax(f(x)/T) on the public pool, sent as ``probs`` in ``dtype``."""
-    probs = public_probabilities(ctx.train(), ctx, temperature)
+    probs = public_probabilities(train_model(ctx, ctx.recipe()), ctx, temperature)
     return Payload({"probs": probs.numpy().astype(dtype)})
 
 
@@ -109,7 +110,7 @@ class SharesPredictions(Method[ConfigT]):
         return probabilities_payload(ctx, temperature, dtype)
 
     def local_model(self, ctx: ClientContext) -> nn.Module | None:
-        return ctx.train()
+        return train_model(ctx, ctx.recipe())
 
 
 class SendsTrainedModel(Method[ConfigT]):
@@ -121,7 +122,7 @@ class SendsTrainedModel(Method[ConfigT]):
 
     def trained(self, ctx: ClientContext) -> nn.Module:
         """The model the client sends: its recipe's (default: the federation's plain one)."""
-        return ctx.train()
+        return train_model(ctx, ctx.recipe())
 
     def client_update(self, ctx: ClientContext) -> Payload:
         model = self.trained(ctx).cpu()
@@ -222,7 +223,9 @@ def client_embeddings(ctx: ClientContext) -> torch.Tensor:
     def make() -> Payload:
         return Payload({"z": encoder.embed(ctx.data.x, ctx.device).numpy()})
 
-    payload = ctx.artefact("embeddings", {"encoder": encoder.fingerprint}, make, "embeddings")
+    payload = client_artefact(
+        ctx, "embeddings", {"encoder": encoder.fingerprint}, make, "embeddings"
+    )
     return torch.from_numpy(payload.arrays["z"].copy())
 
 
@@ -255,7 +258,7 @@ def trained_client_head(
 
     def make() -> Payload:
         with seeded_torch(ctx.seed, "fedage", "head", ctx.client_id):
-            head = create_model(arch, d, ctx.task.num_classes, 1, ctx.init)
+            head = create_model(arch, d, ctx.task.num_classes, 1, ctx.train_config.init)
         train_classifier(
             head,
             LabelledData(z, y),
@@ -268,7 +271,7 @@ def trained_client_head(
         return model_fields(head.cpu(), "head")
 
     key = {"arch": arch, "train": train.as_dict(), "trained_on": tensor_fingerprint(z, y)}
-    payload = ctx.artefact("head", key, make, f"head ({arch})")
+    payload = client_artefact(ctx, "head", key, make, f"head ({arch})")
     dims = WireDims(ctx.task.num_classes, d, 1)
     return model_from_fields(payload, dims, "head").eval(), z
 

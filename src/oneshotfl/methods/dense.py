@@ -47,10 +47,10 @@ from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import DATA_FREE_LIMIT, SendsTrainedModel, initial_model
 from oneshotfl.models.generator import ImageGenerator
 from oneshotfl.params import require
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import Requires, ServerContext
 from oneshotfl.protocol.fields import model_from_fields
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.payload import Payload
 from oneshotfl.seeding import seeded_torch, torch_generator
 from oneshotfl.training.synthesis import (
     NoAugmentation,
@@ -221,7 +221,7 @@ class DataFreeDistillation(SendsTrainedModel[Any]):
         ids = sorted(payloads)
         teachers = [model_from_fields(payloads[c], ctx.dims).to(ctx.device).eval() for c in ids]
         arch = ctx.server_arch or str(payloads[ids[0]].scalars["model.arch"])
-        student = initial_model(arch, task, ctx.seed, init=ctx.init)
+        student = initial_model(arch, task, ctx.seed, init=ctx.train_config.init)
         generator = self.generator(ctx)
         for t in teachers:
             t.requires_grad_(False)

@@ -20,12 +20,12 @@ from oneshotfl.functional import Weighting, client_weights
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import SendsTrainedModel
 from oneshotfl.params import Params, require
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ServerContext
 from oneshotfl.protocol.fields import model_from_fields
 from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import Ensemble as EnsembleOutcome
 from oneshotfl.protocol.outcome import Outcome
-from oneshotfl.payload import Payload
 
 
 @dataclass(frozen=True)

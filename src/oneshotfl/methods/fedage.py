@@ -96,12 +96,12 @@ from oneshotfl.methods.common import (
 from oneshotfl.methods.fedage_server import client_order, phase1, phase2, probabilities
 from oneshotfl.models import MODELS, create_model
 from oneshotfl.params import Params, require
+from oneshotfl.payload import Payload
 from oneshotfl.privacy import gaussian_release, latent_privacy_report, randomized_response
 from oneshotfl.protocol.contract import ClientContext, Method, Requires, ServerContext
 from oneshotfl.protocol.fields import model_fields
 from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import ArraySpec, ModelSpec, PayloadSpec, ScalarSpec, WireDims
 from oneshotfl.seeding import seeded_torch, torch_generator
 
@@ -340,7 +340,9 @@ class FedAGE(Method[FedAGEConfig]):
         latents = {c: torch.from_numpy(np.asarray(payloads[c].arrays["latents"])) for c in ids}
         heads = {c: head_from_payload(payloads[c], ctx.dims) for c in ids}
         with seeded_torch(ctx.seed, "fedage", "server"):
-            student = create_model(cfg.server_head, encoder.dim, ctx.task.num_classes, 1, ctx.init)
+            student = create_model(
+                cfg.server_head, encoder.dim, ctx.task.num_classes, 1, ctx.train_config.init
+            )
         order = client_order(cfg, ids, latents, ctx.seed)
         teachers = {c: probabilities(heads[c], latents[c], cfg.tau) for c in ids}  # P_i on Z_i
         phase1(cfg, student, order, latents, teachers, ctx)

@@ -25,9 +25,9 @@ from oneshotfl.functional import Weighting
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import AVERAGING_LIMIT, SendsTrainedModel, average_models
 from oneshotfl.params import Params, require
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import Requires, ServerContext
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.payload import Payload
 from oneshotfl.robust import Aggregation
 from oneshotfl.training.recipe import initial_model
 
@@ -65,7 +65,7 @@ class FedAvg(SendsTrainedModel[FedAvgConfig]):
         reference = None
         if cfg.aggregation == "norm_clip":  # θ⁰, the initialisation every client started from
             arch = str(payloads[min(payloads)].scalars["model.arch"])
-            reference = initial_model(arch, ctx.task, ctx.seed, init=ctx.init)
+            reference = initial_model(arch, ctx.task, ctx.seed, init=ctx.train_config.init)
         model = average_models(
             payloads, ctx.dims, cfg.weighting, cfg.aggregation, cfg.trim, reference
         )

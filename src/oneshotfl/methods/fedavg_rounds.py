@@ -31,14 +31,15 @@ from torch import nn
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import SKEW, SendsTrainedModel, average_models, initial_model
 from oneshotfl.params import Params, require
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, Requires, ServerContext
 from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import ModelSpec, PayloadSpec, WireDims
 from oneshotfl.seeding import torch_generator
 from oneshotfl.training.loop import train_classifier
+from oneshotfl.training.services import train_model
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,9 @@ class FedAvgRounds(SendsTrainedModel[FedAvgRoundsConfig]):
                     "fedavg_rounds: expected one client architecture, "
                     f"got {sorted(set(ctx.client_archs))}"
                 )
-            model = initial_model(ctx.client_archs[0], ctx.task, ctx.seed, init=ctx.init)
+            model = initial_model(
+                ctx.client_archs[0], ctx.task, ctx.seed, init=ctx.train_config.init
+            )
         elif isinstance(previous, GlobalModel):
             model = previous.model
         else:
@@ -102,7 +105,7 @@ class FedAvgRounds(SendsTrainedModel[FedAvgRoundsConfig]):
     def client_update(self, ctx: ClientContext) -> Payload:
         epochs = self.config.local_epochs or ctx.train_config.epochs
         if ctx.round == 0 and epochs == ctx.train_config.epochs:
-            model = ctx.train()  # exactly one-shot FedAvg's client (cached)
+            model = train_model(ctx, ctx.recipe())  # exactly one-shot FedAvg's client (cached)
         else:
             if ctx.broadcast is None:
                 raise ValueError("fedavg_rounds: a client got no global model to start from")

@@ -39,13 +39,14 @@ from oneshotfl.data.types import LabelledData, TaskInfo
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import BOTH, initial_model
 from oneshotfl.params import Params, require
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, Method, Requires, ServerContext
 from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import ArraySpec, PayloadSpec, WireDims
 from oneshotfl.seeding import seeded_torch, torch_generator
 from oneshotfl.training.loop import Batch, TrainConfig, fit, train_classifier
+from oneshotfl.training.services import client_artefact
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,9 @@ class FedCVAE(Method[FedCVAEConfig]):
             "cvae": [cfg.latent, cfg.hidden, cfg.epochs, cfg.lr, cfg.beta],
             "batch_size": ctx.train_config.batch_size,
         }
-        return ctx.artefact("cvae_decoder", parts, lambda: self._train_cvae(ctx), "CVAE decoder")
+        return client_artefact(
+            ctx, "cvae_decoder", parts, lambda: self._train_cvae(ctx), "CVAE decoder"
+        )
 
     def _train_cvae(self, ctx: ClientContext) -> Payload:
         cfg, task = self.config, ctx.task
@@ -246,7 +249,7 @@ class FedCVAE(Method[FedCVAEConfig]):
         x = torch.cat([p[0] for p in parts])
         y = torch.cat([p[1] for p in parts])
         arch = ctx.server_arch or ctx.client_archs[0]
-        classifier = initial_model(arch, task, ctx.seed, init=ctx.init)
+        classifier = initial_model(arch, task, ctx.seed, init=ctx.train_config.init)
         train_classifier(
             classifier,
             LabelledData(x, y),

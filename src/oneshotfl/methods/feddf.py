@@ -61,10 +61,10 @@ from oneshotfl.methods.common import (
     stack_probabilities,
 )
 from oneshotfl.params import Params, require
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, Requires, ServerContext
 from oneshotfl.protocol.fields import model_from_fields
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import PayloadSpec, WireDims
 from oneshotfl.robust import agreement_trust
 from oneshotfl.seeding import torch_generator
@@ -198,7 +198,7 @@ class FedDF(SendsTrainedModel[FedDFConfig]):
     ) -> nn.Module:
         if from_average:
             return average_models(payloads, ctx.dims)  # Σ_k (n_k/n)·w_k, the paper's start
-        return initial_model(arch, ctx.task, ctx.seed, init=ctx.init)
+        return initial_model(arch, ctx.task, ctx.seed, init=ctx.train_config.init)
 
     def _distil(
         self, student: nn.Module, x: torch.Tensor, target: torch.Tensor, ctx: ServerContext

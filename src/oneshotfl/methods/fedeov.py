@@ -69,17 +69,18 @@ from oneshotfl.encoders.cost import inference_latency_ms, sparse_forward_flops
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import IID_OPEN_SET_LIMIT, SendsTrainedModel
 from oneshotfl.params import Params, require
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, ServerContext
 from oneshotfl.protocol.fields import model_from_fields
 from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import Ensemble, Outcome
-from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import ModelSpec, PayloadSpec, WireDims, n_examples_spec
 from oneshotfl.training.components import ComponentSpec
 from oneshotfl.training.loop import TrainConfig
 from oneshotfl.training.negatives import NegativesConfig
 from oneshotfl.training.pruning import PruningSchedule
 from oneshotfl.training.recipe import ClientRecipe
+from oneshotfl.training.services import train_model
 
 LATENCY_BATCH = 256
 """Images per timed pass when the server measures its model's CPU inference latency."""
@@ -215,7 +216,7 @@ class OpenSetEnsemble(SendsTrainedModel[Any]):
         return dataclasses.replace(ctx.train_config, epochs=epochs)
 
     def trained(self, ctx: ClientContext) -> nn.Module:
-        return ctx.train(self.recipe(ctx))
+        return train_model(ctx, self.recipe(ctx))
 
     def payload_spec(self, dims: WireDims) -> PayloadSpec:
         return PayloadSpec(models=(ModelSpec(extra_outputs=1),), scalars=(n_examples_spec(),))

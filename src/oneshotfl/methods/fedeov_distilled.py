@@ -27,9 +27,9 @@ from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import IID_OPEN_SET_LIMIT, STUDENT_LIMIT, initial_model
 from oneshotfl.methods.fedeov import LATENCY_BATCH, FedEOV, FedEOVConfig
 from oneshotfl.params import require
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import Requires, ServerContext
 from oneshotfl.protocol.outcome import Ensemble, GlobalModel, Outcome
-from oneshotfl.payload import Payload
 from oneshotfl.seeding import torch_generator
 from oneshotfl.training.distill import distil
 
@@ -72,7 +72,7 @@ class FedEOVDistilled(FedEOV):
         assert isinstance(teacher, Ensemble)
         target = teacher.predict_proba(ctx.public.x, ctx.device)
         arch = cfg.student or ctx.client_archs[min(payloads)]
-        student = initial_model(arch, ctx.task, ctx.seed, init=ctx.init)
+        student = initial_model(arch, ctx.task, ctx.seed, init=ctx.train_config.init)
         base = ctx.train_config
         stats = distil(
             student,

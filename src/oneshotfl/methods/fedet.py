@@ -57,10 +57,10 @@ from oneshotfl.methods.common import (
     stack_probabilities,
 )
 from oneshotfl.params import Params, require
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, Requires, ServerContext
 from oneshotfl.protocol.fields import model_from_fields
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import PayloadSpec, WireDims
 from oneshotfl.seeding import torch_generator
 from oneshotfl.training.distill import distil
@@ -182,7 +182,7 @@ class FedET(SendsTrainedModel[FedETConfig]):
             F.one_hot(labels, probs.shape[-1]).to(probs.dtype) if cfg.consensus == "hard" else mean
         )
         div, has_dissent = diversity_target(probs, alpha, labels)
-        server = initial_model(ctx.server_arch, ctx.task, ctx.seed, init=ctx.init)
+        server = initial_model(ctx.server_arch, ctx.task, ctx.seed, init=ctx.train_config.init)
         base, lam = ctx.train_config, cfg.diversity
         distil(
             server,

@@ -31,9 +31,9 @@ from oneshotfl.methods.common import (
     stack_probabilities,
 )
 from oneshotfl.params import Params, require
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import Requires, ServerContext
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.payload import Payload
 from oneshotfl.seeding import torch_generator
 from oneshotfl.training.distill import distil
 
@@ -75,7 +75,7 @@ class FedHKT(SharesPredictions[FedHKTConfig]):
         probs = stack_probabilities(payloads)
         mixture, const = weighted_mixture(probs, entropy_weights(probs, "entropy"))
         base = ctx.train_config
-        server = initial_model(ctx.server_arch, ctx.task, ctx.seed, init=ctx.init)
+        server = initial_model(ctx.server_arch, ctx.task, ctx.seed, init=ctx.train_config.init)
         distil(
             server,
             ctx.public.x,

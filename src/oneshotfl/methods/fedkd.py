@@ -50,13 +50,14 @@ from oneshotfl.functional import kl_to_student
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import STUDENT_LIMIT, initial_model
 from oneshotfl.params import Params, require
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, Method, Requires, ServerContext
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import ArraySpec, PayloadSpec, WireDims
 from oneshotfl.seeding import torch_generator
 from oneshotfl.training.distill import distil
 from oneshotfl.training.loop import predict_logits
+from oneshotfl.training.services import train_model
 
 Quantize = Literal["none", "onehot", "levels"]
 
@@ -138,7 +139,7 @@ class FedKD(Method[FedKDConfig]):
         if ctx.public is None:
             raise ValueError("fedkd needs a public pool: set public_size > 0")
         cfg = self.config
-        logits = predict_logits(ctx.train(), ctx.public.x, ctx.device)
+        logits = predict_logits(train_model(ctx, ctx.recipe()), ctx.public.x, ctx.device)
         if cfg.quantize == "onehot":
             dtype = np.uint8 if ctx.task.num_classes <= 256 else np.int64
             return Payload({"labels": logits.argmax(dim=-1).numpy().astype(dtype)})
@@ -148,7 +149,7 @@ class FedKD(Method[FedKDConfig]):
         return Payload({"logits": logits.numpy().astype(np.float32)})
 
     def local_model(self, ctx: ClientContext) -> nn.Module:
-        return ctx.train()
+        return train_model(ctx, ctx.recipe())
 
     def distribution(self, payload: Payload, num_classes: int) -> torch.Tensor:
         """One client's message as a ``[N, C]`` distribution."""
@@ -169,7 +170,7 @@ class FedKD(Method[FedKDConfig]):
             [self.distribution(payloads[c], ctx.task.num_classes) for c in sorted(payloads)]
         )
         target = noisy_mean(dists, cfg.noise_std, torch_generator(ctx.seed, "fedkd", "noise"))
-        server = initial_model(ctx.server_arch, ctx.task, ctx.seed, init=ctx.init)
+        server = initial_model(ctx.server_arch, ctx.task, ctx.seed, init=ctx.train_config.init)
         base, temperature = ctx.train_config, cfg.temperature
         distil(
             server,

@@ -58,13 +58,14 @@ from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import STUDENT_LIMIT, initial_model
 from oneshotfl.models import create_model
 from oneshotfl.params import Params, require
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, Method, Requires, ServerContext
 from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import ModelSpec, PayloadSpec, WireDims, n_examples_spec
 from oneshotfl.seeding import numpy_rng, seeded_torch, torch_generator
 from oneshotfl.training.loop import predict_logits, train_classifier
+from oneshotfl.training.services import client_artefact
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,9 @@ class FedKT(Method[FedKTConfig]):
             "arch": ctx.arch,
             "train": ctx.train_config.as_dict(),
         }
-        payload = ctx.artefact("fedkt_students", parts, lambda: self._students(ctx), "students")
+        payload = client_artefact(
+            ctx, "fedkt_students", parts, lambda: self._students(ctx), "students"
+        )
         kept = {k: v for k, v in payload.scalars.items() if k != "train_seconds"}
         return Payload(payload.arrays, kept)
 
@@ -201,7 +204,11 @@ class FedKT(Method[FedKTConfig]):
         """A fresh model of the client's architecture, its own seeded initialisation."""
         with seeded_torch(ctx.seed, "fedkt", ctx.client_id, role, j, i):
             model = create_model(
-                ctx.arch, ctx.task.in_channels, ctx.task.num_classes, ctx.task.image_size, ctx.init
+                ctx.arch,
+                ctx.task.in_channels,
+                ctx.task.num_classes,
+                ctx.task.image_size,
+                ctx.train_config.init,
             )
         return model.to(ctx.device)
 
@@ -240,7 +247,7 @@ class FedKT(Method[FedKTConfig]):
                 "fedkt: no public sample got a vote (every client's students disagree)"
             )
         arch = ctx.server_arch or str(payloads[ids[0]].scalars[f"{self._student_prefix(0)}.arch"])
-        final = initial_model(arch, ctx.task, ctx.seed, init=ctx.init)
+        final = initial_model(arch, ctx.task, ctx.seed, init=ctx.train_config.init)
         train_classifier(
             final,
             LabelledData(public_x[keep], labels[keep]),

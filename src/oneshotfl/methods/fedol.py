@@ -58,9 +58,9 @@ from oneshotfl.methods.common import (
     stack_probabilities,
 )
 from oneshotfl.params import Params, require
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import Requires, ServerContext
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.payload import Payload
 from oneshotfl.robust import agreement_trust, trusted
 from oneshotfl.seeding import torch_generator
 from oneshotfl.training.distill import distil
@@ -193,7 +193,7 @@ class FedOL(SharesPredictions[FedOLConfig]):
         mixture, const = weighted_mixture(probs, entropy_weights(probs, cfg.weighting))
         client_conf = class_confidence(probs)
         train = self._train_config(ctx.train_config)
-        server = initial_model(ctx.server_arch, ctx.task, ctx.seed, init=ctx.init)
+        server = initial_model(ctx.server_arch, ctx.task, ctx.seed, init=ctx.train_config.init)
         history: list[dict[str, Any]] = []
         server_probs: torch.Tensor | None = None
         for t in range(cfg.iterations):
@@ -203,7 +203,9 @@ class FedOL(SharesPredictions[FedOLConfig]):
                 conf = torch.cat([client_conf, class_confidence(server_probs).unsqueeze(0)])
             pseudo = pseudo_labels(sources, conf, cfg.rho(t), cfg.negative_votes)
             if cfg.restart and t > 0:
-                server = initial_model(ctx.server_arch, ctx.task, ctx.seed, init=ctx.init)
+                server = initial_model(
+                    ctx.server_arch, ctx.task, ctx.seed, init=ctx.train_config.init
+                )
             self._train(server, ctx, (mixture, const, pseudo), train, t)
             server_probs = torch.softmax(predict_logits(server, ctx.public.x, ctx.device), -1)
             history.append(

@@ -34,10 +34,11 @@ from torch import nn
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import AVERAGING_LIMIT, SendsTrainedModel, average_models
 from oneshotfl.params import Params, require
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, Requires, ServerContext
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.payload import Payload
 from oneshotfl.training.components import ComponentSpec
+from oneshotfl.training.services import train_model
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ class FedProx(SendsTrainedModel[FedProxConfig]):
 
     def trained(self, ctx: ClientContext) -> nn.Module:
         proximal = ComponentSpec.of("proximal", mu=self.config.mu)
-        return ctx.train(ctx.recipe(name="fedprox", components=(proximal,)))
+        return train_model(ctx, ctx.recipe(name="fedprox", components=(proximal,)))
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         return GlobalModel(average_models(payloads, ctx.dims), {"mu": self.config.mu})

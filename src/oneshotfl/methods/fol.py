@@ -69,14 +69,15 @@ from oneshotfl.methods.fol_stages import (
 )
 from oneshotfl.models import create_model
 from oneshotfl.params import Params, is_int, require
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, PeerMethod, Requires, Topology
 from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import Ensemble, GlobalModel, Outcome
-from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import WireDims
 from oneshotfl.seeding import torch_generator
 from oneshotfl.training.loop import TrainConfig, predict_logits, train_classifier
+from oneshotfl.training.services import client_artefact, train_model
 from oneshotfl.training.structured import StructureError, channel_groups, remove_groups
 
 log = logging.getLogger(__name__)
@@ -224,13 +225,13 @@ class Fol(PeerMethod[FolConfig], SendsTrainedModel[FolConfig]):
             report["align_seconds"] = time.perf_counter() - start
             return _pruned_fields(model.cpu(), keep).merged(Payload({}, report))
 
-        stored = ctx.artefact("fol_aligned", parts, make, f"FOL aligns client {sender}")
+        stored = client_artefact(ctx, "fol_aligned", parts, make, f"FOL aligns client {sender}")
         info = {k: float(v) for k, v in stored.scalars.items() if k != "model.arch"}
         return _pruned_model(stored, ctx.dims).to(ctx.device), info
 
     def aggregate_for(self, ctx: ClientContext, payloads: Mapping[int, Payload]) -> Outcome:
         c = self.config
-        current = ctx.train()
+        current = train_model(ctx, ctx.recipe())
         if payloads and not ctx.neighbours:
             raise ValueError(
                 f"fol on client {ctx.client_id}: expected a receiver context with its graph "
@@ -342,7 +343,9 @@ class Fol(PeerMethod[FolConfig], SendsTrainedModel[FolConfig]):
             seconds = {"distil_seconds": time.perf_counter() - start}
             return model_fields(student.cpu()).merged(Payload({}, seconds))
 
-        stored = ctx.artefact("fol_student", parts, make, f"FOL student round {round_index + 1}")
+        stored = client_artefact(
+            ctx, "fol_student", parts, make, f"FOL student round {round_index + 1}"
+        )
         model = model_from_fields(stored, ctx.dims).to(ctx.device).eval()
         return model, float(stored.scalars["distil_seconds"])
 

@@ -47,12 +47,12 @@ from oneshotfl.methods.fedage import FedAGE
 from oneshotfl.methods.fedage_server import probabilities
 from oneshotfl.models import MODELS, create_model
 from oneshotfl.params import Params, require
+from oneshotfl.payload import Payload
 from oneshotfl.privacy import latent_privacy_report
 from oneshotfl.protocol.contract import ClientContext, Method, Requires, ServerContext
 from oneshotfl.protocol.fields import model_fields
 from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import Ensemble, GlobalModel, Outcome
-from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import ArraySpec, ModelSpec, PayloadSpec, WireDims, n_examples_spec
 from oneshotfl.seeding import seeded_torch, torch_generator
 from oneshotfl.training.loop import train_classifier
@@ -203,7 +203,9 @@ class CentralizedHead(Method[HeadConfig]):
         z = torch.cat([torch.from_numpy(np.asarray(payloads[c].arrays["latents"])) for c in ids])
         y = torch.cat([torch.from_numpy(np.asarray(payloads[c].arrays["labels"])) for c in ids])
         with seeded_torch(ctx.seed, "centralized_head"):
-            head = create_model(self.config.head, encoder.dim, ctx.task.num_classes, 1, ctx.init)
+            head = create_model(
+                self.config.head, encoder.dim, ctx.task.num_classes, 1, ctx.train_config.init
+            )
         cfg, client = self.config, ctx.client_train_config
         # the federation's total: one client's floor times the clients, as `centralized` has
         steps = client.min_steps * len(ids) if cfg.steps is None else cfg.steps
@@ -238,7 +240,9 @@ class PseudoLabelHead(FedAGE):
         )
         z = torch.cat(latents)
         with seeded_torch(ctx.seed, "fedage", "server"):
-            head = create_model(cfg.server_head, ctx.encoder.dim, ctx.task.num_classes, 1, ctx.init)
+            head = create_model(
+                cfg.server_head, ctx.encoder.dim, ctx.task.num_classes, 1, ctx.train_config.init
+            )
         lr = cfg.lr * cfg.setting("ensemble_lr_scale")
         train_classifier(
             head,

@@ -84,10 +84,10 @@ from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import DATA_FREE_LIMIT, SendsTrainedModel
 from oneshotfl.models.generator import ImageGenerator, input_statistics
 from oneshotfl.params import require
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import Requires, ServerContext
 from oneshotfl.protocol.fields import model_from_fields
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.payload import Payload
 from oneshotfl.seeding import derive_seed, seeded_torch, torch_generator
 from oneshotfl.training.synthesis import (
     NoAugmentation,

@@ -13,11 +13,12 @@ from collections.abc import Mapping
 from torch import nn
 
 from oneshotfl.methods.base import register_method
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, Method, NoConfig, ServerContext
 from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.protocol.outcome import Outcome, Personalised
-from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import ModelSpec, PayloadSpec, WireDims
+from oneshotfl.training.services import train_model
 
 
 @register_method("local", "each client's own model on the global test set (mean/best/worst)")
@@ -30,10 +31,10 @@ class Local(Method[NoConfig]):
         return PayloadSpec(models=(ModelSpec(),))
 
     def client_update(self, ctx: ClientContext) -> Payload:
-        return model_fields(ctx.train().cpu())
+        return model_fields(train_model(ctx, ctx.recipe()).cpu())
 
     def local_model(self, ctx: ClientContext) -> nn.Module:
-        return ctx.train()
+        return train_model(ctx, ctx.recipe())
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         return Personalised({cid: model_from_fields(p, ctx.dims) for cid, p in payloads.items()})

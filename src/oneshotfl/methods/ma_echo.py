@@ -46,13 +46,14 @@ from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import BOTH, SendsTrainedModel
 from oneshotfl.models import create_model
 from oneshotfl.params import Params, require
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, Requires, ServerContext
 from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import ArraySpec, ModelSpec, PayloadSpec, WireDims, n_examples_spec
 from oneshotfl.seeding import torch_generator
+from oneshotfl.training.services import train_model
 
 
 @dataclass(frozen=True)
@@ -197,7 +198,7 @@ class MAEcho(SendsTrainedModel[MAEchoConfig]):
         )
 
     def client_update(self, ctx: ClientContext) -> Payload:
-        model = ctx.train()
+        model = train_model(ctx, ctx.recipe())
         rng = torch_generator(ctx.seed, "ma_echo", ctx.client_id)
         proj = client_projections(model, ctx.data.x.to(ctx.device), self.config, rng)
         counts = torch.bincount(ctx.data.y, minlength=ctx.task.num_classes)

@@ -44,9 +44,9 @@ from oneshotfl.methods.common import (
     stack_probabilities,
 )
 from oneshotfl.params import Params, require
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import Requires, ServerContext
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.payload import Payload
 from oneshotfl.seeding import torch_generator
 from oneshotfl.training.loop import Batch, fit, train_classifier
 
@@ -106,7 +106,7 @@ class MinE(SharesPredictions[MinEConfig]):
         labels = lowest_entropy_labels(probs)
         base = ctx.train_config
         cfg = dataclasses.replace(base, epochs=self.config.epochs or base.epochs)
-        server = initial_model(ctx.server_arch, ctx.task, ctx.seed, init=ctx.init)
+        server = initial_model(ctx.server_arch, ctx.task, ctx.seed, init=ctx.train_config.init)
         generator = torch_generator(ctx.seed, "mine")
         description = f"mine server ({self.config.target} labels)"
         if self.config.target == "hard":

@@ -25,11 +25,12 @@ from oneshotfl.functional import Weighting, client_weights
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import SKEW, SendsTrainedModel
 from oneshotfl.params import Params
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, PeerMethod
 from oneshotfl.protocol.fields import model_from_fields
 from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import Ensemble, Outcome
-from oneshotfl.payload import Payload
+from oneshotfl.training.services import train_model
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ class PeerEnsemble(PeerMethod[PeerEnsembleConfig], SendsTrainedModel[PeerEnsembl
     def aggregate_for(self, ctx: ClientContext, payloads: Mapping[int, Payload]) -> Outcome:
         members, weights = [], []
         if self.config.include_own or not payloads:
-            members.append(ctx.train())
+            members.append(train_model(ctx, ctx.recipe()))
             weights.append(float(len(ctx.data)))
         for sender in sorted(payloads):
             members.append(model_from_fields(payloads[sender], ctx.dims))

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar, Generic, TypeVar
@@ -33,21 +33,18 @@ from typing import Any, ClassVar, Generic, TypeVar
 import torch
 from torch import nn
 
-from oneshotfl.training.artefacts import ArtefactStore
 from oneshotfl.data.types import LabelledData, TaskInfo, UnlabelledData
-from oneshotfl.training.encoder import Encoder
 from oneshotfl.fingerprints import tensor_fingerprint
-from oneshotfl.models.base import Init
 from oneshotfl.params import Params
-from oneshotfl.protocol.fields import model_fields, model_from_fields
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import Outcome
-from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import PayloadSpec, WireDims, task_dims
-from oneshotfl.security.threats import Attack
+from oneshotfl.training.artefacts import ArtefactStore
+from oneshotfl.training.encoder import Encoder
 from oneshotfl.training.loop import TrainConfig, budget_epochs
 from oneshotfl.training.progress import NullTracker, Tracker
-from oneshotfl.training.recipe import ClientRecipe, train_recipe
+from oneshotfl.training.recipe import ClientRecipe
 
 
 class Topology(enum.StrEnum):
@@ -101,7 +98,10 @@ def wire_dims(
 
 @dataclass(frozen=True)
 class ClientContext:
-    """Everything one client may use: its own data, public facts, and its tools.
+    """Everything one client may read: its own data, public facts, its training settings and
+    handles to its services (its view of the artefact store, the tracker, the frozen encoder).
+    Data only: what acts on it — training a recipe once, a cached artefact — is the training
+    layer's (:mod:`oneshotfl.training.services`); a simulated attack is the transport's.
 
     Attributes:
         client_id: this client's id.
@@ -111,7 +111,8 @@ class ClientContext:
         arch: this client's model architecture.
         train_config: the federation's local training settings, its budget resolved over
             this client's data (``epochs`` already meets the ``min_steps`` floor:
-            :func:`~oneshotfl.training.loop.resolve_budget`).
+            :func:`~oneshotfl.training.loop.resolve_budget`); ``train_config.init`` is the
+            run's initialisation of every model a method builds.
         public: the unlabelled public pool, if the federation has one.
         device: compute device.
         seed: the model-seed root (streams derive from it).
@@ -124,14 +125,10 @@ class ClientContext:
         client_archs: every client's architecture by client id (public configuration; a
             peer receiver checks its senders' models against it).
         max_examples: ``N_max``, the most examples one client can hold (0: unknown).
-        attack: set only on a simulated malicious client (:mod:`oneshotfl.security.threats`): it
-            tampers with the message before it leaves (its data is already poisoned).
         neighbours: on a peer receiver, its in-neighbours in the graph (public topology; a
             method's encounter schedule is drawn over them); empty elsewhere.
         topology_seed: on a peer receiver, the partition seed the graph and the encounter
             schedules of :meth:`PeerMethod.senders_for` are drawn from.
-        init: the initialisation of unnormalised architectures
-            (:func:`oneshotfl.models.base.init_weights`).
     """
 
     client_id: int
@@ -150,10 +147,8 @@ class ClientContext:
     broadcast: Payload | None = None
     client_archs: tuple[str, ...] = ()
     max_examples: int = 0
-    attack: Attack | None = None
     neighbours: tuple[int, ...] = ()
     topology_seed: int = 0
-    init: Init = "he"
 
     @cached_property
     def data_fingerprint(self) -> str:
@@ -172,7 +167,7 @@ class ClientContext:
     def recipe(self, **changes: Any) -> ClientRecipe:
         """The federation's plain local-training recipe for this client (ERM on its own
         architecture, initialisation and training settings), with ``changes`` applied."""
-        plain = ClientRecipe(self.arch, self.train_config, init=self.init)
+        plain = ClientRecipe(self.arch, self.train_config)
         return dataclasses.replace(plain, **changes)
 
     def epochs_for(self, epochs: int | None) -> int:
@@ -183,44 +178,6 @@ class ClientContext:
             return self.train_config.epochs
         own = dataclasses.replace(self.train_config, epochs=epochs)
         return budget_epochs(own, len(self.data))
-
-    def artefact(
-        self, kind: str, parts: Mapping[str, object], make: Callable[[], Payload], label: str
-    ) -> Payload:
-        """This client's artefact ``kind`` keyed by ``parts`` plus everything client-specific
-        (data, task, seed, id): computed by ``make()`` once, then a cache hit."""
-        key = {
-            "parts": dict(parts),  # nested: a part can never shadow the client's own keys
-            "data": self.data_fingerprint,
-            "task": [self.task.num_classes, self.task.in_channels, self.task.image_size],
-            "seed": self.seed,
-            "client": self.client_id,
-            "init": self.init,  # a model trained here starts from it (heads, FedKT students)
-        }
-        payload, _ = self.store.get_or_make(kind, key, make, f"client {self.client_id} {label}")
-        return payload
-
-    def train(self, recipe: ClientRecipe | None = None) -> nn.Module:
-        """The model ``recipe`` (default: :meth:`recipe`) trains on this client's data —
-        trained once, then a cache hit; returned on ``device`` in eval mode."""
-        recipe = recipe or self.recipe()
-
-        def make() -> Payload:
-            done = train_recipe(
-                recipe,
-                self.data,
-                self.task,
-                seed=self.seed,
-                client_id=self.client_id,
-                device=self.device,
-                tracker=self.tracker,
-            )
-            info = {"train_seconds": done.stats.seconds, "steps": done.stats.steps}
-            return model_fields(done.model.cpu()).merged(Payload({}, {**info, **done.facts}))
-
-        payload = self.artefact("local_model", {"recipe": recipe.key()}, make, recipe.name)
-        model = model_from_fields(payload, self.dims, extra_outputs=recipe.extra_outputs)
-        return model.to(self.device).eval()
 
 
 @dataclass(frozen=True)
@@ -243,8 +200,6 @@ class ServerContext:
         tracker: progress display.
         encoder: the shared frozen encoder, when the federation has one.
         max_examples: ``N_max``, the most examples one client can hold (0: unknown).
-        init: the initialisation of unnormalised architectures
-            (:func:`oneshotfl.models.base.init_weights`).
     """
 
     task: TaskInfo
@@ -259,7 +214,6 @@ class ServerContext:
     tracker: Tracker = field(default_factory=NullTracker)
     encoder: Encoder | None = None
     max_examples: int = 0
-    init: Init = "he"
 
     @property
     def dims(self) -> WireDims:

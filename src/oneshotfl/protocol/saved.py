@@ -23,9 +23,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from oneshotfl.payload import Payload, WireError, decode, encode
 from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.protocol.outcome import Ensemble, GlobalModel, Outcome
-from oneshotfl.payload import Payload, WireError, decode, encode
 from oneshotfl.protocol.spec import WireDims
 from oneshotfl.registry import RegistryError
 

@@ -257,6 +257,7 @@ class ExperimentConfig(Params):
             self.momentum,
             self.weight_decay,
             self.local_steps,
+            self.init,
         )
 
     def server_train_config(self) -> TrainConfig:
@@ -268,6 +269,7 @@ class ExperimentConfig(Params):
             self.momentum,
             self.weight_decay,
             self.server_steps,
+            self.init,
         )
 
     def partitioner(self) -> Partitioner:

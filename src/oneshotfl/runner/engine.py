@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from oneshotfl.payload import Payload, WireError, encode
 from oneshotfl.protocol.contract import Method, PeerMethod, Topology
 from oneshotfl.protocol.outcome import Outcome
-from oneshotfl.payload import Payload, WireError, encode
 from oneshotfl.protocol.saved import save_outcome
 from oneshotfl.protocol.spec import PayloadError
 from oneshotfl.protocol.wire import receive

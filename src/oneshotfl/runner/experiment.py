@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from oneshotfl.training.artefacts import ArtefactStore
 from oneshotfl.data.datasets import load_dataset
 from oneshotfl.data.feature_skew import dataset_stats
 from oneshotfl.data.federated import ClientShard, FederatedData, carve_federated_data
@@ -53,6 +52,7 @@ from oneshotfl.runner.pool import open_transport
 from oneshotfl.runner.results import MethodResult, result_document
 from oneshotfl.runner.transport import LocalTransport, ShardReport, Transport
 from oneshotfl.security.threats import Attack, build_attacks
+from oneshotfl.training.artefacts import ArtefactStore
 from oneshotfl.training.loop import resolve_budget
 from oneshotfl.training.memo import memoised_logits
 from oneshotfl.training.progress import NullTracker, Tracker
@@ -211,9 +211,7 @@ class Experiment:
             arch=self.archs[client_id],
             client_archs=self.archs,
             max_examples=self.train_pool,
-            attack=attack,
             train_config=resolve_budget(self.cfg.client_train_config(), len(train)),
-            init=self.cfg.init,
             public=self.data.public,
             device=self.device,
             seed=self.cfg.seed,
@@ -252,7 +250,6 @@ class Experiment:
             tracker=self.tracker,
             encoder=self.encoder,
             max_examples=self.train_pool,
-            init=self.cfg.init,
         )
 
     def check(self, methods: Methods) -> None:

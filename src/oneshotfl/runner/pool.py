@@ -124,7 +124,8 @@ def _update(
         ctx = exp.client_context(cid).for_round(round_index, received)
         report = exp.shard_report(cid) if round_index == 0 else None
         missing: Missing = {}
-        run = functools.partial(client_step, method, ctx, exp.data.test, report)
+        attack = exp.attack_of(cid)
+        run = functools.partial(client_step, method, ctx, exp.data.test, report, attack)
         with client_threads(exp.cfg.client_threads):
             return attempt(cid, "update", run, missing), missing
 

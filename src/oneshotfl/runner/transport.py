@@ -31,11 +31,12 @@ from torch import nn
 
 from oneshotfl.data.types import LabelledData
 from oneshotfl.fingerprints import tensor_fingerprint
-from oneshotfl.protocol.contract import ClientContext, Method, PeerMethod
 from oneshotfl.payload import Payload, WireError, encode
+from oneshotfl.protocol.contract import ClientContext, Method, PeerMethod
 from oneshotfl.protocol.spec import PayloadError, WireDims
 from oneshotfl.protocol.wire import receive
 from oneshotfl.runner.evaluate import ClientMetrics, label_histogram, receiver_metrics
+from oneshotfl.security.threats import Attack
 from oneshotfl.seeding import numpy_rng
 from oneshotfl.training.loop import accuracy, predict_logits
 
@@ -187,15 +188,17 @@ def client_step(
     ctx: ClientContext,
     test: LabelledData | None,
     shard: ShardReport | None = None,
+    attack: Attack | None = None,
 ) -> ClientReply:
     """The client side of one round: ``client_update`` (timed), serialisation, and in round 0
-    the local model's accuracies and the client's ``shard`` report. The same function runs in
-    the simulation and in a Flower ClientApp."""
+    the local model's accuracies and the client's ``shard`` report. A simulated malicious
+    client (``attack``; its data already poisoned in ``ctx``) tampers with its message before
+    it leaves. The same function runs in the simulation and in a Flower ClientApp."""
     start, mark = time.perf_counter(), len(ctx.store.counts.used)
     payload = method.client_update(ctx)
-    if ctx.attack is not None:  # a simulated malicious client tampers with its own message
+    if attack is not None:  # a simulated malicious client tampers with its own message
         rng = numpy_rng(ctx.seed, "attack", ctx.client_id, ctx.round)
-        payload = ctx.attack.tamper(payload, method.payload_spec(ctx.dims), ctx.dims, rng)
+        payload = attack.tamper(payload, method.payload_spec(ctx.dims), ctx.dims, rng)
     wall = time.perf_counter() - start
     used = ctx.store.counts.used[mark:]
     artefacts = {u.label: (u.seconds if math.isfinite(u.seconds) else None) for u in used}
@@ -296,7 +299,8 @@ class LocalTransport:
         for shard in exp.data.clients:
             ctx = exp.client_context(shard.client_id).for_round(round_index, received)
             report = exp.shard_report(shard.client_id) if round_index == 0 else None
-            step = functools.partial(client_step, method, ctx, exp.data.test, report)
+            attack = exp.attack_of(shard.client_id)
+            step = functools.partial(client_step, method, ctx, exp.data.test, report, attack)
             with client_threads(exp.cfg.client_threads):
                 reply = attempt(ctx.client_id, "update", step, missing)
             if reply is not None:

@@ -42,9 +42,9 @@ from oneshotfl.data.types import LabelledData
 from oneshotfl.functional import kl_to_student
 from oneshotfl.methods.common import encoded_head, head_from_payload
 from oneshotfl.params import Params, is_int, require
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, Method
 from oneshotfl.protocol.fields import model_from_fields
-from oneshotfl.payload import Payload
 from oneshotfl.seeding import numpy_rng, torch_generator
 from oneshotfl.training.distill import distil
 from oneshotfl.training.loop import predict_logits
@@ -143,7 +143,9 @@ def receiver_view(payload: Payload, ctx: ClientContext, cfg: AuditConfig) -> Vie
     if ctx.public is None:
         raise ValueError("membership audit: a prediction upload needs the public pool")
     probs = torch.from_numpy(np.asarray(payload.arrays["probs"], np.float32))
-    surrogate = initial_model(ctx.arch, ctx.task, ctx.seed, init=ctx.init).to(ctx.device)
+    surrogate = initial_model(ctx.arch, ctx.task, ctx.seed, init=ctx.train_config.init).to(
+        ctx.device
+    )
     train = dataclasses.replace(ctx.train_config, epochs=cfg.surrogate_epochs, min_steps=0)
     gen = torch_generator(ctx.seed, "membership", "surrogate", ctx.client_id)
     distil(surrogate, ctx.public.x, kl_to_student, train, gen, ctx.device, targets=(probs,))

@@ -43,8 +43,8 @@ import numpy as np
 from oneshotfl.data.types import LabelledData
 from oneshotfl.models import MODELS, create_model
 from oneshotfl.params import Params, coerce_params, require
-from oneshotfl.protocol.fields import model_fields
 from oneshotfl.payload import Payload
+from oneshotfl.protocol.fields import model_fields
 from oneshotfl.protocol.spec import PayloadSpec, WireDims
 from oneshotfl.registry import Registry, parse_spec
 

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from oneshotfl.data.types import LabelledData
+from oneshotfl.models.base import INITS, Init
 from oneshotfl.params import Params, require
 from oneshotfl.training import memo
 from oneshotfl.training.progress import NullTracker, Tracker, report_scalar
@@ -41,6 +42,13 @@ class TrainConfig(Params):
         min_steps: a floor in optimiser steps: training runs the fewest whole epochs, and at
             least ``epochs``, that make this many steps over its data (:func:`budget_epochs`),
             so a small dataset trains as far as a large one; 0: exactly ``epochs``.
+        init: how a model this training starts from is initialised when its architecture
+            is unnormalised (:func:`oneshotfl.models.base.init_weights`). A run-wide
+            setting: every model a method builds for the run starts this way.
+
+    This is the one object run-wide training settings reach methods through (a context's
+    ``train_config``); adding a setting touches the config that fills it, this class and
+    its test.
     """
 
     epochs: int = 5
@@ -50,8 +58,10 @@ class TrainConfig(Params):
     momentum: float = 0.9
     weight_decay: float = 0.0
     min_steps: int = 0
+    init: Init = "he"
 
     def validate(self) -> None:
+        require(self.init in INITS, "init", f"one of {', '.join(INITS)}", self.init)
         require(self.epochs >= 0, "epochs", ">= 0", self.epochs)
         require(self.min_steps >= 0, "min_steps", ">= 0", self.min_steps)
         require(self.batch_size >= 1, "batch_size", ">= 1", self.batch_size)

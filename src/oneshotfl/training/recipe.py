@@ -5,7 +5,7 @@ trained model — architecture, extra output classes, training settings, the reg
 components added to cross-entropy (loss terms, extra example streams such as adversarial
 examples), a pruning schedule — so it *is* the cache key: every method of a sweep that asks
 for the same recipe on the same client gets the same model, trained once
-(:meth:`oneshotfl.protocol.contract.ClientContext.train`). :func:`train_recipe` executes a
+(:func:`oneshotfl.training.services.train_model`). :func:`train_recipe` executes a
 recipe with the one training loop (:func:`oneshotfl.training.loop.fit`).
 
 Per step the loss is ``CE(f(x ⊕ x_extra), y ⊕ y_extra) + Σ loss terms``: a component may
@@ -33,7 +33,7 @@ from torch import nn
 
 from oneshotfl.data.types import LabelledData, TaskInfo
 from oneshotfl.models import create_model
-from oneshotfl.models.base import INITS, Init
+from oneshotfl.models.base import Init
 from oneshotfl.params import Params, require
 from oneshotfl.seeding import seeded_torch, torch_generator
 from oneshotfl.training.components import (
@@ -60,8 +60,7 @@ class ClientRecipe(Params):
         extra_outputs: outputs beyond the task's classes (1 for an abstention class).
         components: registered components added to cross-entropy, in order.
         pruning: iterative magnitude pruning inside the training budget.
-        init: the initialisation of an unnormalised architecture
-            (:func:`oneshotfl.models.base.init_weights`).
+    The model starts from the run's initialisation, ``train.init``.
     """
 
     arch: str
@@ -70,10 +69,8 @@ class ClientRecipe(Params):
     extra_outputs: int = 0
     components: tuple[ComponentSpec, ...] = ()
     pruning: PruningSchedule | None = None
-    init: Init = "he"
 
     def validate(self) -> None:
-        require(self.init in INITS, "init", f"one of {', '.join(INITS)}", self.init)
         require(self.extra_outputs >= 0, "extra_outputs", ">= 0", self.extra_outputs)
         require(bool(self.name), "name", "a non-empty recipe name", self.name)
         for spec in self.components:
@@ -136,7 +133,7 @@ def train_recipe(
     tracker: Tracker | None = None,
 ) -> RecipeResult:
     """Execute ``recipe`` on a client's data (see the module docs); no caching here."""
-    model = initial_model(recipe.arch, task, seed, recipe.extra_outputs, recipe.init)
+    model = initial_model(recipe.arch, task, seed, recipe.extra_outputs, recipe.train.init)
     components = [
         build_component(
             spec,
