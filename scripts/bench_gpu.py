@@ -30,10 +30,10 @@ from typing import Any
 
 import torch
 
+from helpers import run_config
 from oneshotfl.api import resolve_config
 from oneshotfl.environment import kernel_signature
 from oneshotfl.runner.compare import result_differences
-from oneshotfl.runner.experiment import run_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "configs" / "demo.yaml"
@@ -46,7 +46,7 @@ def timed(config: Path, **overrides: Any) -> tuple[float, dict[str, Any]]:
     with tempfile.TemporaryDirectory() as cache:
         cfg = resolve_config(config, cache_dir=cache, **overrides)
         start = time.perf_counter()
-        doc = run_experiment(cfg)
+        doc = run_config(cfg)
         return time.perf_counter() - start, doc
 
 

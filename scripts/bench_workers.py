@@ -24,10 +24,10 @@ from pathlib import Path
 
 import torch
 
+from helpers import run_config
 from oneshotfl.api import resolve_config
 from oneshotfl.runner.compare import result_differences
 from oneshotfl.runner.config import parse_overrides
-from oneshotfl.runner.experiment import run_experiment
 from oneshotfl.runner.report import splice_markdown
 
 DEFAULT = {
@@ -52,11 +52,11 @@ def main(argv: list[str]) -> None:
     walls, docs = {}, {}
     for workers in (1, 2):
         start = time.perf_counter()
-        docs[workers] = run_experiment(dataclasses.replace(cfg, workers=workers))
+        docs[workers] = run_config(dataclasses.replace(cfg, workers=workers))
         walls[workers] = time.perf_counter() - start
     threads = torch.get_num_threads()
     start = time.perf_counter()
-    run_experiment(dataclasses.replace(cfg, workers=1, client_threads=threads))
+    run_config(dataclasses.replace(cfg, workers=1, client_threads=threads))
     before = time.perf_counter() - start
     differences = result_differences(docs[1], docs[2], ("1 worker", "2 workers"))
     speedup = walls[1] / walls[2]

@@ -2,7 +2,8 @@
 
 The file names a federation (``base``: an experiment config), the ``methods`` whose uploads
 are audited, the audited ``clients`` and the audit's settings (``audit``: see
-:class:`oneshotfl.security.membership.AuditConfig`). Writes ``benchmarks/results/NAME/membership.json``
+:class:`oneshotfl.security.membership.AuditConfig`). Writes
+``benchmarks/results/NAME/membership.json``
 (every client's AUC and TPR per attack) and splices the table, mean ± std over the audited
 clients, between the ``<!-- report:NAME -->`` markers of ``docs/benchmarks.md``.
 
@@ -20,12 +21,12 @@ from typing import Any
 
 import yaml
 
-from oneshotfl.security.membership import AuditConfig, audit_client, upload_kind
+from helpers import prepare
 from oneshotfl.methods import build_method
 from oneshotfl.params import coerce_params
 from oneshotfl.runner.config import make_config
-from oneshotfl.runner.experiment import Experiment
 from oneshotfl.runner.report import splice_markdown
+from oneshotfl.security.membership import AuditConfig, audit_client, upload_kind
 
 ATTACKS = ("loss", "shadow", "nearest")
 
@@ -55,7 +56,7 @@ def main(argv: list[str]) -> None:
     markdown = Path(argv[2]) if len(argv) > 2 else Path("docs/benchmarks.md")
     spec = yaml.safe_load(path.read_text())
     audit = coerce_params(AuditConfig, spec.get("audit", {}))
-    exp = Experiment.prepare(make_config({**spec["base"], "methods": spec["methods"]}))
+    exp = prepare(make_config({**spec["base"], "methods": spec["methods"]}))
     rows: list[dict[str, Any]] = []
     start = time.perf_counter()
     for key in spec["methods"]:

@@ -26,14 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from helpers import TINY
+from helpers import TINY, prepare, run_over
 from oneshotfl.devices import DeviceAudit, DeviceSlip
 from oneshotfl.methods import METHODS, MethodSpec, build_method
 from oneshotfl.payload import decode
 from oneshotfl.protocol.contract import Method, PeerMethod
 from oneshotfl.runner.config import ExperimentConfig, make_config
-from oneshotfl.runner.engine import run_method
-from oneshotfl.runner.experiment import Experiment
+from oneshotfl.runner.federation import Federation
 from oneshotfl.runner.transport import ClientReply, LocalTransport, Missing, PeerReport
 
 RECORD = Path(__file__).with_name("fingerprints.json")
@@ -103,15 +102,15 @@ SLIPS: dict[str, list[DeviceSlip]] = {}
 
 def contract_run(
     name: str, audit: bool = True
-) -> tuple[dict[int, bytes], dict[str, Any], Experiment]:
+) -> tuple[dict[int, bytes], dict[str, Any], Federation]:
     """One run of ``name`` from scratch on :func:`contract_config`: every client's round-0
     wire bytes, the method's result entry, and the experiment it ran in. With ``audit`` the
     method runs under :class:`~oneshotfl.devices.DeviceAudit` and its slips land in
     :data:`SLIPS` (the audit only watches: the run is the same)."""
-    exp = Experiment.prepare(contract_config(name))
+    exp = prepare(contract_config(name))
     transport = Recording(LocalTransport(exp))
     with DeviceAudit() if audit else contextlib.nullcontext() as watching:
-        result = run_method(name, contract_method(name), exp, transport).to_dict()
+        result = run_over(name, contract_method(name), exp, transport).to_dict()
     if isinstance(watching, DeviceAudit):
         SLIPS[name] = watching.slips
     return dict(transport.sent), result, exp

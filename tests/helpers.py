@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,15 @@ from oneshotfl.methods import METHODS
 from oneshotfl.methods.base import register_method
 from oneshotfl.protocol.contract import Method, ServerContext
 from oneshotfl.runner import engine
+from oneshotfl.runner.checks import requirement_problems
 from oneshotfl.runner.config import ExperimentConfig
-from oneshotfl.runner.experiment import Experiment
-from oneshotfl.runner.transport import LocalTransport
+from oneshotfl.runner.errors import RequirementError
+from oneshotfl.runner.experiment import run_experiment
+from oneshotfl.runner.federation import Federation
+from oneshotfl.runner.ledger import Ledger
+from oneshotfl.runner.plan import build_run_graph, federation_plan, preflight
+from oneshotfl.runner.results import MethodResult
+from oneshotfl.runner.transport import LocalTransport, Transport
 from oneshotfl.training.loop import TrainConfig
 
 TINY: dict[str, Any] = {
@@ -54,14 +61,38 @@ def make_server_context(task: TaskInfo, **overrides: Any) -> ServerContext:
     return ServerContext(**values)
 
 
-def prepare(cfg: ExperimentConfig) -> Experiment:
-    """The prepared experiment of ``cfg`` (data carved, encoder and graph built)."""
-    return Experiment.prepare(cfg)
+def prepare(cfg: ExperimentConfig) -> Federation:
+    """The prepared federation of ``cfg`` (data carved, encoder and graph built; its methods
+    unchecked)."""
+    fed = Federation.prepare(federation_plan(cfg))
+    return dataclasses.replace(fed, graph=build_run_graph(cfg))
 
 
-def run_method(key: str, method: Method[Any], exp: Experiment) -> dict[str, Any]:
+def run_method(key: str, method: Method[Any], fed: Federation) -> dict[str, Any]:
     """One method over the in-process transport, as its result.json entry."""
-    return engine.run_method(key, method, exp, LocalTransport(exp)).to_dict()
+    return run_over(key, method, fed, LocalTransport(fed)).to_dict()
+
+
+def run_over(key: str, method: Method[Any], fed: Federation, transport: Transport) -> MethodResult:
+    """One method over ``transport`` with a fresh ledger, as the engine returns it."""
+    ledger = Ledger(fed.cfg.clients, fed.data.task.num_classes)
+    return engine.run_method(key, method, fed.server_view(), transport, ledger)
+
+
+def check(fed: Federation, methods: Sequence[tuple[str, Method[Any]]]) -> None:
+    """What a run checks of ``methods`` on ``fed``: their requirements (as
+    :func:`~oneshotfl.runner.plan.preflight` does) and the attacks dealt out (as
+    :meth:`Federation.prepare` does)."""
+    cfg = fed.cfg
+    problems = requirement_problems(cfg, methods, fed.archs, cfg.public_size > 0, bool(cfg.encoder))
+    if problems:
+        raise RequirementError("cannot run: " + "; ".join(problems))
+    fed.check_attacks(methods)
+
+
+def run_config(cfg: ExperimentConfig, **kwargs: Any) -> dict[str, Any]:
+    """Check ``cfg`` and run it in process, as ``oneshotfl run`` does; its result document."""
+    return run_experiment(preflight(cfg), **kwargs)
 
 
 @contextlib.contextmanager

@@ -30,7 +30,7 @@ from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ServerContext
 from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.protocol.spec import PayloadError, task_dims, validate_payload
-from oneshotfl.runner.experiment import resolve_methods
+from oneshotfl.runner.checks import resolve_methods
 from oneshotfl.training.components import (
     ComponentEnv,
     ComponentSpec,

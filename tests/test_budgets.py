@@ -9,17 +9,21 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
+from torch import nn
 
-from helpers import prepare
+from helpers import prepare, run_config
 from oneshotfl.methods import build_method, parse_method_spec
 from oneshotfl.methods.fedeov import FedEOV
 from oneshotfl.methods.fedov import FedOV
 from oneshotfl.models import create_model
 from oneshotfl.models.base import init_weights
+from oneshotfl.seeding import torch_generator
 from oneshotfl.training.loop import (
     TrainConfig,
     batch_indices,
     budget_epochs,
+    fit,
     predict_logits,
     resolve_budget,
     steps_per_epoch,
@@ -112,7 +116,7 @@ def test_client_contexts_resolve_the_local_step_floor_over_their_own_data(
         assert ctx.epochs_for(None) == ctx.train_config.epochs
         assert ctx.epochs_for(1) == ctx.train_config.epochs  # an own knob gets the floor too
         assert ctx.epochs_for(10_000) == 10_000
-        assert ctx.recipe().init == "he"
+        assert ctx.recipe().train.init == "he"
 
 
 def test_fedeov_builds_its_curriculum_over_the_resolved_budget(tiny_config: Any) -> None:
@@ -131,9 +135,10 @@ def test_fedeov_builds_its_curriculum_over_the_resolved_budget(tiny_config: Any)
 
 def test_the_server_step_floor_resolves_over_the_public_pool(tiny_config: Any) -> None:
     setup = prepare(tiny_config(public_size=150, server_epochs=2, server_steps=50))
-    ctx = setup.server_context()
+    ctx = setup.server_view().server_context()
     assert ctx.train_config.epochs == 25 and ctx.train_config.min_steps == 0  # 2 steps/epoch
-    data_free = setup.server_context(dataclasses.replace(FedEOV.requires, data_free=True))
+    view = setup.server_view()
+    data_free = view.server_context(dataclasses.replace(FedEOV.requires, data_free=True))
     assert data_free.public is None and data_free.train_config.epochs == 2
     assert ctx.client_train_config.min_steps == 0  # TINY: no client floor
 
@@ -143,7 +148,6 @@ def test_fol_stages_and_fedavg_rounds_run_exactly_their_own_epochs(
 ) -> None:
     from oneshotfl.methods import fedavg_rounds
     from oneshotfl.methods.fol import Fol
-    from oneshotfl.runner.experiment import run_experiment
 
     setup = prepare(tiny_config(local_steps=200, val_fraction=0.2))
     stage = Fol()._epochs(setup.client_context(0), 3)
@@ -156,20 +160,45 @@ def test_fol_stages_and_fedavg_rounds_run_exactly_their_own_epochs(
         return real(model, data, cfg, *args, **kwargs)
 
     monkeypatch.setattr(fedavg_rounds, "train_classifier", spy)
-    run_experiment(tiny_config(methods=["fedavg_rounds:rounds=2:local_epochs=1"], local_steps=200))
+    run_config(tiny_config(methods=["fedavg_rounds:rounds=2:local_epochs=1"], local_steps=200))
     assert len(seen) == 2 * 3 and all(c.epochs == 1 and c.min_steps == 0 for c in seen)
 
 
 def test_a_method_that_ends_at_chance_is_warned_about(
     tiny_config: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from oneshotfl.runner.experiment import run_experiment
 
-    doc = run_experiment(tiny_config(methods=["fedavg", "ensemble"], lr=1e-7, local_epochs=1))
+    doc = run_config(tiny_config(methods=["fedavg", "ensemble"], lr=1e-7, local_epochs=1))
     for row in doc["methods"]:
         at_chance = row["accuracy"] < 0.15  # 10 classes
         assert (f"{row['key']} ended at chance" in caplog.text) == at_chance
     assert "ended at chance" in caplog.text  # lr 1e-7 leaves the models where they started
     caplog.clear()
-    run_experiment(tiny_config(methods=["fedavg"], local_epochs=3))
+    run_config(tiny_config(methods=["fedavg"], local_epochs=3))
     assert "ended at chance" not in caplog.text
+
+
+def test_grad_clip_bounds_every_step_and_reaches_every_party(tiny_config: Any) -> None:
+    """A run-wide training setting (``grad_clip``) is one config key and one field of
+    ``TrainConfig``: both contexts carry it, the loop applies it, no method names it."""
+    with pytest.raises(ValueError, match="grad_clip"):
+        TrainConfig(grad_clip=-1.0)
+    torch.manual_seed(0)
+    x, y = torch.randn(8, 4) * 100, torch.randint(0, 2, (8,))
+
+    def step(clip: float) -> float:
+        model = nn.Linear(4, 2)
+        before = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
+        cfg = TrainConfig(epochs=1, batch_size=8, lr=1.0, momentum=0.0, grad_clip=clip)
+        fit(model, (x, y), lambda m, b: F.cross_entropy(m(b[0]), b[1]), cfg,
+            torch_generator(0, "clip"), torch.device("cpu"))  # fmt: skip
+        after = torch.cat([p.detach().flatten() for p in model.parameters()])
+        return float((after - before).norm())
+
+    assert step(0.0) > 1.0 and step(0.5) == pytest.approx(0.5, rel=1e-4)  # lr 1: step = grad
+    fed = prepare(tiny_config(grad_clip=0.5))
+    assert fed.client_context(0).train_config.grad_clip == 0.5
+    assert fed.server_view().server_context().train_config.grad_clip == 0.5
+    clipped = run_config(tiny_config(methods=["local"], grad_clip=1e-3))["methods"][0]
+    plain = run_config(tiny_config(methods=["local"]))["methods"][0]
+    assert clipped["accuracy"] != plain["accuracy"]

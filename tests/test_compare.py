@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from helpers import run_config
 from oneshotfl.runner.compare import UNUSED_LOCAL, compare_trees, result_differences
-from oneshotfl.runner.experiment import run_experiment
 
 
 def _write(root: Path, run: str, doc: dict[str, Any]) -> None:
@@ -18,7 +18,7 @@ def _write(root: Path, run: str, doc: dict[str, Any]) -> None:
 
 
 def test_differences_name_the_method_the_field_and_both_values(tiny_config: Any) -> None:
-    doc = run_experiment(tiny_config(methods=["local", "fedavg"], val_fraction=0.2))
+    doc = run_config(tiny_config(methods=["local", "fedavg"], val_fraction=0.2))
     assert result_differences(doc, copy.deepcopy(doc)) == []
     other = copy.deepcopy(doc)
     other["methods"][1]["accuracy"] += 0.01
@@ -33,7 +33,7 @@ def test_differences_name_the_method_the_field_and_both_values(tiny_config: Any)
 def test_a_file_from_before_the_typed_results_is_compared_by_its_local_accuracies(
     tiny_config: Any,
 ) -> None:
-    new = run_experiment(tiny_config(methods=["local", "fedavg"]))
+    new = run_config(tiny_config(methods=["local", "fedavg"]))
     old = copy.deepcopy(new)
     for m in old["methods"]:
         m.pop("local_test_accuracy", None)
@@ -50,7 +50,7 @@ def test_legacy_local_accuracies_no_method_reports_are_an_intended_difference(
 ) -> None:
     """Before issue 10 every run trained (and reported) one plain local model per client, used
     or not; after it, a run reports its methods' own local models, on purpose."""
-    new = run_experiment(tiny_config(methods=["ensemble"]))
+    new = run_config(tiny_config(methods=["ensemble"]))
     new = copy.deepcopy(new)
     for m in new["methods"]:
         m.pop("local_test_accuracy", None)
@@ -70,7 +70,7 @@ def test_legacy_local_accuracies_no_method_reports_are_an_intended_difference(
 def test_trees_pair_runs_by_path_and_set_intended_changes_apart(
     tiny_config: Any, tmp_path: Path
 ) -> None:
-    doc = run_experiment(tiny_config(methods=["fedavg", "ensemble:weighting=size"]))
+    doc = run_config(tiny_config(methods=["fedavg", "ensemble:weighting=size"]))
     changed = copy.deepcopy(doc)
     changed["methods"][1]["accuracy"] += 0.5
     _write(tmp_path / "a", "seed=0", doc)
@@ -92,7 +92,7 @@ def test_the_command_says_the_configs_differ_and_how_many_differences_it_left_ou
     from oneshotfl.cli.main import app
     from oneshotfl.runner.compare import config_differences
 
-    doc = run_experiment(tiny_config(methods=["local", "fedavg"]))
+    doc = run_config(tiny_config(methods=["local", "fedavg"]))
     other = copy.deepcopy(doc)
     other["config"]["alpha"] = 0.1
     other["config"]["workers"] = 7  # execution only: never a difference
@@ -121,7 +121,7 @@ def test_the_command_says_when_two_runs_ran_on_other_kernels(
 
     from oneshotfl.cli.main import app
 
-    doc = run_experiment(tiny_config(methods=["fedavg"]))
+    doc = run_config(tiny_config(methods=["fedavg"]))
     elsewhere = copy.deepcopy(doc)
     elsewhere["environment"]["isa"] = "ANOTHER-ISA"
     elsewhere["methods"][0]["accuracy"] += 0.01

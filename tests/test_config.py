@@ -325,3 +325,29 @@ def test_point_claims_go_to_one_holder_and_a_dead_holders_claim_is_taken_over(
     assert sorted(p.name for p in (tmp_path / ".claims").iterdir()) == [
         f"point-{i}" for i in range(4)
     ]  # no staging or stale folder left behind
+
+
+def test_nested_sections_set_the_flat_keys_and_the_flat_keys_still_read(tmp_path: Path) -> None:
+    nested = tmp_path / "nested.yaml"
+    nested.write_text(
+        "data: {dataset: digits, public_size: 50, partition: iid, seed: 3}\n"
+        "clients: {count: 4, model: mlp, epochs: 2, steps: 0, lr: 0.05, threads: 1}\n"
+        "server: {model: mlp, steps: 0, lr: 0.01}\n"
+        "security: {malicious: 1, attack: label_flip}\n"
+        "methods: [fedavg]\n"
+    )
+    flat = make_config(
+        {
+            "dataset": "digits", "public_size": 50, "partition": "iid", "partition_seed": 3,
+            "clients": 4, "model": "mlp", "local_epochs": 2, "local_steps": 0, "lr": 0.05,
+            "client_threads": 1, "server_model": "mlp", "server_steps": 0, "server_lr": 0.01,
+            "malicious": 1, "attack": "label_flip", "methods": ["fedavg"],
+        }
+    )  # fmt: skip
+    assert load_config(nested) == flat
+    assert make_config({"clients": 4}).clients == 4  # a plain value is the flat key
+    assert "clients" in flat.to_dict() and "data" not in flat.to_dict()  # results stay flat
+    with pytest.raises(ConfigError, match=r"dataset given twice, as data.dataset and dataset"):
+        make_config({"data": {"dataset": "digits"}, "dataset": "digits"})
+    with pytest.raises(ConfigError, match=r"section server: unknown key 'modle'"):
+        make_config({"server": {"modle": "mlp"}})

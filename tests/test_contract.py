@@ -30,13 +30,13 @@ from fingerprints import (
     differences,
     fingerprint,
 )
+from helpers import check, prepare
 from oneshotfl.data.types import LabelledData
 from oneshotfl.methods import METHODS, build_method
 from oneshotfl.payload import Payload, decode, encode
 from oneshotfl.protocol.contract import Method, PeerMethod, Requires, ServerContext, Topology
 from oneshotfl.protocol.spec import PayloadSpec
-from oneshotfl.runner.engine import RequirementError
-from oneshotfl.runner.experiment import Experiment
+from oneshotfl.runner.errors import RequirementError
 from oneshotfl.training.artefacts import ArtefactStore
 
 NAMES = METHODS.names()
@@ -135,7 +135,7 @@ def test_the_receiver_holds_no_other_clients_data(name: str) -> None:
             stores = [s for s in _reachable(ctx) if isinstance(s, ArtefactStore)]
             assert {s.scope for s in stores} == {f"client {receiver}"}
         return
-    ctx = exp.server_context()
+    ctx = exp.server_view().server_context()
     assert not _held_rows(ctx) & set().union(*clients.values())
     assert not any(isinstance(v, LabelledData) for v in vars(ctx).values())
     stores = [s for s in _reachable(ctx) if isinstance(s, ArtefactStore)]
@@ -165,9 +165,9 @@ def _lacking(name: str) -> dict[str, dict[str, Any]]:
 def test_declared_requirements_are_enforced(name: str, needs: str) -> None:
     if not needs:
         pytest.skip("no method declares a requirement")
-    exp = Experiment.prepare(contract_config(name, **_lacking(name)[needs]))
+    exp = prepare(contract_config(name, **_lacking(name)[needs]))
     with pytest.raises(RequirementError, match=needs):
-        exp.check([(name, build_method(name))])
+        check(exp, [(name, build_method(name))])
 
 
 @pytest.mark.parametrize("name", NAMES)

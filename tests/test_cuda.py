@@ -15,11 +15,9 @@ import pytest
 import torch
 
 from fingerprints import contract_config, contract_method
-from helpers import tiny_demo
+from helpers import prepare, run_config, run_over, tiny_demo
 from oneshotfl.methods import METHODS
 from oneshotfl.runner.compare import result_differences
-from oneshotfl.runner.engine import run_method
-from oneshotfl.runner.experiment import Experiment, run_experiment
 from oneshotfl.runner.transport import LocalTransport
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
@@ -27,10 +25,10 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA d
 
 def test_cuda_run_matches_itself_and_learns(tiny_config: Any) -> None:
     cfg = tiny_config(device="cuda", model="cnn", local_epochs=3)
-    first = run_experiment(cfg)
+    first = run_config(cfg)
     assert first["environment"]["device"].startswith("cuda")
     assert first["environment"]["gpu"]  # the result says on what it ran
-    again = run_experiment(tiny_config(device="cuda", model="cnn", local_epochs=3, cache_dir=None))
+    again = run_config(tiny_config(device="cuda", model="cnn", local_epochs=3, cache_dir=None))
     acc = {m["key"]: m["accuracy"] for m in first["methods"]}
     acc2 = {m["key"]: m["accuracy"] for m in again["methods"]}
     assert acc == pytest.approx(acc2, abs=0.01)
@@ -42,7 +40,7 @@ def test_fol_prunes_and_caches_on_cuda(tiny_config: Any) -> None:
         device="cuda", model="cnn", clients=4, graph="ring", val_fraction=0.2,
         methods=["fol:rounds=2:kd_epochs=1", "fol-a:rounds=2:kd_epochs=1"],
     )  # fmt: skip
-    doc = run_experiment(cfg)
+    doc = run_config(cfg)
     for method in doc["methods"]:
         assert method["clients_used"] == [0, 1, 2, 3]
         aligned = method["diagnostics"]["0"]["rounds"][0]["aligned"]
@@ -52,7 +50,7 @@ def test_fol_prunes_and_caches_on_cuda(tiny_config: Any) -> None:
 def test_the_demo_config_runs_on_cuda(tmp_path: Path) -> None:
     """``make demo``'s config with its budgets cut (Fashion-MNIST 3 000, one epoch)."""
     cfg = tiny_demo(tmp_path / "cache", device="cuda", max_train=3000, public_size=600)
-    doc = run_experiment(cfg)
+    doc = run_config(cfg)
     assert doc["environment"]["device"].startswith("cuda")
     for method in doc["methods"]:
         assert method["clients_used"] == list(range(cfg.clients)), method["key"]
@@ -61,8 +59,8 @@ def test_the_demo_config_runs_on_cuda(tmp_path: Path) -> None:
 def test_clients_in_flight_on_one_gpu_give_the_same_result(tiny_config: Any) -> None:
     """``workers=3`` on a GPU: three processes share it, each client's update as in one."""
     settings = {"device": "cuda", "model": "cnn", "clients": 4, "cache_dir": None}
-    one = run_experiment(tiny_config(**settings, workers=1))
-    three = run_experiment(tiny_config(**settings, workers=3))
+    one = run_config(tiny_config(**settings, workers=1))
+    three = run_config(tiny_config(**settings, workers=3))
     assert three["environment"]["workers"] == 3
     assert result_differences(one, three) == []
 
@@ -70,7 +68,7 @@ def test_clients_in_flight_on_one_gpu_give_the_same_result(tiny_config: Any) -> 
 @pytest.mark.parametrize("name", METHODS.names())
 def test_every_registered_method_runs_on_cuda(name: str) -> None:
     """Each method on the contract suite's digits federation, on the GPU."""
-    exp = Experiment.prepare(contract_config(name, device="cuda"))
-    result = run_method(name, contract_method(name), exp, LocalTransport(exp)).to_dict()
+    exp = prepare(contract_config(name, device="cuda"))
+    result = run_over(name, contract_method(name), exp, LocalTransport(exp)).to_dict()
     assert result["clients_used"] == list(range(exp.cfg.clients)), result
     assert 0.0 <= result["accuracy"] <= 1.0

@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch import nn
 
+from helpers import run_config
 from oneshotfl.methods import parse_method_spec
 from oneshotfl.methods.dense import CoBoostingConfig, DenseConfig, DistilFromEnsemble, HardSamples
-from oneshotfl.runner.experiment import run_experiment
 from oneshotfl.training.synthesis_terms import BatchNormStatistics
 
 CHEAP = "rounds=2:generator_steps=2:batch_size=16:width=4"
@@ -64,7 +64,7 @@ def test_the_teacher_is_the_weighted_logit_ensemble() -> None:
 
 def test_every_variant_runs_data_free_into_the_server_model(tiny_config: Any) -> None:
     cfg = tiny_config(methods=VARIANTS, model="cnn,mlp,cnn", server_model="mlp")
-    rows = {m["key"]: m for m in run_experiment(cfg)["methods"]}
+    rows = {m["key"]: m for m in run_config(cfg)["methods"]}
     for key in (parse_method_spec(v).key for v in VARIANTS):
         info = rows[key]["diagnostics"]
         assert 0.0 <= rows[key]["accuracy"] <= 1.0

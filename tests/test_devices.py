@@ -12,10 +12,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import tiny_demo
+from helpers import run_config, tiny_demo
 from oneshotfl.devices import DeviceAudit
 from oneshotfl.encoders.pretrain import nt_xent
-from oneshotfl.runner.experiment import run_experiment
 
 HERE = str(Path(__file__).resolve().parent)
 
@@ -64,6 +63,6 @@ def test_the_demo_config_is_device_clean_at_a_tiny_budget(tmp_path: Path) -> Non
     few hundred images, audited from data to evaluation."""
     cfg = tiny_demo(tmp_path / "cache", dataset="digits", max_train=600, public_size=120)
     with DeviceAudit() as audit:
-        doc = run_experiment(cfg)
+        doc = run_config(cfg)
     assert audit.slips == [], "\n".join(map(str, audit.slips))
     assert all(m["clients_used"] for m in doc["methods"]), doc["methods"]

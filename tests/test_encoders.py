@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from helpers import prepare
+from helpers import check, prepare
 from oneshotfl.data.datasets import DATASETS
 from oneshotfl.data.types import TaskInfo
 from oneshotfl.encoders import EncoderError, build_encoder, parse_encoder_spec
@@ -18,7 +18,7 @@ from oneshotfl.encoders.sources import IMAGENET_MEAN, IMAGENET_STD, cached_weigh
 from oneshotfl.methods.common import client_embeddings
 from oneshotfl.protocol.contract import Method, Requires
 from oneshotfl.runner.config import ConfigError
-from oneshotfl.runner.engine import RequirementError
+from oneshotfl.runner.errors import RequirementError
 
 TASK = TaskInfo("digits", 10, 1, 8)
 
@@ -134,9 +134,9 @@ class NeedsEncoder(Method[Any]):
 def test_runner_builds_the_encoder_and_caches_embeddings(tiny_config: Any) -> None:
     setup = prepare(tiny_config(methods=["local"]))
     with pytest.raises(RequirementError, match="needs a shared frozen encoder"):
-        setup.check([("x", NeedsEncoder())])
+        check(setup, [("x", NeedsEncoder())])
     setup = prepare(tiny_config(methods=["local"], encoder="random:dim=8"))
-    setup.check([("x", NeedsEncoder())])
+    check(setup, [("x", NeedsEncoder())])
     ctx = setup.client_context(0)
     z = client_embeddings(ctx)
     assert z.shape == (len(ctx.data), 8) and (setup.store.misses, setup.store.hits) == (1, 0)

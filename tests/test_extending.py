@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import toys
-from helpers import prepare, registered, run_method
+from helpers import prepare, registered, run_config, run_method
 from oneshotfl.methods import build_method
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import (
@@ -25,8 +25,7 @@ from oneshotfl.protocol.contract import (
 )
 from oneshotfl.protocol.fields import model_fields
 from oneshotfl.runner.config import ConfigError
-from oneshotfl.runner.engine import QuorumError
-from oneshotfl.runner.experiment import run_experiment
+from oneshotfl.runner.errors import QuorumError
 from oneshotfl.training.services import train_model
 
 
@@ -46,7 +45,7 @@ def test_each_toy_method_fits_in_under_80_lines() -> None:
 def test_a_peer_method_runs_over_a_ring_with_bytes_per_edge(tiny_config: Any) -> None:
     with registered("toy_average", toys.NeighbourAverage):
         cfg = tiny_config(methods=["toy_average", "fedavg"], clients=4, graph="ring:k=1")
-        doc = run_experiment(cfg)
+        doc = run_config(cfg)
     peer, fedavg = doc["methods"]
     assert doc["graph"]["spec"] == "ring:k=1" and len(doc["graph"]["edges"]) == 8
     edges = peer["topology"]["edges"]
@@ -62,7 +61,7 @@ def test_a_peer_method_runs_over_a_ring_with_bytes_per_edge(tiny_config: Any) ->
 
 def test_over_a_complete_graph_every_peer_average_is_fedavg(tiny_config: Any) -> None:
     with registered("toy_average", toys.NeighbourAverage):
-        doc = run_experiment(tiny_config(methods=["toy_average", "fedavg"], graph="complete"))
+        doc = run_config(tiny_config(methods=["toy_average", "fedavg"], graph="complete"))
     peer, fedavg = doc["methods"]
     assert peer["client_accuracy"] == [fedavg["accuracy"]] * 3
 
@@ -72,7 +71,7 @@ def test_peer_ensemble_over_a_complete_graph_is_the_ensemble(tiny_config: Any) -
     method, star = build_method("peer_ensemble"), build_method("ensemble")
     payloads = {c: star.client_update(exp.client_context(c)) for c in range(3)}
     x = exp.data.test.x
-    want = star.aggregate(payloads, exp.server_context()).predict_proba(x, exp.device)  # type: ignore[union-attr]
+    want = star.aggregate(payloads, exp.server_view().server_context()).predict_proba(x, exp.device)  # type: ignore[union-attr]
     for c in range(3):
         others = {s: p for s, p in payloads.items() if s != c}
         got = method.aggregate_for(exp.client_context(c), others)
@@ -93,7 +92,7 @@ class BadSender(toys.NeighbourAverage):
 
 def test_a_bad_payload_is_refused_per_edge_and_the_others_go_on(tiny_config: Any) -> None:
     with registered("bad_sender", BadSender):
-        doc = run_experiment(tiny_config(methods=["bad_sender"], graph="complete"))
+        doc = run_config(tiny_config(methods=["bad_sender"], graph="complete"))
     result = doc["methods"][0]
     assert sorted(result["rejected"]) == ["1->0", "1->2"]
     assert "client 1" in result["rejected"]["1->0"] and "NaN" in result["rejected"]["1->0"]
@@ -104,7 +103,7 @@ def test_a_bad_payload_is_refused_per_edge_and_the_others_go_on(tiny_config: Any
         registered("bad_sender", BadSender),
         pytest.raises(QuorumError, match="expected at least 3"),
     ):
-        run_experiment(tiny_config(methods=["bad_sender"], graph="complete", min_clients=3))
+        run_config(tiny_config(methods=["bad_sender"], graph="complete", min_clients=3))
 
 
 class FailsOnClientTwo(toys.NeighbourAverage):
@@ -118,7 +117,7 @@ class FailsOnClientTwo(toys.NeighbourAverage):
 
 def test_a_failing_client_is_named_and_the_run_goes_on(tiny_config: Any) -> None:
     with registered("fails", FailsOnClientTwo):
-        doc = run_experiment(tiny_config(methods=["fails", "fedavg"], graph="complete"))
+        doc = run_config(tiny_config(methods=["fails", "fedavg"], graph="complete"))
     peer, fedavg = doc["methods"]
     assert "cannot train on this shard" in peer["no_reply"]["client 2"]
     assert peer["clients_used"] == [0, 1]  # a client whose update failed receives nothing
@@ -139,10 +138,10 @@ def test_a_peer_method_must_declare_its_topology() -> None:
 
 
 def test_star_runs_never_build_the_graph(tiny_config: Any) -> None:
-    doc = run_experiment(tiny_config(methods=["fedavg"], graph="random:degree=3"))  # n·D odd
+    doc = run_config(tiny_config(methods=["fedavg"], graph="random:degree=3"))  # n·D odd
     assert "graph" not in doc
     with pytest.raises(ConfigError, match="graph: graph 'random'"):
-        run_experiment(tiny_config(methods=["peer_ensemble"], graph="random:degree=3"))
+        run_config(tiny_config(methods=["peer_ensemble"], graph="random:degree=3"))
 
 
 @pytest.mark.parametrize(("model", "bn_layers"), [("mlp", 0), ("resnet8", 3 * 9)])

@@ -24,7 +24,7 @@ from oneshotfl.methods.fedkd import FedKDConfig, dequantize_levels, noisy_mean, 
 from oneshotfl.methods.fedkt import FedKTConfig, disjoint_parts, query_indices
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import PayloadError, task_dims, validate_payload
-from oneshotfl.runner.experiment import resolve_methods
+from oneshotfl.runner.checks import resolve_methods
 
 DIMS = task_dims(TaskInfo("digits", 10, 1, 8), 4)
 

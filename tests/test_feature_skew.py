@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
+from helpers import prepare
 from oneshotfl.data.feature_skew import PALETTE, RGB, Domains, Stats, build_feature_skew
 from oneshotfl.runner.config import ConfigError
-from oneshotfl.runner.experiment import Experiment
 
 
 def test_color_paints_each_client_in_its_own_colours(tiny_config: Any) -> None:
-    exp = Experiment.prepare(tiny_config(feature_skew="color", public_size=50))
+    exp = prepare(tiny_config(feature_skew="color", public_size=50))
     data = exp.data
     assert data.task.in_channels == 3 and data.test.x.shape[1] == 3
     assert data.public is not None and data.public.x.shape[1] == 3
@@ -26,7 +26,7 @@ def test_color_paints_each_client_in_its_own_colours(tiny_config: Any) -> None:
         t = ((pixels - bg) @ (fg - bg)) / float((fg - bg) @ (fg - bg))
         on_segment = bg + t.unsqueeze(1) * (fg - bg)
         assert torch.allclose(pixels, on_segment, atol=1e-5)
-    again = Experiment.prepare(tiny_config(feature_skew="color", public_size=50)).data
+    again = prepare(tiny_config(feature_skew="color", public_size=50)).data
     assert torch.equal(again.test.x, data.test.x)  # the test mixture is seeded
 
 
@@ -65,4 +65,4 @@ def test_a_bad_feature_skew_is_a_one_line_config_error(
     tiny_config: Any, spec: str, fragment: str
 ) -> None:
     with pytest.raises(ConfigError, match=fragment):
-        Experiment.prepare(tiny_config(feature_skew=spec))
+        prepare(tiny_config(feature_skew=spec))

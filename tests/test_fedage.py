@@ -9,17 +9,17 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import prepare, run_method
+from helpers import check, prepare, run_config, run_method
 from oneshotfl.functional import kl_to_student
 from oneshotfl.methods import build_method
-from oneshotfl.methods.fedage import FedAGEConfig
+from oneshotfl.methods.fedage_config import FedAGEConfig
 from oneshotfl.methods.fedage_server import kd_loss
 from oneshotfl.models import create_model
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.fields import model_fields
 from oneshotfl.protocol.spec import PayloadError, WireDims, validate_payload
-from oneshotfl.runner.engine import RequirementError
-from oneshotfl.runner.experiment import resolve_methods
+from oneshotfl.runner.checks import resolve_methods
+from oneshotfl.runner.errors import RequirementError
 
 DIMS = WireDims(10, 1, 8, 0, {"D": 16})
 
@@ -99,7 +99,7 @@ def test_payload_holds_latents_and_a_head_on_embeddings() -> None:
 def test_fedage_needs_the_encoder(tiny_config: Any) -> None:
     setup = prepare(tiny_config(methods=["fedage"]))
     with pytest.raises(RequirementError, match="shared frozen encoder"):
-        setup.check(resolve_methods(["fedage"]))
+        check(setup, resolve_methods(["fedage"]))
 
 
 def test_tiny_fedage_runs_learn_and_send_no_labels(tiny_config: Any) -> None:
@@ -126,7 +126,7 @@ def test_phase_schedule_and_phase_two_knobs(tiny_config: Any) -> None:
                 for c in setup.data.clients}  # fmt: skip
 
     def head(cfg: FedAGEConfig) -> dict[str, torch.Tensor]:
-        outcome = FedAGE(cfg).aggregate(payloads, setup.server_context())
+        outcome = FedAGE(cfg).aggregate(payloads, setup.server_view().server_context())
         return {k: v.clone() for k, v in outcome.model.head.state_dict().items()}
 
     def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
@@ -171,7 +171,6 @@ def test_head_baselines(tiny_config: Any) -> None:
 def test_local_dp_on_latents_and_the_privacy_report(tiny_config: Any, tmp_path: Any) -> None:
     from oneshotfl.methods.common import client_embeddings
     from oneshotfl.privacy import analytic_gaussian_sigma, clip_rows, latent_privacy_report
-    from oneshotfl.runner.experiment import run_experiment
     from oneshotfl.runner.results import write_result
 
     setup = prepare(tiny_config(methods=["fedage"], encoder="random:dim=32"))
@@ -196,7 +195,7 @@ def test_local_dp_on_latents_and_the_privacy_report(tiny_config: Any, tmp_path: 
     clean_head = FedAGEConfig(dp_epsilon=2.0, label_epsilon=1.0, head_source="clean")
     assert not latent_privacy_report(clean_head)["head"]["covered"]
 
-    doc = run_experiment(
+    doc = run_config(
         tiny_config(methods=["fedage:dp_epsilon=4", "head_ensemble"], encoder="random:dim=32")
     )
     write_result(tmp_path / "run", doc)
@@ -305,9 +304,8 @@ def test_the_clients_report_how_often_pseudo_labels_are_true(tiny_config: Any) -
         ],
         encoder="random:dim=16",
     )
-    from oneshotfl.runner.experiment import run_experiment
 
-    clean, private = run_experiment(cfg)["methods"]
+    clean, private = run_config(cfg)["methods"]
     agree = clean["client_facts"]["pseudo_label_agreement"]
     noisy = private["client_facts"]["pseudo_label_agreement"]
     assert len(agree) == 3 and all(0 <= a <= 1 for a in agree)

@@ -14,7 +14,7 @@ from oneshotfl.methods import build_method
 from oneshotfl.methods.fedcvae import FedCVAEConfig, allocate, elbo_loss
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import PayloadError, WireDims, validate_payload
-from oneshotfl.runner.experiment import resolve_methods
+from oneshotfl.runner.checks import resolve_methods
 
 
 def test_elbo_by_hand() -> None:

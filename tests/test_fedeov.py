@@ -14,12 +14,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from helpers import run_config
 from oneshotfl.data.partition import make_partitioner
 from oneshotfl.functional import abstention_weighted_ensemble
 from oneshotfl.methods.fedeov import FedEOVConfig, curriculum, stage_negatives
 from oneshotfl.methods.fedov import runner_up_unknown_loss
 from oneshotfl.models import create_model
-from oneshotfl.runner.experiment import run_experiment
 from oneshotfl.training.components import sign_gradient_steps
 from oneshotfl.training.negatives import corrupt, jigsaw, rotate_square
 from oneshotfl.training.pruning import MagnitudePruner, PruningSchedule
@@ -230,7 +230,7 @@ def open_set_config(tiny_config: Any) -> Any:
 
 
 def test_every_variant_runs_and_reports_what_it_is(tiny_config: Any) -> None:
-    doc = run_experiment(open_set_config(tiny_config))
+    doc = run_config(open_set_config(tiny_config))
     rows = {m["key"]: m for m in doc["methods"]}
     assert set(rows) == set(OPEN_SET)
     for row in rows.values():

@@ -95,7 +95,7 @@ def test_server_joins_the_vote_from_iteration_two(
         k: Payload({"probs": rng.dirichlet(np.ones(10), 100).astype(np.float32)}) for k in range(3)
     }
     method = build_method(f"fedol:iterations=3:server_vote={server_vote}")
-    outcome = method.aggregate(payloads, setup.server_context())
+    outcome = method.aggregate(payloads, setup.server_view().server_context())
     history = outcome.info["iterations"]  # type: ignore[union-attr]
     assert [h["sources"] for h in history] == sources
     assert [h["rho"] for h in history] == pytest.approx([0.1, 0.15, 0.2])

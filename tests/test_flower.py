@@ -18,7 +18,7 @@ from flwr.app import Array, ArrayRecord, Error, Message, RecordDict  # noqa: E40
 
 import toys  # noqa: E402
 from fakegrid import FakeGrid, Tamper, core, run_on_grid, task_identity  # noqa: E402, F401
-from helpers import prepare, registered  # noqa: E402
+from helpers import prepare, registered, run_config  # noqa: E402
 from oneshotfl.flower.messages import (  # noqa: E402
     PAYLOADS,
     REPLY,
@@ -29,6 +29,7 @@ from oneshotfl.flower.messages import (  # noqa: E402
     reply_content,
 )
 from oneshotfl.flower.node import (  # noqa: E402
+    NodeCache,
     NodeIdentity,
     node_identity,
     node_state,
@@ -37,14 +38,13 @@ from oneshotfl.flower.node import (  # noqa: E402
 from oneshotfl.flower.server import ServerSettings, run_server, send_and_receive  # noqa: E402
 from oneshotfl.payload import Payload, decode, encode  # noqa: E402
 from oneshotfl.runner.config import ConfigError  # noqa: E402
-from oneshotfl.runner.engine import QuorumError  # noqa: E402
-from oneshotfl.runner.experiment import run_experiment  # noqa: E402
+from oneshotfl.runner.errors import QuorumError  # noqa: E402
 from oneshotfl.runner.transport import ClientReply  # noqa: E402
 
 
 def test_flower_gives_the_local_simulation_result(tiny_config: Any, tmp_path: Path) -> None:
     cfg = tiny_config(methods=["local", "fedavg", "ensemble", "fedavg_rounds:rounds=2"])
-    local = run_experiment(cfg)
+    local = run_config(cfg)
     grid = FakeGrid(cfg.clients)
     # a cache of its own: the nodes train their models again rather than reuse the local ones
     flower = run_on_grid(
@@ -173,12 +173,12 @@ def test_a_malformed_reply_is_refused_with_a_clear_error(
 def test_a_node_holds_only_its_own_shard(tiny_config: Any) -> None:
     cfg = tiny_config()
     local = prepare(cfg)
-    state = node_state(cfg.to_dict(), NodeIdentity(partition_id=1, num_partitions=3))
-    (shard,) = state.experiment.data.clients
+    state = node_state(cfg.to_dict(), NodeIdentity(partition_id=1, num_partitions=3), NodeCache())
+    (shard,) = state.federation.data.clients
     assert shard.client_id == 1
     assert np.array_equal(shard.indices, local.data.clients[1].indices)
     with pytest.raises(ConfigError, match="num-partitions=4, but the experiment has clients=3"):
-        node_state(cfg.to_dict(), NodeIdentity(partition_id=1, num_partitions=4))
+        node_state(cfg.to_dict(), NodeIdentity(partition_id=1, num_partitions=4), NodeCache())
 
 
 def test_a_peer_method_is_relayed_and_equals_the_local_simulation(
@@ -186,7 +186,7 @@ def test_a_peer_method_is_relayed_and_equals_the_local_simulation(
 ) -> None:
     with registered("toy_average", toys.NeighbourAverage):
         cfg = tiny_config(methods=["peer_ensemble", "toy_average"], graph="ring:k=1", clients=4)
-        local = run_experiment(cfg)
+        local = run_config(cfg)
         grid = FakeGrid(cfg.clients)
         flower = run_on_grid(
             tmp_path, dataclasses.replace(cfg, cache_dir=str(tmp_path / "nodes")), grid
@@ -275,7 +275,7 @@ def test_the_open_set_methods_on_flower_equal_the_local_simulation(
     from test_fedeov import open_set_config  # fedov, fedeov and both variants, tiny
 
     cfg = open_set_config(tiny_config)
-    local = run_experiment(cfg)
+    local = run_config(cfg)
     nodes = dataclasses.replace(cfg, cache_dir=str(tmp_path / "nodes"))
     flower = run_on_grid(tmp_path, nodes, FakeGrid(cfg.clients))
     assert core(flower) == core(local)
@@ -286,12 +286,12 @@ def test_the_nodes_build_methods_with_the_runs_method_defaults(
     tiny_config: Any, tmp_path: Path
 ) -> None:
     cfg = tiny_config(methods=["fedprox"], method_defaults=["fedprox:mu=5.0"])
-    local = run_experiment(cfg)
+    local = run_config(cfg)
     nodes = dataclasses.replace(cfg, cache_dir=str(tmp_path / "nodes"))
     flower = run_on_grid(tmp_path, nodes, FakeGrid(cfg.clients))
     assert core(flower) == core(local)
     assert flower["methods"][0]["params"]["mu"] == 5.0
-    plain = run_experiment(tiny_config(methods=["fedprox"], cache_dir=str(tmp_path / "plain")))
+    plain = run_config(tiny_config(methods=["fedprox"], cache_dir=str(tmp_path / "plain")))
     assert core(plain) != core(local)  # the nodes did not fall back to mu's default
 
 
@@ -299,7 +299,7 @@ def test_a_feature_skewed_federation_on_flower_equals_the_local_simulation(
     tiny_config: Any, tmp_path: Path
 ) -> None:
     cfg = tiny_config(methods=["fedavg", "ensemble"], feature_skew="color")
-    local = run_experiment(cfg)
+    local = run_config(cfg)
     nodes = dataclasses.replace(cfg, cache_dir=str(tmp_path / "nodes"))
     flower = run_on_grid(tmp_path, nodes, FakeGrid(cfg.clients))
     assert core(flower) == core(local)
@@ -314,7 +314,7 @@ def test_the_data_free_methods_on_flower_equal_the_local_simulation(
     from test_ma_echo import VARIANTS as ECHO  # MA-Echo, both bias readings, tiny
 
     cfg = tiny_config(methods=[*VARIANTS, *DISTIL, *INVERT, *ECHO], public_size=100)
-    local = run_experiment(cfg)
+    local = run_config(cfg)
     nodes = dataclasses.replace(cfg, cache_dir=str(tmp_path / "nodes"))
     flower = run_on_grid(tmp_path, nodes, FakeGrid(cfg.clients))
     assert core(flower) == core(local)
@@ -324,7 +324,7 @@ def test_fol_on_flower_equals_the_local_simulation(tiny_config: Any, tmp_path: P
     from test_fol import FOL
 
     cfg = tiny_config(methods=[FOL], graph="ring", clients=4, val_fraction=0.2)
-    local = run_experiment(cfg)
+    local = run_config(cfg)
     nodes = dataclasses.replace(cfg, cache_dir=str(tmp_path / "nodes"))
     flower = run_on_grid(tmp_path, nodes, FakeGrid(cfg.clients))
     assert core(flower) == core(local)
@@ -369,7 +369,7 @@ def test_a_flower_node_loads_the_plugins_of_the_run(
     file = tmp_path / "mine_node.py"
     file.write_text(PLUGIN.format(name="mine_node"))
     cfg = tiny_config(methods=["mine_node"], plugins=[str(file)])
-    local = run_experiment(cfg)
+    local = run_config(cfg)
     grid = FakeGrid(cfg.clients)
     flower = run_on_grid(
         tmp_path, dataclasses.replace(cfg, cache_dir=str(tmp_path / "nodes")), grid

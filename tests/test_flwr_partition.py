@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from helpers import run_config
 from oneshotfl.data.partition import PartitionError, class_counts, make_partitioner
 from oneshotfl.runner.config import ConfigError
-from oneshotfl.runner.experiment import run_experiment
 
 pytestmark = pytest.mark.skipif(  # without importing it: a worker that only collects this file
     importlib.util.find_spec("flwr_datasets") is None, reason="needs the flwr-datasets extra"
@@ -93,14 +93,14 @@ def test_a_run_partitioned_by_flower_datasets(tiny_config: Any) -> None:
     cfg = tiny_config(
         methods=["fedavg"], partition="flwr:DirichletPartitioner:min_partition_size=5"
     )
-    doc = run_experiment(cfg)
-    ours = run_experiment(tiny_config(methods=["fedavg"]))  # our dirichlet assigns every example
+    doc = run_config(cfg)
+    ours = run_config(tiny_config(methods=["fedavg"]))  # our dirichlet assigns every example
     assert sum(r["train_size"] for r in doc["clients"]) == sum(
         r["train_size"] for r in ours["clients"]
     )
     assert doc["clients"] != ours["clients"]
     with pytest.raises(ConfigError, match="partition 'flwr:NoSuch'"):
-        run_experiment(tiny_config(methods=["fedavg"], partition="flwr:NoSuch"))
+        run_config(tiny_config(methods=["fedavg"], partition="flwr:NoSuch"))
     huge = "flwr:DirichletPartitioner:min_partition_size=100000"
     with pytest.raises(PartitionError):
-        run_experiment(tiny_config(methods=["fedavg"], partition=huge))
+        run_config(tiny_config(methods=["fedavg"], partition=huge))

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from helpers import prepare
+from helpers import prepare, run_config
 from oneshotfl.data.types import LabelledData
 from oneshotfl.methods import build_method
 from oneshotfl.methods.fol import Fol, FolConfig
@@ -25,8 +25,7 @@ from oneshotfl.methods.fol_stages import (
     weighted_logits,
 )
 from oneshotfl.models import create_model
-from oneshotfl.runner.engine import RequirementError
-from oneshotfl.runner.experiment import run_experiment
+from oneshotfl.runner.errors import RequirementError
 from oneshotfl.seeding import seeded_torch, torch_generator
 from oneshotfl.training.loop import TrainConfig
 from oneshotfl.training.services import train_model
@@ -144,7 +143,7 @@ def test_fol_personalises_every_client_from_models_only(tiny_config: Any, monkey
         val_fraction=0.2,
     )
     exp = prepare(cfg)
-    doc = run_experiment(cfg)
+    doc = run_config(cfg)
     fol = doc["methods"][1]
     assert fol["outcome"] == "Personalised" and fol["clients_used"] == [0, 1, 2, 3]
     for client, size, fields in seen:
@@ -162,10 +161,10 @@ def test_fol_personalises_every_client_from_models_only(tiny_config: Any, monkey
     an = doc["methods"][2]["diagnostics"]["0"]["rounds"]
     assert [len(r["met"]) for r in an] == [2, 0] and len(an[0]["top_k"]) == 3  # A: all; K=all
     assert "alignment" not in an[0]["aligned"]["1"]  # N: fine-tuned, not pruned
-    again = run_experiment(cfg)  # every stage is cached: identical results, nothing recomputed
+    again = run_config(cfg)  # every stage is cached: identical results, nothing recomputed
     assert again["methods"][1]["client_personal_accuracy"] == fol["client_personal_accuracy"]
     assert again["cache"]["misses"] == 0
-    changed = run_experiment(dataclasses.replace(cfg, methods=(FOL + ":gamma=0.5",)))
+    changed = run_config(dataclasses.replace(cfg, methods=(FOL + ":gamma=0.5",)))
     assert changed["cache"]["misses"] >= 8  # a new pruning strength: every alignment anew
 
 
@@ -200,7 +199,7 @@ def test_a_neighbour_that_fails_is_left_out_and_named(tiny_config: Any, monkeypa
 
     monkeypatch.setattr(Fol, "_aligned", failing)
     cfg = tiny_config(methods=["fol-a:kd_epochs=1"], graph="ring", clients=4, val_fraction=0.2)
-    fol = run_experiment(cfg)["methods"][0]
+    fol = run_config(cfg)["methods"][0]
     assert fol["clients_used"] == [0, 1, 2, 3]
     for receiver in (0, 2):
         diagnostics = fol["diagnostics"][str(receiver)]
@@ -223,7 +222,7 @@ def test_a_candidate_with_non_finite_outputs_is_never_chosen(tiny_config: Any) -
 
 def test_fol_needs_a_validation_split(tiny_config: Any) -> None:
     with pytest.raises(RequirementError, match="validation split"):
-        run_experiment(tiny_config(methods=["fol"], graph="ring", clients=3))
+        run_config(tiny_config(methods=["fol"], graph="ring", clients=3))
 
 
 def test_the_presets_are_fol_with_their_letters() -> None:

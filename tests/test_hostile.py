@@ -17,7 +17,7 @@ import torch
 from safetensors.numpy import save as st_save
 from typer.testing import CliRunner
 
-from helpers import prepare
+from helpers import check, prepare, run_config, run_over
 from oneshotfl.cli.main import app
 from oneshotfl.functional import client_weights
 from oneshotfl.methods import build_method
@@ -26,9 +26,10 @@ from oneshotfl.payload import Payload, WireError, encode
 from oneshotfl.protocol import wire
 from oneshotfl.protocol.fields import model_fields
 from oneshotfl.protocol.spec import PayloadError, WireDims
-from oneshotfl.runner import engine, results
+from oneshotfl.runner import results
 from oneshotfl.runner.config import ConfigError
-from oneshotfl.runner.experiment import Experiment
+from oneshotfl.runner.errors import RequirementError
+from oneshotfl.runner.federation import Federation
 from oneshotfl.runner.transport import ClientReply, LocalTransport, Missing
 
 SCALARS = "oneshotfl.scalars"
@@ -80,7 +81,7 @@ HOSTILE: dict[str, Callable[[], bytes]] = {
 class HostileClientOne(LocalTransport):
     """The in-process transport, with client 1's bytes replaced by ``data``."""
 
-    def __init__(self, experiment: Experiment, data: bytes) -> None:
+    def __init__(self, experiment: Federation, data: bytes) -> None:
         super().__init__(experiment)
         object.__setattr__(self, "data", data)
 
@@ -95,7 +96,7 @@ class HostileClientOne(LocalTransport):
 
 
 @pytest.fixture(scope="module")
-def federation(tmp_path_factory: pytest.TempPathFactory) -> Experiment:
+def federation(tmp_path_factory: pytest.TempPathFactory) -> Federation:
     from helpers import TINY
     from oneshotfl.runner.config import make_config
 
@@ -106,10 +107,10 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> Experiment:
 @pytest.mark.parametrize("kind", sorted(HOSTILE))
 @pytest.mark.parametrize("method", ["fedavg", "ensemble:weighting=size"])
 def test_a_hostile_client_is_refused_named_and_the_run_goes_on(
-    federation: Experiment, method: str, kind: str, caplog: pytest.LogCaptureFixture
+    federation: Federation, method: str, kind: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     transport = HostileClientOne(federation, HOSTILE[kind]())
-    result = engine.run_method(method, build_method(method), federation, transport).to_dict()
+    result = run_over(method, build_method(method), federation, transport).to_dict()
     assert result["clients_used"] == [0, 2]
     assert result["rejected"]["1"].startswith("client 1: ")
     assert 0.0 <= result["accuracy"] <= 1.0
@@ -117,7 +118,7 @@ def test_a_hostile_client_is_refused_named_and_the_run_goes_on(
 
 
 def test_oversize_bytes_are_refused_before_anything_is_decoded(
-    federation: Experiment, monkeypatch: pytest.MonkeyPatch
+    federation: Federation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[int] = []
     monkeypatch.setattr(wire, "decode", lambda data: calls.append(len(data)))
@@ -130,7 +131,7 @@ def test_oversize_bytes_are_refused_before_anything_is_decoded(
 
 
 def test_a_model_that_cannot_be_built_for_the_task_is_refused(
-    federation: Experiment, monkeypatch: pytest.MonkeyPatch
+    federation: Federation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from oneshotfl.protocol import spec as spec_module
 
@@ -190,11 +191,10 @@ def test_clipped_weighting_caps_an_over_reporting_client() -> None:
 
 
 def test_a_crash_while_writing_leaves_no_result_marker(
-    federation: Experiment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    federation: Federation, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from oneshotfl.runner.experiment import run_experiment
 
-    doc = run_experiment(dataclasses.replace(federation.cfg, methods=("fedavg",)))
+    doc = run_config(dataclasses.replace(federation.cfg, methods=("fedavg",)))
     real = results.write_csv
 
     def crash_on_local(path: Path, *args: Any) -> None:
@@ -217,8 +217,8 @@ def test_the_command_line_checks_its_paths_before_training(
 ) -> None:
     import oneshotfl.api as api
 
-    def no_training(cfg: Any, *args: Any, **kwargs: Any) -> Any:
-        Experiment.prepare(cfg)  # loads the data: a missing data root fails here
+    def no_training(plan: Any, *args: Any, **kwargs: Any) -> Any:
+        prepare(plan.cfg)  # loads the data: a missing data root fails here
         raise AssertionError("would train before checking the paths")
 
     monkeypatch.setattr(api, "run_experiment", no_training)  # what the command runs
@@ -262,9 +262,8 @@ def test_a_broken_encoder_file_is_a_clear_encoder_error(tmp_path: Path) -> None:
 def test_a_configured_bad_client_is_refused_named_and_the_run_goes_on(
     tiny_config: Any, attack: str
 ) -> None:
-    from oneshotfl.runner.experiment import run_experiment
 
-    doc = run_experiment(tiny_config(methods=["fedavg"], malicious=1, attack=attack))
+    doc = run_config(tiny_config(methods=["fedavg"], malicious=1, attack=attack))
     result = doc["methods"][0]
     assert result["clients_used"] == [1, 2]
     assert result["rejected"]["0"].startswith("client 0: ")
@@ -275,11 +274,10 @@ def test_several_attacks_are_dealt_out_to_the_malicious_clients_in_turn(
 ) -> None:
     """``a+b+c``: malicious client i follows attack i mod 3; each is refused and named with
     its own reason, the honest client is aggregated, and each client's row says its attack."""
-    from oneshotfl.runner.experiment import run_experiment
 
     mix = "garbage+oversize:mib=1+wrong_arch:arch=cnn"
     cfg = tiny_config(methods=["fedavg"], clients=4, malicious=3, attack=mix, min_clients=1)
-    doc = run_experiment(cfg)
+    doc = run_config(cfg)
     result = doc["methods"][0]
     assert result["clients_used"] == [3]
     assert "expected shape" in result["rejected"]["0"]
@@ -311,5 +309,5 @@ def test_an_attack_of_the_mix_that_cannot_act_is_named_before_training(tiny_conf
     """``wrong_predictions`` cannot act on FedAvg's model payload: the check names that
     attack of the mix, not the whole setting."""
     exp = prepare(tiny_config(malicious=2, attack="garbage+wrong_predictions"))
-    with pytest.raises(engine.RequirementError, match="attack 'wrong_predictions'"):
-        exp.check([("fedavg", build_method("fedavg"))])
+    with pytest.raises(RequirementError, match="attack 'wrong_predictions'"):
+        check(exp, [("fedavg", build_method("fedavg"))])

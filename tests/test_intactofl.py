@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from helpers import prepare, run_config
 from oneshotfl.data.types import TaskInfo
 from oneshotfl.functional import (
     cv_squared,
@@ -28,7 +29,6 @@ from oneshotfl.methods.intactofl import (
     synthesis_config,
 )
 from oneshotfl.models.generator import ImageGenerator
-from oneshotfl.runner.experiment import Experiment, run_experiment
 from oneshotfl.training.synthesis import synthesise
 from oneshotfl.training.synthesis_terms import BatchNormStatistics
 
@@ -184,15 +184,15 @@ def test_the_runner_hands_the_server_no_public_pool(
 
     monkeypatch.setattr(IntactOFL, "aggregate", spy)
     cfg = tiny_config(public_size=100, methods=[VARIANTS[0]])
-    assert Experiment.prepare(cfg).data.public is not None  # the federation has a pool
+    assert prepare(cfg).data.public is not None  # the federation has a pool
     assert build_method(VARIANTS[0]).requires.data_free
-    run_experiment(cfg)
+    run_config(cfg)
     assert seen == [None]  # ... and the data-free server never received it
 
 
 def test_every_variant_runs_and_reports_its_costs(tiny_config: Any) -> None:
     methods = ["ensemble", "ensemble:combine=logits", *VARIANTS]
-    doc = run_experiment(tiny_config(methods=methods, model="cnn,mlp,cnn"))
+    doc = run_config(tiny_config(methods=methods, model="cnn,mlp,cnn"))
     rows = {m["key"]: m for m in doc["methods"]}
     for key in (parse_method_spec(v).key for v in VARIANTS):
         info = rows[key]["diagnostics"]

@@ -10,11 +10,11 @@ import pytest
 import torch
 from torch import nn
 
+from helpers import run_config
 from oneshotfl.functional import total_variation_l2
 from oneshotfl.methods import parse_method_spec
 from oneshotfl.methods.inversion import DAFL, DeepInversion, FADIConfig, FDAFLConfig, InputBatch
 from oneshotfl.models import create_model
-from oneshotfl.runner.experiment import run_experiment
 from oneshotfl.training.synthesis_terms import BatchNormStatistics
 
 VARIANTS = [
@@ -79,7 +79,7 @@ def test_dafl_entropy_term_rewards_balanced_predictions() -> None:
 
 def test_every_variant_runs_data_free(tiny_config: Any) -> None:
     cfg = tiny_config(methods=VARIANTS, model="cnn,mlp,cnn", server_model="mlp")
-    rows = {m["key"]: m for m in run_experiment(cfg)["methods"]}
+    rows = {m["key"]: m for m in run_config(cfg)["methods"]}
     for key in (parse_method_spec(v).key for v in VARIANTS):
         assert 0.0 <= rows[key]["accuracy"] <= 1.0
         assert rows[key]["diagnostics"]["student_arch"] == "mlp"

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import torch
 
+from helpers import prepare, run_config
 from oneshotfl.functional import ma_echo_consensus_step, projection_update
 from oneshotfl.methods import build_method, parse_method_spec
 from oneshotfl.methods.ma_echo import MAEcho, _class_split_average, client_projections
@@ -15,7 +16,6 @@ from oneshotfl.methods.ma_echo import MAEchoConfig as Config
 from oneshotfl.models import create_model
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import PayloadError, task_dims, validate_payload
-from oneshotfl.runner.experiment import Experiment, run_experiment
 from oneshotfl.training.services import train_model
 
 VARIANTS = ["ma_echo:iterations=3", "ma_echo:iterations=3:bias=average:normalise=true"]
@@ -63,7 +63,7 @@ def test_class_split_average_by_hand() -> None:
 
 
 def test_the_payload_spec_bounds_every_projection(tiny_config: Any) -> None:
-    exp = Experiment.prepare(tiny_config(methods=[VARIANTS[0]]))
+    exp = prepare(tiny_config(methods=[VARIANTS[0]]))
     method = build_method(VARIANTS[0])
     payload = method.client_update(exp.client_context(0))
     spec = method.payload_spec(exp.dims)
@@ -77,13 +77,13 @@ def test_the_payload_spec_bounds_every_projection(tiny_config: Any) -> None:
 
 
 def test_one_client_gets_its_own_model_back(tiny_config: Any) -> None:
-    exp = Experiment.prepare(tiny_config(methods=[VARIANTS[0]]))
+    exp = prepare(tiny_config(methods=[VARIANTS[0]]))
     method = build_method(VARIANTS[0])
     assert isinstance(method, MAEcho)
     ctx = exp.client_context(0)
     payload = method.client_update(ctx)
     own = train_model(ctx, ctx.recipe()).state_dict()
-    got = method.aggregate({0: payload}, exp.server_context(method.requires)).model  # type: ignore[union-attr]
+    got = method.aggregate({0: payload}, exp.server_view().server_context(method.requires)).model  # type: ignore[union-attr]
     assert all(torch.allclose(own[k].cpu(), v, atol=1e-5) for k, v in got.state_dict().items())
 
 
@@ -95,6 +95,6 @@ def test_projections_of_a_convolution_have_its_patch_width() -> None:
 
 
 def test_every_variant_runs(tiny_config: Any) -> None:
-    rows = {m["key"]: m for m in run_experiment(tiny_config(methods=VARIANTS))["methods"]}
+    rows = {m["key"]: m for m in run_config(tiny_config(methods=VARIANTS))["methods"]}
     for key in (parse_method_spec(v).key for v in VARIANTS):
         assert 0.0 <= rows[key]["accuracy"] <= 1.0

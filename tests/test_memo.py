@@ -66,12 +66,12 @@ def test_models_that_differ_are_each_run_under_the_memo() -> None:
 def test_a_run_evaluates_the_shared_client_models_once(
     tiny_config: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from oneshotfl.runner.experiment import run_experiment
+    from helpers import run_config
 
     methods = ["local", "ensemble", "ensemble:combine=logits", "fedavg"]
     with caplog.at_level(logging.DEBUG, logger="oneshotfl.runner.experiment"):
         cfg = tiny_config(methods=methods, workers=1)  # every client step in this process
-        run_experiment(cfg)
+        run_config(cfg)
     line = next(r.getMessage() for r in caplog.records if "test logits" in r.getMessage())
     run, memoised = (int(w) for w in line.split() if w.isdigit())
     clients = cfg.clients

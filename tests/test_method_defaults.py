@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import yaml
 
+from helpers import run_config
 from oneshotfl.runner.checks import resolve_methods
 from oneshotfl.runner.compare import config_differences
 from oneshotfl.runner.config import ConfigError, make_config
-from oneshotfl.runner.experiment import run_experiment
 from oneshotfl.runner.results import recorded_config
 from oneshotfl.runner.sweep import load_sweep
 
@@ -52,11 +52,11 @@ def test_bad_defaults_are_one_line_errors(defaults: list[str], fragment: str) ->
 
 
 def test_a_run_with_defaults_equals_the_run_with_the_knob_in_its_spec(tiny_config: Any) -> None:
-    pinned = run_experiment(
+    pinned = run_config(
         tiny_config(methods=["ensemble"], method_defaults="ensemble:combine=logits")
     )
-    spelled = run_experiment(tiny_config(methods=["ensemble:combine=logits"]))
-    plain = run_experiment(tiny_config(methods=["ensemble"]))
+    spelled = run_config(tiny_config(methods=["ensemble:combine=logits"]))
+    plain = run_config(tiny_config(methods=["ensemble"]))
     assert pinned["methods"][0]["key"] == "ensemble"
     assert pinned["methods"][0]["params"] == spelled["methods"][0]["params"]
     assert pinned["methods"][0]["params"] != plain["methods"][0]["params"]

@@ -16,10 +16,9 @@ import pytest
 import torch
 from PIL import Image
 
-from helpers import prepare
+from helpers import prepare, run_config
 from oneshotfl.runner.config import ConfigError
-from oneshotfl.runner.experiment import Experiment, run_experiment
-from oneshotfl.runner.transport import ShardReport, shard_problem
+from oneshotfl.runner.ledger import ShardReport, shard_problem
 
 flwr = pytest.importorskip("flwr")
 
@@ -33,7 +32,7 @@ from oneshotfl.flower.messages import (  # noqa: E402
     read_shard,
     reply_content,
 )
-from oneshotfl.flower.node import NodeIdentity, node_identity, node_state  # noqa: E402
+from oneshotfl.flower.node import NodeCache, NodeIdentity, node_identity, node_state  # noqa: E402
 from oneshotfl.runner.transport import ClientReply  # noqa: E402
 
 
@@ -100,7 +99,7 @@ def test_in_simulation_the_reports_are_the_clients_shards(
     tiny_config: Any,
 ) -> None:
     cfg = tiny_config(methods=["fedavg", "local"])
-    doc = run_experiment(cfg)
+    doc = run_config(cfg)
     exp = prepare(cfg)
     for row, shard in zip(doc["clients"], exp.data.clients, strict=True):
         assert row["train_size"] == len(shard.train)
@@ -184,11 +183,11 @@ def test_a_node_brings_its_own_image_folder_with_labels_by_class_name(
             Image.new("L", (8, 8), 40 * i).save(root / name / f"{i}.png")
     cfg = tiny_config(methods=["fedavg"])
     spec = f"folder:path={root}:size=8:channels=1:mean=0.3:std=0.38"
-    state = node_state(cfg.to_dict(), NodeIdentity(1, dataset=spec))
-    shard = state.experiment.data.shard(1)
+    state = node_state(cfg.to_dict(), NodeIdentity(1, dataset=spec), NodeCache())
+    shard = state.federation.data.shard(1)
     assert len(shard.train) == 8 and shard.val is None
     assert torch.bincount(shard.train.y, minlength=10).tolist() == [0, 0, 5] + [0] * 4 + [3, 0, 0]
-    report = state.experiment.shard_report(1)
+    report = state.federation.shard_report(1)
     assert report == ShardReport(8, 0, (0, 0, 5, 0, 0, 0, 0, 3, 0, 0))
 
 
@@ -211,24 +210,24 @@ def test_a_node_dataset_that_does_not_fit_the_task_is_a_one_line_config_error(
     }
     for spec, message in cases.items():
         with pytest.raises(ConfigError, match=re.escape(message)):
-            node_state(cfg.to_dict(), NodeIdentity(0, dataset=spec))
+            node_state(cfg.to_dict(), NodeIdentity(0, dataset=spec), NodeCache())
     many = digits_npz(tmp_path / "many.npz", (0, 1, 2, 3, 4), per_class=160)
     small = tiny_config(methods=["fedavg"], max_client_examples=700)
     with pytest.raises(ConfigError, match=r"at most N_max = 700 examples .*got 800"):
-        node_state(small.to_dict(), NodeIdentity(0, dataset=many))
+        node_state(small.to_dict(), NodeIdentity(0, dataset=many), NodeCache())
     skewed = tiny_config(methods=["fedavg"], feature_skew="rotation")
     with pytest.raises(ConfigError, match="feature_skew"):
-        node_state(skewed.to_dict(), NodeIdentity(0, dataset=many))
+        node_state(skewed.to_dict(), NodeIdentity(0, dataset=many), NodeCache())
     for bad in ("digits", 3, "npz:size=3"):
         with pytest.raises(ConfigError, match="node config"):
             node_identity({"partition-id": 0, "dataset": bad})
 
 
 def test_max_client_examples_is_n_max_and_must_hold_every_client(tiny_config: Any) -> None:
-    exp = Experiment.prepare(tiny_config(max_client_examples=5000))
+    exp = prepare(tiny_config(max_client_examples=5000))
     assert exp.train_pool == 5000 and exp.dims.max_examples == 5000
     with pytest.raises(ConfigError, match="largest client's"):
-        Experiment.prepare(tiny_config(max_client_examples=10))
+        prepare(tiny_config(max_client_examples=10))
     with pytest.raises(ConfigError, match="max_client_examples"):
         tiny_config(max_client_examples=-1)
-    assert json.dumps(run_experiment(tiny_config(methods=["fedavg"]))["clients"])
+    assert json.dumps(run_config(tiny_config(methods=["fedavg"]))["clients"])

@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from helpers import run_config
 from oneshotfl import plugins
 from oneshotfl.cli.main import app
 from oneshotfl.methods import METHODS
 from oneshotfl.models import MODELS
 from oneshotfl.runner.compare import result_differences
 from oneshotfl.runner.config import ConfigError
-from oneshotfl.runner.experiment import run_experiment
 
 runner = CliRunner()
 
@@ -84,7 +84,7 @@ def test_a_plugin_module_reaches_the_worker_processes(
     (tmp_path / "my_plugin_pool.py").write_text(PLUGIN.format(name="mine_pool"))
     monkeypatch.syspath_prepend(str(tmp_path))
     cfg = tiny_config(clients=3, methods=["mine_pool", "fedavg"], plugins=["my_plugin_pool"])
-    doc = run_experiment(dataclasses.replace(cfg, workers=2))
+    doc = run_config(dataclasses.replace(cfg, workers=2))
     rows = {m["key"]: m for m in doc["methods"]}
     assert "no_reply" not in rows["mine_pool"]
     assert rows["mine_pool"]["accuracy"] == rows["fedavg"]["accuracy"]
@@ -104,7 +104,7 @@ def test_a_plugin_file_reaches_forkserver_workers_and_the_result_is_the_same(
         clients=3, methods=["mine_server", "head_avg"], plugins=[str(file)], client_threads=2,
         encoder="mine_encoder",
     )  # fmt: skip
-    one, two = (run_experiment(dataclasses.replace(cfg, workers=w)) for w in (1, 2))
+    one, two = (run_config(dataclasses.replace(cfg, workers=w)) for w in (1, 2))
     assert [m.get("no_reply") for m in two["methods"]] == [None, None]
     assert result_differences(one, two) == []
 
@@ -134,7 +134,7 @@ def test_an_installed_entry_point_registers_under_its_name(
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     plugins._scanned.clear()
-    doc = run_experiment(tiny_config(methods=["mine_entry"], model="tiny_mlp"))
+    doc = run_config(tiny_config(methods=["mine_entry"], model="tiny_mlp"))
     assert "mine_entry" in METHODS and "tiny_mlp" in MODELS
     assert doc["clients"][0]["arch"] == "tiny_mlp" and 0.0 <= doc["methods"][0]["accuracy"] <= 1
 

@@ -12,14 +12,13 @@ from typing import Any
 import pytest
 import torch
 
-from helpers import registered
+from helpers import registered, run_config
 from oneshotfl.methods.fedavg import FedAvg
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, ServerContext
 from oneshotfl.protocol.outcome import Outcome
 from oneshotfl.runner import pool
 from oneshotfl.runner.compare import result_differences
-from oneshotfl.runner.experiment import run_experiment
 from oneshotfl.runner.pool import resolve_workers, start_method
 
 METHODS = [
@@ -40,7 +39,7 @@ def test_results_are_bit_identical_for_any_number_of_workers(tiny_config: Any) -
             clients=4, methods=METHODS, workers=workers, val_fraction=0.2, local_epochs=2,
             cache_dir="",
         )  # fmt: skip
-        docs[workers] = run_experiment(cfg)
+        docs[workers] = run_config(cfg)
     for workers in (2, 3):
         assert result_differences(docs[1], docs[workers]) == []
         assert docs[workers]["cache"] == docs[1]["cache"]  # the workers' hits are counted
@@ -75,7 +74,7 @@ PARENT = os.getpid()
 
 def test_a_client_that_fails_in_a_worker_is_named_and_the_run_goes_on(tiny_config: Any) -> None:
     with registered("fails_on_one", FailsOnClientOne):
-        doc = run_experiment(tiny_config(clients=4, methods=["fails_on_one", "fedavg"], workers=2))
+        doc = run_config(tiny_config(clients=4, methods=["fails_on_one", "fedavg"], workers=2))
     failed, plain = doc["methods"]
     assert "client one's disk is full" in failed["no_reply"]["client 1"]
     assert set(failed["no_reply"]) == {"client 1"} and 0.0 <= failed["accuracy"] <= 1.0
@@ -84,7 +83,7 @@ def test_a_client_that_fails_in_a_worker_is_named_and_the_run_goes_on(tiny_confi
 
 def test_a_worker_that_dies_names_its_clients_and_is_replaced(tiny_config: Any) -> None:
     with registered("dies_on_one", DiesOnClientOne):
-        doc = run_experiment(tiny_config(clients=4, methods=["dies_on_one", "fedavg"], workers=2))
+        doc = run_config(tiny_config(clients=4, methods=["dies_on_one", "fedavg"], workers=2))
     died, plain = doc["methods"]
     assert "BrokenProcessPool" in died["no_reply"]["client 1"]
     assert "client 0" not in died["no_reply"] and "client 2" not in died["no_reply"]
@@ -101,7 +100,7 @@ def test_a_method_that_cannot_be_sent_to_a_worker_runs_in_process(
             return super().aggregate(payloads, ctx)
 
     with registered("local_class", Local):
-        doc = run_experiment(tiny_config(clients=3, methods=["local_class", "fedavg"], workers=2))
+        doc = run_config(tiny_config(clients=3, methods=["local_class", "fedavg"], workers=2))
     assert [m.get("no_reply") for m in doc["methods"]] == [None, None]
     assert doc["methods"][0]["accuracy"] == doc["methods"][1]["accuracy"]
     assert "cannot be sent to worker processes" in caplog.text
@@ -167,12 +166,12 @@ def test_workers_are_not_forked_where_torch_sees_a_gpu(
         "cache_dir": "",
         "client_threads": 1,
     }
-    alone = run_experiment(tiny_config(**settings))
+    alone = run_config(tiny_config(**settings))
     assert start_method(1) == "fork" or not hasattr(os, "fork") or torch.cuda.is_available()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(pool.multiprocessing, "get_context", spy)
     assert start_method(1) != "fork" and start_method(None) != "fork"
-    doc = run_experiment(tiny_config(**settings, workers=2))
+    doc = run_config(tiny_config(**settings, workers=2))
     assert asked and "fork" not in asked, asked
     assert all(m["clients_used"] == [0, 1, 2] for m in doc["methods"])
     assert result_differences(alone, doc) == []

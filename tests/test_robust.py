@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import TINY, prepare
+from helpers import TINY, prepare, run_config, run_over
 from oneshotfl.methods import build_method
 from oneshotfl.payload import Payload, decode, encode
 from oneshotfl.robust import (
@@ -20,9 +20,8 @@ from oneshotfl.robust import (
     robust_probability_mean,
     trimmed_mean,
 )
-from oneshotfl.runner import engine
 from oneshotfl.runner.config import make_config
-from oneshotfl.runner.experiment import Experiment, run_experiment
+from oneshotfl.runner.federation import Federation
 from oneshotfl.runner.transport import ClientReply, LocalTransport, Missing
 
 
@@ -92,7 +91,7 @@ class ScaledClientOne(LocalTransport):
 
 
 @pytest.fixture(scope="module")
-def five(tmp_path_factory: pytest.TempPathFactory) -> Experiment:
+def five(tmp_path_factory: pytest.TempPathFactory) -> Federation:
     cache = tmp_path_factory.mktemp("cache")
     # PyTorch's initialisation: with He's, biases start at 0 and stay small after an epoch, so
     # the MLP is nearly positively homogeneous — a model scaled by 50 keeps its predictions and
@@ -101,8 +100,8 @@ def five(tmp_path_factory: pytest.TempPathFactory) -> Experiment:
     return prepare(make_config(values))
 
 
-def accuracy(exp: Experiment, method: str, transport: LocalTransport) -> float:
-    return float(engine.run_method(method, build_method(method), exp, transport).accuracy)
+def accuracy(exp: Federation, method: str, transport: LocalTransport) -> float:
+    return float(run_over(method, build_method(method), exp, transport).accuracy)
 
 
 @pytest.mark.parametrize(
@@ -110,7 +109,7 @@ def accuracy(exp: Experiment, method: str, transport: LocalTransport) -> float:
     [("fedavg", ("median", "trimmed_mean", "norm_clip")), ("ensemble", ("median", "trimmed_mean"))],
 )
 def test_robust_modes_withstand_a_scaled_model(
-    five: Experiment, method: str, modes: tuple[str, ...]
+    five: Federation, method: str, modes: tuple[str, ...]
 ) -> None:
     clean = accuracy(five, method, LocalTransport(five))
     attacked = accuracy(five, method, ScaledClientOne(five))
@@ -190,8 +189,8 @@ def test_a_configured_scaling_attacker_and_the_robust_mode(tiny_config: Any) -> 
         "methods": ["fedavg", "fedavg:aggregation=median"],
         "init": "torch",  # a scaled model that breaks the mean (see the fixture `five`)
     }
-    clean = run_experiment(tiny_config(**overrides))
-    attacked = run_experiment(tiny_config(**overrides, malicious=1, attack="scale:factor=50"))
+    clean = run_config(tiny_config(**overrides))
+    attacked = run_config(tiny_config(**overrides, malicious=1, attack="scale:factor=50"))
     acc = {
         doc_id: {m["key"]: m["accuracy"] for m in d["methods"]}
         for doc_id, d in (("clean", clean), ("attacked", attacked))
@@ -205,9 +204,7 @@ def test_a_configured_scaling_attacker_and_the_robust_mode(tiny_config: Any) -> 
 def test_an_over_reporting_attacker_is_capped_by_clipped_weighting(tiny_config: Any) -> None:
     overrides = {"clients": 5, "partition": "iid", "local_epochs": 3}
     methods = ["fedavg:weighting=size", "fedavg:weighting=clipped"]
-    doc = run_experiment(
-        tiny_config(**overrides, methods=methods, malicious=1, attack="over_report")
-    )
+    doc = run_config(tiny_config(**overrides, methods=methods, malicious=1, attack="over_report"))
     exp = prepare(tiny_config(**overrides))
     claims = [len(exp.client_context(c).data) for c in range(5)]
     weights = {m["key"]: m["diagnostics"].get("weights") for m in doc["methods"]}
@@ -219,19 +216,19 @@ def test_an_over_reporting_attacker_is_capped_by_clipped_weighting(tiny_config: 
 def test_an_attack_that_does_not_fit_the_payload_is_refused_before_training(
     tiny_config: Any,
 ) -> None:
-    from oneshotfl.runner.engine import RequirementError
+    from oneshotfl.runner.errors import RequirementError
 
     for method, attack in (("fedavg", "wrong_predictions"), ("feddf:form=predictions", "scale")):
         cfg = tiny_config(methods=[method], malicious=1, attack=attack, public_size=50)
         with pytest.raises(RequirementError, match=f"attack '{attack}' needs"):
-            run_experiment(dataclasses.replace(cfg, server_model="mlp"))
+            run_config(dataclasses.replace(cfg, server_model="mlp"))
 
 
 def test_fedol_leaves_out_the_clients_the_others_contradict(tiny_config: Any) -> None:
     methods = ["fedol:iterations=2", "fedol:iterations=2:trust=agreement"]
     overrides = {"clients": 5, "partition": "iid", "public_size": 200, "server_model": "mlp"}
     overrides |= {"local_epochs": 10, "methods": methods}
-    doc = run_experiment(tiny_config(**overrides, malicious=1, attack="wrong_predictions"))
+    doc = run_config(tiny_config(**overrides, malicious=1, attack="wrong_predictions"))
     plain, guarded = doc["methods"]
     assert guarded["diagnostics"]["untrusted"] == [0]
     assert guarded["accuracy"] > plain["accuracy"]

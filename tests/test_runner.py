@@ -10,14 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import prepare, run_method
+from helpers import prepare, run_config, run_method
 from oneshotfl.methods.fedavg import FedAvg
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, ServerContext
 from oneshotfl.protocol.outcome import Outcome
 from oneshotfl.runner.config import ConfigError
-from oneshotfl.runner.engine import QuorumError, RequirementError
-from oneshotfl.runner.experiment import run_experiment
+from oneshotfl.runner.errors import QuorumError, RequirementError
 
 STABLE = ("accuracy", "personal_accuracy", "upload_bytes_per_client")
 
@@ -29,22 +28,22 @@ def summary(doc: dict[str, Any]) -> list[tuple[Any, ...]]:
 def test_same_config_gives_identical_results_with_and_without_cache(
     tiny_config: Any, tmp_path: Any
 ) -> None:
-    first = run_experiment(tiny_config())
+    first = run_config(tiny_config())
     assert first["cache"]["misses"] > 0
-    cached = run_experiment(tiny_config())
+    cached = run_config(tiny_config())
     assert cached["cache"]["misses"] == 0 and cached["cache"]["hits"] > 0
-    fresh = run_experiment(tiny_config(cache_dir=str(tmp_path / "other")))
+    fresh = run_config(tiny_config(cache_dir=str(tmp_path / "other")))
     assert summary(first) == summary(cached) == summary(fresh)
 
 
 def test_methods_share_one_training_of_each_client(tiny_config: Any) -> None:
-    doc = run_experiment(tiny_config(methods=["local", "fedavg", "ensemble"]))
+    doc = run_config(tiny_config(methods=["local", "fedavg", "ensemble"]))
     # 3 clients trained once (3 misses); the other two methods and the client stats hit.
     assert doc["cache"]["misses"] == 3
 
 
 def test_result_document_holds_what_users_need(tiny_config: Any) -> None:
-    doc = run_experiment(tiny_config())
+    doc = run_config(tiny_config())
     assert doc["config"]["dataset"] == "digits"
     assert [c["client"] for c in doc["clients"]] == [0, 1, 2]
     for client in doc["clients"]:
@@ -93,7 +92,7 @@ def test_public_pool_is_disjoint_from_clients_and_unlabelled(tiny_config: Any) -
 def test_requirements_are_checked_before_any_training(tiny_config: Any) -> None:
     cfg = tiny_config(model="mlp,cnn", methods=["ensemble", "fedavg"])
     with pytest.raises(RequirementError, match="identical client architectures"):
-        run_experiment(cfg)
+        run_config(cfg)
     assert not any(p.suffix == ".safetensors" for p in _cache_files(cfg.cache_dir))
 
 
@@ -148,24 +147,24 @@ def test_bad_names_fail_before_training(
     tiny_config: Any, overrides: dict[str, Any], fragment: str
 ) -> None:
     with pytest.raises(ConfigError, match=fragment):
-        run_experiment(tiny_config(**overrides))
+        run_config(tiny_config(**overrides))
 
 
 def test_training_does_not_touch_global_torch_rng(tiny_config: Any) -> None:
     torch.manual_seed(123)
     expected = torch.rand(3)
     torch.manual_seed(123)
-    run_experiment(tiny_config(methods=["fedavg"]))
+    run_config(tiny_config(methods=["fedavg"]))
     torch.testing.assert_close(torch.rand(3), expected)
 
 
 def test_a_run_trains_only_what_its_methods_need(tiny_config: Any) -> None:
     # FedProx trains its proximal models and nothing else: no plain local model per client
-    prox = run_experiment(tiny_config(methods=["fedprox"]))
+    prox = run_config(tiny_config(methods=["fedprox"]))
     assert prox["cache"]["misses"] == 3
     (method,) = prox["methods"]
     assert len(method["local_test_accuracy"]) == 3  # the FedProx models' own accuracies
-    both = run_experiment(tiny_config(methods=["fedprox", "local"]))
+    both = run_config(tiny_config(methods=["fedprox", "local"]))
     by_key = {m["key"]: m for m in both["methods"]}
     assert by_key["fedprox"]["local_test_accuracy"] == method["local_test_accuracy"]
     assert by_key["local"]["local_test_accuracy"] != method["local_test_accuracy"]
@@ -173,9 +172,7 @@ def test_a_run_trains_only_what_its_methods_need(tiny_config: Any) -> None:
 
 def test_an_encoder_only_run_trains_no_full_client_model(tiny_config: Any, tmp_path: Path) -> None:
     cache = tmp_path / "enc-cache"
-    doc = run_experiment(
-        tiny_config(methods=["fedage"], encoder="random:dim=16", cache_dir=str(cache))
-    )
+    doc = run_config(tiny_config(methods=["fedage"], encoder="random:dim=16", cache_dir=str(cache)))
     assert not (cache / "local_model").exists()
     assert {p.name for p in cache.iterdir()} == {"embeddings", "head"}
     local = doc["methods"][0]["local_test_accuracy"]  # the clients' heads on the encoder
@@ -185,7 +182,7 @@ def test_an_encoder_only_run_trains_no_full_client_model(tiny_config: Any, tmp_p
 def test_every_party_bounds_self_reported_counts_by_the_same_n_max(tiny_config: Any) -> None:
     exp = prepare(tiny_config(clients=4, graph="ring"))
     assert exp.train_pool > 0
-    assert exp.server_context().dims.max_examples == exp.train_pool
+    assert exp.server_view().server_context().dims.max_examples == exp.train_pool
     assert exp.client_context(1).dims.max_examples == exp.train_pool
     receiver = exp.receiver_context(1)
     assert receiver.neighbours == (0, 2) and receiver.topology_seed == exp.cfg.data_seed
@@ -197,7 +194,7 @@ def test_client_time_does_not_depend_on_the_order_methods_ran_in(tiny_config: An
     from oneshotfl.runner.accounting import attribute_client_time
     from oneshotfl.runner.results import MethodResult
 
-    doc = run_experiment(tiny_config(methods=["local", "fedavg", "fedprox"], clients=2))
+    doc = run_config(tiny_config(methods=["local", "fedavg", "fedprox"], clients=2))
     base = {m["key"]: MethodResult.from_dict(m) for m in doc["methods"]}
     shared = [{"local_model:a0": 4.0}, {"local_model:a1": 4.0}]  # per client; local, fedavg
     # local ran first and trained it (made now); fedavg loaded it; fedprox trained its own

@@ -14,6 +14,7 @@ import torch
 from PIL import Image
 from typer.testing import CliRunner
 
+from helpers import run_config
 from oneshotfl.cli.main import app
 from oneshotfl.data.datasets import DatasetFormatError, DatasetNotFoundError, load_dataset
 from oneshotfl.data.feature_skew import Stats, dataset_stats
@@ -25,7 +26,6 @@ from oneshotfl.data.user import (
     is_user_spec,
 )
 from oneshotfl.runner.config import ConfigError, load_config, make_config
-from oneshotfl.runner.experiment import run_experiment
 from oneshotfl.runner.sweep import parse_sweep
 
 
@@ -319,16 +319,14 @@ def test_run_on_npz_and_folder(tmp_path: Path, tiny_config: Callable[..., Any]) 
     y = np.arange(300) % 3
     x = np.clip(rng.random((300, 8, 8)) * 0.5 + y[:, None, None] * 0.25, 0, 1).astype(np.float32)
     spec = npz(tmp_path / "d.npz", x=x, y=y)
-    doc = run_experiment(
-        tiny_config(dataset=spec, methods=["local", "fedavg"], feature_skew="color")
-    )
+    doc = run_config(tiny_config(dataset=spec, methods=["local", "fedavg"], feature_skew="color"))
     assert doc["config"]["dataset"] == doc["data"]["dataset"] == spec
     assert doc["data"]["num_classes"] == 3 and doc["data"]["input_shape"] == [3, 8, 8]
     assert [m["key"] for m in doc["methods"]] == ["local", "fedavg"]
     assert all(0 <= m["accuracy"] <= 1 for m in doc["methods"])
     root = folder(tmp_path / "img", {f"c{c}": 40 for c in range(3)}, lambda c: 60 * c + 20)
     spec = f"folder:path={root}:size=8:channels=1"
-    doc = run_experiment(tiny_config(dataset=spec, methods=["local", "fedavg"]))
+    doc = run_config(tiny_config(dataset=spec, methods=["local", "fedavg"]))
     assert doc["data"]["dataset"] == spec and doc["data"]["input_shape"] == [1, 8, 8]
     assert doc["data"]["test_size"] == 3 * 8 and len(doc["clients"]) == 3
 
@@ -354,7 +352,6 @@ def test_non_square_images_are_padded_and_tables_are_features(
 ) -> None:
     from oneshotfl.data.user import load_user_dataset
     from oneshotfl.runner.config import ConfigError
-    from oneshotfl.runner.experiment import run_experiment
 
     rng = np.random.default_rng(0)
     wide = rng.integers(0, 255, (40, 3, 6, 10), np.uint8)
@@ -371,9 +368,9 @@ def test_non_square_images_are_padded_and_tables_are_features(
     assert rows.train.x.shape[1:] == (7, 1, 1) and rows.num_classes == 4
     kept = np.concatenate([rows.train.x.numpy().reshape(-1, 7), rows.test.x.numpy().reshape(-1, 7)])
     assert np.isclose(np.sort(kept, axis=0), np.sort(table, axis=0)).all()  # taken as given
-    doc = run_experiment(
+    doc = run_config(
         tiny_config(dataset=spec, model="mlp", methods=["fedavg"], clients=2, partition="iid")
     )
     assert doc["methods"][0]["accuracy"] > 0.5  # four quadrants an MLP separates
     with pytest.raises(ConfigError, match="model 'cnn' cannot take this data"):
-        run_experiment(tiny_config(dataset=spec, model="cnn", methods=["fedavg"], clients=2))
+        run_config(tiny_config(dataset=spec, model="cnn", methods=["fedavg"], clients=2))

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from oneshotfl.runner.checks import preflight, writable_dir
+from oneshotfl.runner.checks import writable_dir
 from oneshotfl.runner.config import (
     ConfigError,
     ExperimentConfig,
@@ -32,6 +32,7 @@ from oneshotfl.runner.config import (
     make_config,
 )
 from oneshotfl.runner.experiment import run_experiment
+from oneshotfl.runner.plan import Plan, preflight
 from oneshotfl.runner.results import (
     RESULT_FILE,
     json_document,
@@ -123,7 +124,7 @@ def run(
             tracking backend that is unknown or not installed.
     """
     cfg = resolve_config(config, **overrides)
-    preflight(cfg)  # what the config alone can fail on, before any store or folder is made
+    plan = preflight(cfg)  # what the config alone can fail on, before anything is made
     out_dir = None if out is None else Path(out)
     if out_dir is not None:  # checked before any training, as the command does
         if (out_dir / RESULT_FILE).exists():
@@ -131,12 +132,12 @@ def run(
         writable_dir(out_dir)
     name = track_run or ("api" if out_dir is None else out_dir.name)
     named = (track_experiment or "oneshotfl", name)
-    doc, path = run_and_write(cfg, out_dir, tracker, track, track_dir, named, save_models)
+    doc, path = run_and_write(plan, out_dir, tracker, track, track_dir, named, save_models)
     return Result.from_dict(doc, path=path)
 
 
 def run_and_write(
-    cfg: ExperimentConfig,
+    plan: Plan,
     out_dir: Path | None,
     tracker: Tracker | None,
     track: Sequence[str],
@@ -144,7 +145,7 @@ def run_and_write(
     tracked_as: tuple[str, str],
     save_models: bool = False,
 ) -> tuple[dict[str, Any], Path | None]:
-    """Run one experiment, write its files into ``out_dir`` (``None``: none) and log it to the
+    """Run one checked plan, write its files into ``out_dir`` (``None``: none) and log it to the
     ``track`` backends as run ``tracked_as = (group, name)``; the one body of :func:`run`,
     :func:`sweep` and the ``run`` and ``sweep`` commands. Returns the result document (as
     ``result.json`` holds it) and the path of ``result.json``. ``save_models``: every star
@@ -154,7 +155,7 @@ def run_and_write(
     root = None if track_dir is None else Path(track_dir)
     with tracked(list(track), *tracked_as, root, tracker) as (progress, logs):
         save_to = out_dir if save_models else None
-        doc = json_document(run_experiment(cfg, progress, save_to=save_to))
+        doc = json_document(run_experiment(plan, progress, save_to=save_to))
         path = write_result(out_dir, doc) if out_dir is not None else None
         log_result(logs, doc, out_dir)
     return doc, path
@@ -260,10 +261,11 @@ def sweep(
     runs = runs if claim else mine
     root = writable_dir(Path(out))
     claims = PointClaims(root) if claim else None
+    plans: dict[str, Plan] = {}
     for point in runs:  # every point checked before the first one trains
         if force or not (root / point.run_id / RESULT_FILE).exists():
             try:
-                preflight(point.config)
+                plans[point.run_id] = preflight(point.config)
             except ConfigError as exc:
                 raise ConfigError(f"sweep point {point.run_id}: {exc}") from None
     results: dict[str, Result] = {}
@@ -281,7 +283,13 @@ def sweep(
         log.info("[%d/%d] %s", i, len(runs), point.run_id)
         named = (track_experiment or spec.name, point.run_id)
         doc, path = run_and_write(
-            point.config, run_dir, tracker, track, track_dir, named, save_models
+            plans.get(point.run_id) or preflight(point.config),
+            run_dir,
+            tracker,
+            track,
+            track_dir,
+            named,
+            save_models,
         )
         results[point.run_id] = Result.from_dict(doc, path=path)
         ran.append(point.run_id)

@@ -87,6 +87,15 @@ def weighted_softmax_mean(logits: torch.Tensor, weights: torch.Tensor) -> torch.
     return torch.einsum("m,mnc->nc", w, probs)
 
 
+def weighted_member_sum(weights: torch.Tensor, members: torch.Tensor) -> torch.Tensor:
+    """Σ_k w_k·x_k over the member axis of ``members`` ``[K, N, C] → [N, C]``, with one
+    weight per member (``weights [K]``) or per member and row (``[K, N]``); the weights are
+    used as given (normalise them for a weighted mean)."""
+    if weights.ndim == 1:
+        return torch.einsum("k,knc->nc", weights, members)
+    return torch.einsum("kn,knc->nc", weights, members)
+
+
 Weighting = Literal["uniform", "size", "clipped"]
 """How clients are weighted by their self-reported sizes n_k (see :func:`client_weights`)."""
 

@@ -19,7 +19,8 @@ from oneshotfl.cli.support import USER_ERRORS, console, err_console, fail, setup
 from oneshotfl.encoders.base import Encoder
 from oneshotfl.registry import RegistryError
 from oneshotfl.runner.config import ConfigError, ExperimentConfig, load_config
-from oneshotfl.runner.experiment import Experiment
+from oneshotfl.runner.federation import Federation
+from oneshotfl.runner.plan import federation_plan
 from oneshotfl.runner.results import atomic_write_text
 from oneshotfl.training.progress import RichTracker
 
@@ -28,12 +29,12 @@ app = typer.Typer(help="Shared frozen encoders: pretrain, probe, price and audit
 
 def _encoder_setup(
     config: Path | None, overrides: list[str] | None, encoder: str
-) -> tuple[ExperimentConfig, Experiment, Encoder]:
+) -> tuple[ExperimentConfig, Federation, Encoder]:
     """Load the experiment with the shared ``encoder`` (built, and pretrained if it is
     ``simclr``); a bad config or encoder exits with one clear error."""
     try:
         cfg = load_config(config, overrides or [], {"encoder": encoder})
-        exp = Experiment.prepare(cfg)
+        exp = Federation.prepare(federation_plan(cfg))
     except (*USER_ERRORS, ValueError) as exc:
         fail(exc)
     assert exp.encoder is not None  # prepare builds it when cfg.encoder is set
@@ -63,7 +64,7 @@ def encoder_pretrain(
         if cfg.public_size < 1:
             raise ConfigError("encoder pretrain: expected public_size > 0 (it trains on the pool)")
         pre = PretrainConfig(dim, width, epochs, batch_size, temperature=temperature, seed=cfg.seed)
-        exp = Experiment.prepare(dataclasses.replace(cfg, encoder=None))
+        exp = Federation.prepare(federation_plan(dataclasses.replace(cfg, encoder=None)))
     except (*USER_ERRORS, ValueError) as exc:
         fail(exc)
     public = exp.data.public

@@ -25,7 +25,7 @@ from oneshotfl.data.partition import PartitionError
 from oneshotfl.params import literal_options
 from oneshotfl.registry import RegistryError
 from oneshotfl.runner.config import ConfigError
-from oneshotfl.runner.engine import QuorumError
+from oneshotfl.runner.errors import QuorumError
 from oneshotfl.runner.report import human_bytes, setting_label
 
 # Off a terminal (pipes, CI logs) rich would wrap tables at 80 columns; give them room.

@@ -1,6 +1,7 @@
 """The registered datasets: their files, readers, shapes, normalisation constants and class
-names (the table is in :mod:`oneshotfl.data.datasets`). Importing this module registers them;
-:mod:`oneshotfl.data.datasets` does so when it is imported."""
+names (the table is in :mod:`oneshotfl.data.datasets`). Importing this module registers them
+in :data:`~oneshotfl.data.dataset_spec.DATASETS`; :mod:`oneshotfl.data.datasets` does so when it
+is imported."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from oneshotfl.data.datasets import DATASETS, Arrays, DatasetSpec
+from oneshotfl.data.dataset_spec import DATASETS, Arrays, DatasetSpec
 from oneshotfl.data.formats import (
     cifar_arrays,
     read_cifar_batch,

@@ -26,6 +26,9 @@ torchvision and common layouts use. Earlier directories win. Nothing is download
 
 Besides registered names, :func:`load_dataset` takes the user's own data as a spec,
 ``folder:path=DIR`` (an image folder) or ``npz:path=FILE`` (see :mod:`oneshotfl.data.user`).
+What a registered dataset is (:class:`DatasetSpec`, ``DATASETS``, the errors) is
+:mod:`oneshotfl.data.dataset_spec`; the built-in datasets are :mod:`oneshotfl.data.catalog`,
+imported here so the registry is full.
 """
 
 from __future__ import annotations
@@ -33,70 +36,27 @@ from __future__ import annotations
 import logging
 import os
 import pickle
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from oneshotfl.data import catalog as _catalog  # noqa: F401  (importing registers the datasets)
+from oneshotfl.data.dataset_spec import (
+    DATASETS,
+    Arrays,
+    DatasetFormatError,
+    DatasetNotFoundError,
+    DatasetSpec,
+)
 from oneshotfl.data.types import Dataset, LabelledData
-from oneshotfl.registry import Registry
+from oneshotfl.data.user import is_user_spec, load_user_dataset
 
 log = logging.getLogger(__name__)
 
-#: ``x_train, y_train, x_test, y_test``: uint8 images ``[N, C, H, W]`` (or ``[N, H, W]``) and
-#: int64 labels.
-Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-
 #: The environment variable naming a data directory searched after ``root``.
 DATA_ENV = "ONESHOTFL_DATA"
-
-
-class DatasetNotFoundError(FileNotFoundError):
-    """The dataset's files are in none of the places searched."""
-
-
-class DatasetFormatError(ValueError):
-    """The dataset's files exist but are not in the expected format."""
-
-
-@dataclass(frozen=True)
-class DatasetSpec:
-    """How to find, read and normalise one dataset.
-
-    Attributes:
-        name: registry name.
-        files: the files needed, each as its accepted names (the first that exists is used).
-        read: turns the located files (one path per entry of ``files``) into arrays.
-        image_shape: ``(C, H, W)`` every image must have.
-        mean: per-channel mean of the [0, 1]-scaled pixels.
-        std: per-channel standard deviation of the [0, 1]-scaled pixels.
-        class_names: one name per class, in label order.
-        hint: how to get the data, ending a not-found message.
-        subdirs: subfolders of each search directory to look in (``""``: the directory itself).
-        system_dirs: directories searched after ``root`` and ``$ONESHOTFL_DATA``.
-        torchvision_class: the ``torchvision.datasets`` class that downloads it, if any.
-    """
-
-    name: str
-    files: tuple[tuple[str, ...], ...]
-    read: Callable[[Sequence[Path]], Arrays]
-    image_shape: tuple[int, int, int]
-    mean: tuple[float, ...]
-    std: tuple[float, ...]
-    class_names: tuple[str, ...]
-    hint: str
-    subdirs: tuple[str, ...] = ("",)
-    system_dirs: tuple[str, ...] = ()
-    torchvision_class: str | None = None
-
-    @property
-    def num_classes(self) -> int:
-        return len(self.class_names)
-
-
-DATASETS: Registry[DatasetSpec] = Registry("dataset")
 
 
 def list_datasets() -> list[str]:
@@ -139,8 +99,6 @@ def load_dataset(name: str, root: str | Path | None = None, download: bool = Fal
         DatasetFormatError: (a ``ValueError``) when files exist but are corrupt; the message
             names the file, what was expected and what was found.
     """
-    from oneshotfl.data.user import is_user_spec, load_user_dataset  # it imports this module
-
     if is_user_spec(name):
         return load_user_dataset(name)
     spec = DATASETS.get(name)
@@ -259,6 +217,3 @@ def _labelled(x: np.ndarray, y: np.ndarray, spec: DatasetSpec, split: str) -> La
     images.sub_(torch.tensor(spec.mean, device=images.device).view(1, -1, 1, 1))
     images.div_(torch.tensor(spec.std, device=images.device).view(1, -1, 1, 1))
     return LabelledData(images, torch.from_numpy(np.ascontiguousarray(y, dtype=np.int64)))
-
-
-from oneshotfl.data import catalog as _catalog  # noqa: E402, F401  (importing registers)

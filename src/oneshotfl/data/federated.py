@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from oneshotfl.data.feature_skew import Domains, FeatureSkew, Stats, mixture_domains
-from oneshotfl.data.partition import Partitioner, PartitionError
+from oneshotfl.data.partition_base import Partitioner, PartitionError
 from oneshotfl.data.types import Dataset, LabelledData, TaskInfo, UnlabelledData
 from oneshotfl.seeding import numpy_rng
 

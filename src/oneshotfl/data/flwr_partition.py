@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from oneshotfl.data.partition import FLWR_PREFIX, Partitioner, PartitionError, _check_inputs
+from oneshotfl.data.partition_base import FLWR_PREFIX, Partitioner, PartitionError, _check_inputs
 
 _EXTRA = "pip install 'oneshotfl[flwr-datasets]'"
 

@@ -2,8 +2,8 @@
 
 ``pathological`` (FedOL's #C classes per client), ``disjoint`` (FedOV/FedEOV's extreme
 label skew) and ``skew`` (FOL's ψ: a fraction of each client's data from its dominant
-classes). They follow the contract of :mod:`oneshotfl.data.partition` and register in its
-``PARTITIONERS`` when :mod:`oneshotfl.data` is imported.
+classes). They follow the contract of :mod:`oneshotfl.data.partition` and register in
+``PARTITIONERS`` (:mod:`oneshotfl.data.partition_base`) when :mod:`oneshotfl.data` is imported.
 """
 
 from __future__ import annotations
@@ -12,14 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from oneshotfl.data.partition import (
-    PARTITIONERS,
-    Partitioner,
-    _by_class,
-    _check_inputs,
-    _check_int,
-    _finish,
-)
+from oneshotfl.data.partition import _by_class, _check_int, _finish
+from oneshotfl.data.partition_base import PARTITIONERS, Partitioner, _check_inputs
 
 
 @PARTITIONERS.register(

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from oneshotfl.data.datasets import DatasetFormatError, DatasetNotFoundError
+from oneshotfl.data.dataset_spec import DatasetFormatError, DatasetNotFoundError
 from oneshotfl.params import Params, is_int, require
 
 USER_KINDS = ("folder", "npz")

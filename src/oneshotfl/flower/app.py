@@ -17,7 +17,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from oneshotfl.flower.messages import read_instruction, reply_content, report_content
-from oneshotfl.flower.node import node_identity, node_state, run_receive, run_update
+from oneshotfl.flower.node import NodeCache, node_identity, node_state, run_receive, run_update
 from oneshotfl.flower.server import run_server
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,10 @@ def server_main(grid: Grid, context: Context) -> None:
     run_server(grid, context.run_config, mode)
 
 
+NODE_CACHE = NodeCache()
+"""This process's node cache: its dataset, federation, node states and built methods."""
+
+
 @client_app.train("oneshotfl")
 def client_main(message: Message, context: Context) -> Message:
     """Answer one instruction: this node's ``client_update`` for one method and round, or
@@ -51,9 +55,10 @@ def client_main(message: Message, context: Context) -> Message:
     """
     _quiet_logging()
     instruction = read_instruction(message.content)
-    state = node_state(instruction.config, node_identity(context.node_config))
+    state = node_state(instruction.config, node_identity(context.node_config), NODE_CACHE)
+    method = NODE_CACHE.method(instruction.method)
     if instruction.step == "receive":
-        report = run_receive(state, instruction.method, instruction.payloads)
+        report = run_receive(state, method, instruction.method, instruction.payloads)
         return Message(report_content(report), reply_to=message)
-    reply = run_update(state, instruction.method, instruction.round, instruction.payloads)
+    reply = run_update(state, method, instruction.method, instruction.round, instruction.payloads)
     return Message(reply_content(reply), reply_to=message)

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-import oneshotfl
+from oneshotfl._version import __version__
 
 app = typer.Typer(
     help="Run oneshotfl on Flower (needs the 'flower' extra: pip install 'oneshotfl\\[flower]').",
@@ -64,7 +64,7 @@ def write_app_dir(out: Path) -> Path:
     """Write the Flower app project (``pyproject.toml``) into ``out``; return its path."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / "pyproject.toml"
-    path.write_text(APP_PROJECT.format(version=oneshotfl.__version__))
+    path.write_text(APP_PROJECT.format(version=__version__))
     return path
 
 

@@ -37,7 +37,8 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 from oneshotfl.flower.node import sender
 from oneshotfl.payload import WireError
 from oneshotfl.runner.evaluate import ClientMetrics
-from oneshotfl.runner.transport import ClientReply, PeerReport, ShardReport
+from oneshotfl.runner.ledger import ShardReport
+from oneshotfl.runner.transport import ClientReply, PeerReport
 
 PROTOCOL = 3
 INSTRUCTION = "oneshotfl.instruction"

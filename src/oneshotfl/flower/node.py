@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from oneshotfl.data.datasets import DatasetFormatError, DatasetNotFoundError, load_dataset
@@ -41,7 +41,8 @@ from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import Method, PeerMethod
 from oneshotfl.runner.checks import resolve_methods
 from oneshotfl.runner.config import ConfigError, make_config
-from oneshotfl.runner.experiment import Experiment
+from oneshotfl.runner.federation import Federation
+from oneshotfl.runner.plan import build_run_graph, federation_plan
 from oneshotfl.runner.transport import (
     ClientReply,
     PeerReport,
@@ -120,21 +121,50 @@ class NodeState:
     """A node's view of the federation: its own shard only, plus public facts."""
 
     key: str
-    experiment: Experiment
+    federation: Federation
     client_id: int
 
 
-_EXPERIMENTS: dict[str, Experiment] = {}  # one entry: the federation of the config last served
-_STATES: dict[tuple[str, int, str | None], NodeState] = {}  # the virtual nodes of that federation
+@dataclass
+class NodeCache:
+    """What one node process keeps between instructions: the dataset it loaded, the
+    federation of the config it last served (carved once), the node states of that
+    federation (Flower's simulation engine plays many virtual nodes in one process) and the
+    methods built from the specs it received. One entry per config: a new config clears it.
+    """
+
+    datasets: dict[tuple[str, str | None, bool], Dataset] = field(default_factory=dict)
+    federations: dict[str, Federation] = field(default_factory=dict)
+    states: dict[tuple[str, int, str | None], NodeState] = field(default_factory=dict)
+    methods: dict[str, Method[Any]] = field(default_factory=dict)
+
+    def dataset(self, name: str, root: str | None, download: bool) -> Dataset:
+        """The dataset from this node's disk, loaded once per process."""
+        key = (name, root, download)
+        if key not in self.datasets:
+            self.datasets.clear()
+            self.datasets[key] = load_dataset(name, root, download)
+        return self.datasets[key]
+
+    def method(self, spec: str) -> Method[Any]:
+        """The method a resolved spec names (``method_defaults`` already folded in by the
+        server's plan), built once.
+
+        Raises:
+            ConfigError: for a method this node's oneshotfl does not know, or a bad knob.
+        """
+        if spec not in self.methods:
+            ((_, built),) = resolve_methods([spec])
+            self.methods[spec] = built
+        return self.methods[spec]
 
 
-def node_state(config: Mapping[str, Any], identity: NodeIdentity) -> NodeState:
-    """Load (or reuse) this node's shard for an experiment config.
+def node_state(config: Mapping[str, Any], identity: NodeIdentity, cache: NodeCache) -> NodeState:
+    """Load (or reuse, from ``cache``) this node's shard for the node's part of a plan.
 
-    The federation is carved once per process and config; the node's :class:`NodeState`
-    holds an experiment whose data has only this node's shard. (Flower's simulation engine
-    plays many virtual nodes, one after the other, in one worker process; a SuperNode's
-    ClientApp process serves one node.)
+    ``config`` holds the config keys a node needs (:meth:`oneshotfl.runner.plan.Plan.
+    node_config`); the federation is carved once per process and config, and the node's
+    :class:`NodeState` holds a federation whose data has only this node's shard.
 
     Raises:
         ConfigError: when the config does not fit this node (e.g. a partition id beyond
@@ -158,34 +188,34 @@ def node_state(config: Mapping[str, Any], identity: NodeIdentity) -> NodeState:
             f"got {identity.partition_id}"
         )
     state_key = (key, identity.partition_id, identity.dataset)
-    if state_key in _STATES:
-        return _STATES[state_key]
-    if key not in _EXPERIMENTS:
-        _EXPERIMENTS.clear()
-        _STATES.clear()
-        dataset = _dataset(cfg.dataset, cfg.data_root, cfg.download)
-        _EXPERIMENTS[key] = Experiment.prepare(cfg, dataset=dataset)
-    exp = _EXPERIMENTS[key]
-    shard = None if identity.dataset is None else _own_shard(exp, identity)
-    own = exp.only(identity.partition_id, shard)
-    _STATES[state_key] = NodeState(key, own, identity.partition_id)
-    return _STATES[state_key]
+    if state_key in cache.states:
+        return cache.states[state_key]
+    if key not in cache.federations:
+        cache.federations.clear()
+        cache.states.clear()
+        dataset = cache.dataset(cfg.dataset, cfg.data_root, cfg.download)
+        cache.federations[key] = Federation.prepare(federation_plan(cfg), dataset=dataset)
+    fed = cache.federations[key]
+    shard = None if identity.dataset is None else _own_shard(fed, identity)
+    own = fed.only(identity.partition_id, shard)
+    cache.states[state_key] = NodeState(key, own, identity.partition_id)
+    return cache.states[state_key]
 
 
-def _own_shard(exp: Experiment, identity: NodeIdentity) -> ClientShard:
+def _own_shard(fed: Federation, identity: NodeIdentity) -> ClientShard:
     """The node's shard from its own dataset (see the module docs).
 
     Raises:
         ConfigError: for data that cannot be read or does not fit the task or ``N_max``.
     """
-    spec, cfg = identity.dataset, exp.cfg
+    spec, cfg = identity.dataset, fed.cfg
     assert spec is not None
     if cfg.feature_skew:
         raise ConfigError(f"node config: dataset {spec!r} cannot take the config's feature_skew")
     try:
         shard = own_shard(
             load_user_dataset(spec, need_test=False),
-            exp.data.task,
+            fed.data.task,
             identity.partition_id,
             val_fraction=cfg.val_fraction,
             seed=cfg.data_seed,
@@ -194,35 +224,21 @@ def _own_shard(exp: Experiment, identity: NodeIdentity) -> ClientShard:
     except (DatasetNotFoundError, DatasetFormatError, OwnDataError) as exc:
         raise ConfigError(f"node config: {exc}") from None
     held = len(shard.train) + (0 if shard.val is None else len(shard.val))
-    if held > exp.train_pool:
+    if held > fed.train_pool:
         raise ConfigError(
-            f"node config: dataset {spec!r}: expected at most N_max = {exp.train_pool} examples "
+            f"node config: dataset {spec!r}: expected at most N_max = {fed.train_pool} examples "
             f"(set max_client_examples), got {held}"
         )
     log.info("client %d: its own dataset %s, %d examples", identity.partition_id, spec, held)
     return shard
 
 
-_DATASETS: dict[tuple[str, str | None, bool], Dataset] = {}  # one entry
-
-
-def _dataset(name: str, root: str | None, download: bool) -> Dataset:
-    """The dataset from this node's disk, loaded once per process."""
-    key = (name, root, download)
-    if key not in _DATASETS:
-        _DATASETS.clear()
-        _DATASETS[key] = load_dataset(name, root, download)
-    return _DATASETS[key]
-
-
-def _method(state: NodeState, method_spec: str) -> Method[Any]:
-    """The method of ``method_spec`` with the federation's ``method_defaults`` beneath it."""
-    (_, method), *_ = resolve_methods([method_spec], state.experiment.cfg.method_defaults)
-    return method
-
-
 def run_update(
-    state: NodeState, method_spec: str, round_index: int, payloads: Mapping[str, bytes]
+    state: NodeState,
+    method: Method[Any],
+    method_spec: str,
+    round_index: int,
+    payloads: Mapping[str, bytes],
 ) -> ClientReply:
     """One round of one method on this node: validate what the server sent, run
     ``client_update`` on the node's own shard, return the reply (with the local model's
@@ -233,26 +249,28 @@ def run_update(
             not a server broadcast.
         WireError, PayloadError: for a server message that fails validation.
     """
-    method = _method(state, method_spec)
     unknown = sorted(set(payloads) - {"server"})
     if unknown:
         raise ConfigError(
             f"{method_spec}: an update takes at most a 'server' broadcast, got payloads from "
             f"{unknown}"
         )
-    exp = state.experiment
-    broadcast: Payload | None = receive_broadcast(method, payloads.get("server"), exp.dims)
-    ctx = exp.client_context(state.client_id).for_round(round_index, broadcast)
-    report = exp.shard_report(state.client_id) if round_index == 0 else None  # round 0 only
-    with client_threads(exp.cfg.client_threads):  # as the simulation runs client steps
-        reply = client_step(method, ctx, exp.data.test, report, exp.attack_of(state.client_id))
+    fed = state.federation
+    broadcast: Payload | None = receive_broadcast(method, payloads.get("server"), fed.dims)
+    ctx = fed.client_context(state.client_id).for_round(round_index, broadcast)
+    report = fed.shard_report(state.client_id) if round_index == 0 else None  # round 0 only
+    attack = fed.attack_of(state.client_id)  # a simulated malicious node tampers on its side
+    with client_threads(fed.cfg.client_threads):  # as the simulation runs client steps
+        reply = client_step(method, ctx, fed.data.test, report, attack)
     log.info(
         "client %d: %s round %d: %d bytes", ctx.client_id, method_spec, round_index, len(reply.data)
     )
     return reply
 
 
-def run_receive(state: NodeState, method_spec: str, payloads: Mapping[str, bytes]) -> PeerReport:
+def run_receive(
+    state: NodeState, method: Method[Any], method_spec: str, payloads: Mapping[str, bytes]
+) -> PeerReport:
     """A peer method's receipt on this node: its neighbours' bytes (relayed unchanged by the
     ServerApp) are validated here, the node builds its own model and evaluates it.
 
@@ -260,12 +278,12 @@ def run_receive(state: NodeState, method_spec: str, payloads: Mapping[str, bytes
         ConfigError: for an unknown method or one that is not a peer method.
         ConfigError: for a payload not named ``client-<id>``.
     """
-    method = _method(state, method_spec)
     if not isinstance(method, PeerMethod):
         raise ConfigError(f"{method_spec}: a receive step needs a peer method")
     deliveries = {sender_id(name): data for name, data in payloads.items()}
-    exp = state.experiment
-    with client_threads(exp.cfg.client_threads):
-        report = peer_step(method, exp.receiver_context(state.client_id), deliveries, exp.data.test)
+    fed = state.federation
+    fed = fed if fed.graph is not None else replace(fed, graph=build_run_graph(fed.cfg))
+    with client_threads(fed.cfg.client_threads):
+        report = peer_step(method, fed.receiver_context(state.client_id), deliveries, fed.data.test)
     log.info("client %d: %s received %d payload(s)", state.client_id, method_spec, len(deliveries))
     return report

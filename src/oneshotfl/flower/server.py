@@ -52,8 +52,10 @@ from oneshotfl.flower.messages import (
 )
 from oneshotfl.flower.node import sender
 from oneshotfl.protocol.contract import Method, PeerMethod
-from oneshotfl.runner.config import ConfigError, ExperimentConfig, load_config
-from oneshotfl.runner.experiment import Experiment, Methods, run_experiment
+from oneshotfl.runner.config import ConfigError, load_config
+from oneshotfl.runner.experiment import run_experiment
+from oneshotfl.runner.federation import Federation
+from oneshotfl.runner.plan import Plan, preflight
 from oneshotfl.runner.results import write_result
 from oneshotfl.runner.transport import ClientReply, Missing, PeerReport
 
@@ -180,10 +182,11 @@ class GridTransport:
 
     Attributes:
         grid: the ServerApp's Grid.
-        cfg: the experiment config sent to every node.
+        node_config: the config keys a node needs (the plan's :meth:`~oneshotfl.runner.plan.
+            Plan.node_config`), sent with every instruction.
         nodes: the node ids to address.
         timeout: seconds to wait for one step's answers.
-        specs: method key → the method spec nodes build the method from.
+        specs: method key → the resolved spec nodes build the method from.
         node_clients: node id → client id, learnt from update replies (for the result file
             and to address a peer method's receivers).
         binding: the deployment's node id → client id (empty: none); a reply for another
@@ -191,7 +194,7 @@ class GridTransport:
     """
 
     grid: GridLike
-    cfg: ExperimentConfig
+    node_config: dict[str, Any]
     nodes: list[int]
     timeout: float
     specs: dict[str, str] = field(default_factory=dict)
@@ -258,7 +261,7 @@ class GridTransport:
                         method=self.specs.get(key, key),
                         key=key,
                         round=round_index,
-                        config=self.cfg.to_dict(),
+                        config=self.node_config,
                         payloads=dict(blobs),
                     )
                 ),
@@ -323,7 +326,7 @@ def run_server(grid: GridLike, run_config: Mapping[str, Any], mode: str) -> dict
         raise ConfigError(f"{settings.out}/result.json exists; choose another out")
     connected: list[GridTransport] = []
 
-    def connect(exp: Experiment, methods: Methods) -> GridTransport:
+    def connect(federation: Federation, plan: Plan) -> GridTransport:
         """After the checks, before any message: wait for the nodes, open the transport."""
         nodes = wait_for_nodes(grid, cfg.clients, settings.node_timeout)
         binding = settings.node_clients
@@ -331,13 +334,15 @@ def run_server(grid: GridLike, run_config: Mapping[str, Any], mode: str) -> dict
         for node in strangers:
             log.warning("node %d is not in the deployment's node-clients: not addressed", node)
         nodes = [n for n in nodes if n not in strangers]
-        transport = GridTransport(grid, cfg, nodes, settings.reply_timeout, binding=binding)
-        transport.specs = dict(zip([k for k, _ in methods], cfg.methods, strict=True))
-        log.info("running %d method(s) over %d Flower nodes", len(methods), len(nodes))
+        transport = GridTransport(
+            grid, plan.node_config(), nodes, settings.reply_timeout, dict(plan.specs),
+            binding=binding,
+        )  # fmt: skip
+        log.info("running %d method(s) over %d Flower nodes", len(plan.methods), len(nodes))
         connected.append(transport)
         return transport
 
-    doc = run_experiment(cfg, connect=connect)
+    doc = run_experiment(preflight(cfg), connect=connect)
     (transport,) = connected
     doc["flower"] = {
         "mode": mode,

@@ -1,30 +1,20 @@
 """Models as payload fields: ``<prefix>.arch`` (a model registry name) and the state dict,
 and the model rebuilt from them on receipt (after :func:`~oneshotfl.protocol.spec.validate_payload`
-checked both against a reference of the federation's shapes)."""
+checked both against a reference of the federation's shapes). The encoding itself is
+:mod:`oneshotfl.models.state`'s."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-import numpy as np
-import torch
 from torch import nn
 
-from oneshotfl.models import create_model
+from oneshotfl.models.state import model_from_state, model_state
 from oneshotfl.payload import Payload
-
-if TYPE_CHECKING:  # the spec module imports this one
-    from oneshotfl.protocol.spec import WireDims
+from oneshotfl.protocol.spec import WireDims
 
 
 def model_fields(model: nn.Module, prefix: str = "model") -> Payload:
     """A model as payload fields: ``<prefix>.arch`` and its float32/int state dict."""
-    arch = getattr(model, "arch", None)
-    if not isinstance(arch, str):
-        raise TypeError("only models built by oneshotfl.models.create_model can be sent")
-    arrays = {
-        f"{prefix}.{k}": v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()
-    }
+    arrays, arch = model_state(model, prefix)
     return Payload(arrays, {f"{prefix}.arch": arch})
 
 
@@ -33,15 +23,11 @@ def model_from_fields(
 ) -> nn.Module:
     """Rebuild the model a payload carries (after :func:`validate_payload`)."""
     arch = str(payload.scalars[f"{prefix}.arch"])
-    with torch.random.fork_rng(devices=[]):  # the weights are overwritten: leave no RNG trace
-        model = create_model(
-            arch, dims.in_channels, dims.num_classes + extra_outputs, dims.image_size
-        )
-    start = len(prefix) + 1
-    state = {
-        k[start:]: torch.from_numpy(np.array(v))
-        for k, v in payload.arrays.items()
-        if k.startswith(prefix + ".")
-    }
-    model.load_state_dict(state, strict=True)
-    return model
+    return model_from_state(
+        arch,
+        payload.arrays,
+        dims.in_channels,
+        dims.num_classes + extra_outputs,
+        dims.image_size,
+        prefix,
+    )

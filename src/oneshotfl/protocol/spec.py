@@ -25,7 +25,7 @@ import torch
 
 from oneshotfl.data.types import TaskInfo
 from oneshotfl.models import MODELS, create_model
-from oneshotfl.protocol.fields import model_from_fields
+from oneshotfl.models.state import model_from_state
 from oneshotfl.payload import Payload
 
 Dim = int | str
@@ -343,7 +343,14 @@ def _check_outputs(payload: Payload, spec: ModelSpec, dims: WireDims, client: in
     """The model must answer a zero input with finite logits (weights that are each finite
     can still overflow, or a BatchNorm layer divide by a negative variance's root)."""
     model_dims = spec.model_dims(dims)
-    model = model_from_fields(payload, model_dims, spec.prefix, spec.extra_outputs).eval()
+    model = model_from_state(
+        str(payload.scalars[spec.arch_key]),
+        payload.arrays,
+        model_dims.in_channels,
+        model_dims.num_classes + spec.extra_outputs,
+        model_dims.image_size,
+        spec.prefix,
+    ).eval()
     side, device = model_dims.image_size, next(model.parameters()).device
     probe = torch.zeros(1, model_dims.in_channels, side, side, device=device)
     with torch.no_grad():

@@ -2,9 +2,9 @@
 
 :func:`checked_names` checks the names a run uses (models, partitioner, feature skew);
 :func:`requirement_problems` what each method's ``requires`` asks of the federation;
-:func:`preflight` both, and the methods and the graph, for one config — a sweep runs it on
-every grid point before its first run, so a bad point is named before anything trains.
-:class:`~oneshotfl.runner.experiment.Experiment` uses the same functions on its data.
+:func:`check_models_fit` that every architecture takes the task's input (once the data is
+known). :func:`~oneshotfl.runner.plan.preflight` runs them once and returns the checked plan
+a run executes.
 """
 
 from __future__ import annotations
@@ -22,10 +22,8 @@ from oneshotfl.data.types import TaskInfo
 from oneshotfl.methods import METHODS, MethodSpec, build_method, parse_method_spec
 from oneshotfl.models import MODELS, create_model
 from oneshotfl.protocol.contract import Method, Topology
-from oneshotfl.protocol.graph import GraphError, build_graph
 from oneshotfl.registry import did_you_mean
 from oneshotfl.runner.config import ConfigError, ExperimentConfig, client_architectures
-from oneshotfl.runner.engine import RequirementError
 
 Methods = Sequence[tuple[str, Method[Any]]]
 
@@ -156,26 +154,6 @@ def requirement_problems(
         if req.topology is Topology.PEER and method.num_rounds() != 1:
             problems.append(f"{key}: peer methods run one round, got {method.num_rounds()}")
     return problems
-
-
-def preflight(cfg: ExperimentConfig) -> None:
-    """Everything about ``cfg`` that can fail without its data: the methods, the names, each
-    method's requirements and the graph of peer methods.
-
-    Raises:
-        ConfigError: for an unknown or badly set name or method.
-        RequirementError: for a method whose requirements the config does not meet.
-    """
-    methods = resolve_methods(cfg.methods, cfg.method_defaults)
-    archs, _, _ = checked_names(cfg)
-    problems = requirement_problems(cfg, methods, archs, cfg.public_size > 0, bool(cfg.encoder))
-    if problems:
-        raise RequirementError("cannot run: " + "; ".join(problems))
-    if any(m.requires.topology is Topology.PEER for _, m in methods):
-        try:
-            build_graph(cfg.graph, cfg.clients, cfg.data_seed)
-        except GraphError as exc:
-            raise ConfigError(str(exc)) from None
 
 
 def writable_dir(path: Path) -> Path:

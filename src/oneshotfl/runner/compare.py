@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from oneshotfl.environment import kernel_differences
+from oneshotfl.runner.config import config_defaults
 from oneshotfl.runner.config_values import run_defaults
 from oneshotfl.runner.results import RECORDED_BEFORE
 
@@ -129,9 +130,12 @@ def config_differences(
     ref: Mapping[str, Any], new: Mapping[str, Any], labels: Sequence[str] = ("before", "after")
 ) -> list[str]:
     """The config keys two results differ in (``alpha: 0.1 before, 0.5 after``), besides the
-    execution-only ones; a key a result predates counts as the value it ran with."""
-    a = {**RECORDED_BEFORE, **ref.get("config", {})}
-    b = {**RECORDED_BEFORE, **new.get("config", {})}
+    execution-only ones; a key a result predates counts as the value it ran with — its
+    :data:`~oneshotfl.runner.results.RECORDED_BEFORE` entry where a default changed, else the
+    key's default (a new setting whose default keeps the old behaviour needs no entry)."""
+    defaults = config_defaults()
+    a = {**defaults, **RECORDED_BEFORE, **ref.get("config", {})}
+    b = {**defaults, **RECORDED_BEFORE, **new.get("config", {})}
     for c in (a, b):  # only the defaults of methods that ran can change a result
         c["method_defaults"] = run_defaults(c.get("methods") or [], c["method_defaults"])
     return [

@@ -29,6 +29,7 @@ from oneshotfl.runner.config_values import (
     NAMES_CHECKED,
     ConfigError,
     client_architectures,
+    flatten_sections,
     names_unchecked,
     normalise_methods,
     normalise_model,
@@ -100,6 +101,9 @@ class ExperimentConfig(Params):
         optimizer: client optimiser.
         momentum: SGD momentum (clients and server).
         weight_decay: L2 penalty (clients and server).
+        grad_clip: clip each optimiser step's gradients to this global L2 norm (clients and
+            server; 0: no clipping) — what a table's features or a high learning rate need
+            to train stably.
         server_epochs: server training epochs (distillation, pseudo-labels, synthesis).
         server_steps: a floor in optimiser steps for server training over the public pool:
             the server's epochs are raised to the fewest that make this many steps over the
@@ -155,6 +159,7 @@ class ExperimentConfig(Params):
     optimizer: Literal["sgd", "adam"] = "sgd"
     momentum: float = 0.9
     weight_decay: float = 0.0
+    grad_clip: float = 0.0
     server_epochs: int = 10
     server_steps: int = 300
     server_batch_size: int = 128
@@ -258,6 +263,7 @@ class ExperimentConfig(Params):
             self.weight_decay,
             self.local_steps,
             self.init,
+            self.grad_clip,
         )
 
     def server_train_config(self) -> TrainConfig:
@@ -270,6 +276,7 @@ class ExperimentConfig(Params):
             self.weight_decay,
             self.server_steps,
             self.init,
+            self.grad_clip,
         )
 
     def partitioner(self) -> Partitioner:
@@ -301,9 +308,11 @@ FIELD_NAMES = tuple(f.name for f in dataclasses.fields(ExperimentConfig))
 
 
 def make_config(values: Mapping[str, Any]) -> ExperimentConfig:
-    """Build a config from a mapping of field names (dashes allowed) to values or strings."""
+    """Build a config from a mapping of field names (dashes allowed) to values or strings;
+    nested sections (``data``, ``clients``, ``server``, ``security``:
+    :data:`~oneshotfl.runner.config_values.SECTIONS`) set the flat keys they name."""
     clean: dict[str, Any] = {}
-    for raw_key, value in values.items():
+    for raw_key, value in flatten_sections(values).items():
         key = str(raw_key).replace("-", "_")
         if key not in FIELD_NAMES:
             raise ConfigError(
@@ -324,6 +333,12 @@ def make_config(values: Mapping[str, Any]) -> ExperimentConfig:
     except (TypeError, ValueError) as exc:
         raise ConfigError(str(exc)) from None
     return config
+
+
+def config_defaults() -> dict[str, Any]:
+    """Every config key's default, in the form a result file records it."""
+    with names_unchecked():
+        return make_config({}).to_dict()
 
 
 def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
@@ -370,6 +385,7 @@ __all__ = [
     "ConfigError",
     "ExperimentConfig",
     "client_architectures",
+    "config_defaults",
     "load_config",
     "make_config",
     "names_unchecked",

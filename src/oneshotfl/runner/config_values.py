@@ -106,3 +106,80 @@ def client_architectures(model: str, clients: int) -> tuple[str, ...]:
             raise ConfigError(f"model: client {cid} has no architecture; add '*=NAME'")
         archs.append(found)
     return tuple(archs)
+
+
+SECTIONS: dict[str, dict[str, str]] = {
+    "data": {
+        "dataset": "dataset",
+        "root": "data_root",
+        "download": "download",
+        "max_train": "max_train",
+        "public_size": "public_size",
+        "val_fraction": "val_fraction",
+        "partition": "partition",
+        "alpha": "alpha",
+        "classes_per_client": "classes_per_client",
+        "psi": "psi",
+        "min_samples": "min_samples",
+        "feature_skew": "feature_skew",
+        "seed": "partition_seed",
+    },
+    "clients": {
+        "count": "clients",
+        "model": "model",
+        "max_examples": "max_client_examples",
+        "epochs": "local_epochs",
+        "steps": "local_steps",
+        "init": "init",
+        "batch_size": "batch_size",
+        "lr": "lr",
+        "optimizer": "optimizer",
+        "momentum": "momentum",
+        "weight_decay": "weight_decay",
+        "threads": "client_threads",
+        "workers": "workers",
+    },
+    "server": {
+        "model": "server_model",
+        "epochs": "server_epochs",
+        "steps": "server_steps",
+        "batch_size": "server_batch_size",
+        "lr": "server_lr",
+        "optimizer": "server_optimizer",
+        "min_clients": "min_clients",
+    },
+    "security": {"malicious": "malicious", "attack": "attack"},
+}
+"""Nested config sections: section → its key → the flat config key it sets. A YAML file (or
+a mapping) may group settings this way (``clients: {count: 10, epochs: 5}``, ``server:
+{model: resnet18}``); the flat keys are still read, and a result records the flat form."""
+
+
+def flatten_sections(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with every section mapping (:data:`SECTIONS`) replaced by the flat keys it
+    sets; a value that is not a mapping (``clients: 10``) is the flat key itself.
+
+    Raises:
+        ConfigError: for an unknown key in a section, or a setting given twice.
+    """
+    flat: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for raw_key, value in values.items():
+        key = str(raw_key).replace("-", "_")
+        section = SECTIONS.get(key)
+        items = value.items() if section is not None and isinstance(value, Mapping) else None
+        pairs = [(key, value, key)] if items is None else []
+        for sub, sub_value in items or ():
+            name = str(sub).replace("-", "_")
+            if section is not None and name not in section:
+                raise ConfigError(
+                    f"config section {key}: unknown key {sub!r}; expected some of {sorted(section)}"
+                )
+            pairs.append((section[name] if section else name, sub_value, f"{key}.{name}"))
+        for flat_key, flat_value, written in pairs:  # a flat key twice: the last one wins
+            if flat_key in flat and "." in origin[flat_key] + written:
+                raise ConfigError(
+                    f"config: {flat_key} given twice, as {origin[flat_key]} and {written}"
+                )
+            flat[flat_key], origin[flat_key] = flat_value, written
+    return flat

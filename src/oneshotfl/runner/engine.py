@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -33,23 +33,14 @@ from oneshotfl.protocol.outcome import Outcome
 from oneshotfl.protocol.saved import save_outcome
 from oneshotfl.protocol.spec import PayloadError
 from oneshotfl.protocol.wire import receive
-from oneshotfl.runner.config import ConfigError
+from oneshotfl.runner.errors import QuorumError, RequirementError
 from oneshotfl.runner.evaluate import evaluate_outcome, inference_cost, summarise_clients
+from oneshotfl.runner.federation import ServerView
+from oneshotfl.runner.ledger import Ledger, shard_problem
 from oneshotfl.runner.results import MethodResult
-from oneshotfl.runner.transport import ClientReply, Missing, Transport, shard_problem
-
-if TYPE_CHECKING:
-    from oneshotfl.runner.experiment import Experiment
+from oneshotfl.runner.transport import ClientReply, Missing, Transport
 
 log = logging.getLogger(__name__)
-
-
-class RequirementError(ConfigError):
-    """A method needs something this federation does not provide."""
-
-
-class QuorumError(RuntimeError):
-    """Too few valid payloads (or receivers' reports) arrived."""
 
 
 @dataclass
@@ -94,7 +85,8 @@ def admit_replies(
 
 def screen_shards(
     key: str,
-    exp: Experiment,
+    view: ServerView,
+    ledger: Ledger,
     admitted: dict[int, ClientReply],
     reported: set[int],
     round_index: int,
@@ -104,7 +96,7 @@ def screen_shards(
 
     In round 0 each client's shard report (its sizes and label counts) is bounded by the
     classes and ``N_max`` (:func:`~oneshotfl.runner.transport.shard_problem`); the first valid
-    report of a client enters the experiment's ledger and the client joins ``reported`` (one
+    report of a client enters the run's ledger and the client joins ``reported`` (one
     set per method run). In later rounds a client outside ``reported`` — refused or silent in
     round 0 — is refused again.
     """
@@ -114,10 +106,10 @@ def screen_shards(
         if round_index > 0:
             problem = None if cid in reported else "gave no valid shard report in round 0"
         else:
-            problem = shard_problem(reply.shard, exp.data.task.num_classes, exp.train_pool)
+            problem = shard_problem(reply.shard, view.task.num_classes, view.train_pool)
         if problem is None:
             if round_index == 0 and reply.shard is not None:
-                exp.ledger.setdefault(cid, reply.shard)
+                ledger.admit(cid, reply.shard)
                 reported.add(cid)
             continue
         refused[cid] = f"client {cid}: {problem}"
@@ -129,7 +121,8 @@ def screen_shards(
 def collect_round(
     key: str,
     method: Method[Any],
-    exp: Experiment,
+    view: ServerView,
+    ledger: Ledger,
     round_index: int,
     replies: Sequence[ClientReply],
     download: int = 0,
@@ -143,7 +136,7 @@ def collect_round(
     Raises:
         QuorumError: fewer valid payloads than ``max(min_clients, requires.min_clients)``.
     """
-    n, dims = exp.cfg.clients, exp.dims
+    n, dims = view.cfg.clients, view.dims
     spec = method.payload_spec(dims)
     admitted, named = admit_replies(key, replies, n, missing or {})
     traffic = RoundTraffic({}, {}, [0] * n, download, [0.0] * n, missing=named)
@@ -152,7 +145,7 @@ def collect_round(
         traffic.work[cid] = (reply.artefacts, reply.made_s)
         traffic.upload_bytes[cid] = len(reply.data) if method.communicates else 0
     reported = set() if reported is None else reported
-    traffic.rejected.update(screen_shards(key, exp, admitted, reported, round_index))
+    traffic.rejected.update(screen_shards(key, view, ledger, admitted, reported, round_index))
     for cid, reply in admitted.items():
         if reply.facts:
             traffic.facts[cid] = reply.facts
@@ -163,20 +156,20 @@ def collect_round(
                 "%s: round %d: rejected the payload of client %d: %s", key, round_index, cid, exc
             )
             traffic.rejected[cid] = str(exc)
-    check_quorum(key, method, exp, len(traffic.received), traffic.rejected, traffic.missing)
+    check_quorum(key, method, view, len(traffic.received), traffic.rejected, traffic.missing)
     return traffic
 
 
 def check_quorum(
     key: str,
     method: Method[Any],
-    exp: Experiment,
+    view: ServerView,
     valid: int,
     rejected: Mapping[Any, str],
     missing: Mapping[str, str],
 ) -> None:
     """Raise :class:`QuorumError` when fewer than the quorum arrived, naming who failed."""
-    quorum = max(exp.cfg.min_clients, method.requires.min_clients)
+    quorum = max(view.cfg.min_clients, method.requires.min_clients)
     if valid >= quorum:
         return
     silent = f"; no reply: {dict(missing)}" if missing else ""
@@ -187,26 +180,28 @@ def check_quorum(
 
 
 def encode_broadcast(
-    key: str, method: Method[Any], exp: Experiment, round_index: int, previous: Outcome | None
+    key: str, method: Method[Any], view: ServerView, round_index: int, previous: Outcome | None
 ) -> bytes | None:
     """The server's message before round ``round_index`` as wire bytes (``None``: none)."""
-    message = method.server_message(round_index, previous, exp.server_context(method.requires))
+    message = method.server_message(round_index, previous, view.server_context(method.requires))
     if message is None:
         return None
-    if method.broadcast_spec(exp.dims) is None:
+    if method.broadcast_spec(view.dims) is None:
         raise TypeError(f"{key}: server_message returned a message but no broadcast_spec")
     return encode(message)
 
 
 def run_method(
-    key: str, method: Method[Any], exp: Experiment, transport: Transport
+    key: str, method: Method[Any], view: ServerView, transport: Transport, ledger: Ledger
 ) -> MethodResult:
-    """Run one method over the federation through ``transport`` (see the module docs)."""
+    """Run one method over the federation through ``transport`` (see the module docs): the
+    server side sees only ``view`` (no client shard) and books every client's round-0 shard
+    report in ``ledger``, which it owns for the run."""
     if method.requires.topology is Topology.PEER:
         if not isinstance(method, PeerMethod):
             raise TypeError(f"{key}: a peer-topology method must subclass PeerMethod")
-        return _run_peer(key, method, exp, transport)
-    return _run_star(key, method, exp, transport)
+        return _run_peer(key, method, view, transport, ledger)
+    return _run_star(key, method, view, transport, ledger)
 
 
 LOCAL = ("local_test_accuracy", "local_val_accuracy")
@@ -224,9 +219,11 @@ def _facts(facts: Mapping[int, Mapping[str, float]], clients: int) -> dict[str, 
     return out
 
 
-def _run_star(key: str, method: Method[Any], exp: Experiment, transport: Transport) -> MethodResult:
+def _run_star(
+    key: str, method: Method[Any], view: ServerView, transport: Transport, ledger: Ledger
+) -> MethodResult:
     """A star method's rounds: broadcast, the clients' updates, the server's aggregate."""
-    n, test = exp.cfg.clients, exp.data.test
+    n, test = view.cfg.clients, view.test
     rounds = method.num_rounds()
     upload = np.zeros(n, dtype=np.int64)
     client_wall = np.zeros(n)
@@ -240,10 +237,10 @@ def _run_star(key: str, method: Method[Any], exp: Experiment, transport: Transpo
     artefacts: list[dict[str, float | None]] = [{} for _ in range(n)]
     made = np.zeros(n)
     for r in range(rounds):
-        broadcast = encode_broadcast(key, method, exp, r, outcome)
+        broadcast = encode_broadcast(key, method, view, r, outcome)
         replies, silent = transport.upload(key, method, r, broadcast)
         size = 0 if broadcast is None else len(broadcast)
-        traffic = collect_round(key, method, exp, r, replies, size, silent, reported)
+        traffic = collect_round(key, method, view, ledger, r, replies, size, silent, reported)
         upload += np.asarray(traffic.upload_bytes, dtype=np.int64)
         client_wall += np.asarray(traffic.client_wall)
         for cid, (used, made_now) in traffic.work.items():
@@ -255,11 +252,11 @@ def _run_star(key: str, method: Method[Any], exp: Experiment, transport: Transpo
         missing.update(traffic.missing)
         facts = facts or traffic.facts
         start = time.perf_counter()
-        outcome = method.aggregate(traffic.received, exp.server_context(method.requires))
+        outcome = method.aggregate(traffic.received, view.server_context(method.requires))
         server_wall += time.perf_counter() - start
-        histograms = exp.label_histograms()  # as the clients reported them in round 0
+        histograms = ledger.label_histograms()  # as the clients reported them in round 0
         if rounds > 1:
-            metrics = evaluate_outcome(outcome, test, histograms, exp.device)
+            metrics = evaluate_outcome(outcome, test, histograms, view.device)
             history.append(
                 {
                     "round": r + 1,
@@ -269,11 +266,11 @@ def _run_star(key: str, method: Method[Any], exp: Experiment, transport: Transpo
                 }
             )
     assert outcome is not None  # rounds >= 1
-    metrics = evaluate_outcome(outcome, test, histograms, exp.device)
+    metrics = evaluate_outcome(outcome, test, histograms, view.device)
     saved = None
-    if exp.save_to is not None:
-        saved = save_outcome(exp.save_to, key, outcome, exp.data.task.num_classes)
-    inference = inference_cost(outcome, test.x, exp.device)
+    if view.save_to is not None:
+        saved = save_outcome(view.save_to, key, outcome, view.task.num_classes)
+    inference = inference_cost(outcome, test.x, view.device)
     return MethodResult(
         key=key,
         **method.describe(),
@@ -299,7 +296,7 @@ def _run_star(key: str, method: Method[Any], exp: Experiment, transport: Transpo
 
 
 def _run_peer(
-    key: str, method: PeerMethod[Any], exp: Experiment, transport: Transport
+    key: str, method: PeerMethod[Any], view: ServerView, transport: Transport, ledger: Ledger
 ) -> MethodResult:
     """A peer method: every client's update, then each receiver's build from its senders.
 
@@ -308,13 +305,17 @@ def _run_peer(
     graph neighbours, as far as they arrived. Every edge that carried a payload counts its
     bytes. The quorum counts the clients whose payload arrived and no receiver refused.
     """
-    n, graph = exp.cfg.clients, exp.graph
+    n, graph = view.cfg.clients, view.graph
+    if graph is None:
+        raise RequirementError(f"{key}: a peer method needs the plan's neighbour graph")
     replies, silent = transport.upload(key, method, 0, None)
     admitted, missing = admit_replies(key, replies, n, silent)
-    refused = {str(c): why for c, why in screen_shards(key, exp, admitted, set(), 0).items()}
+    refused = {
+        str(c): why for c, why in screen_shards(key, view, ledger, admitted, set(), 0).items()
+    }
     routes: dict[int, dict[int, bytes]] = {}
     for r in sorted(admitted):
-        senders = method.senders_for(r, graph.senders(r), exp.cfg.data_seed)
+        senders = method.senders_for(r, graph.senders(r), view.cfg.data_seed)
         unknown = sorted(set(senders) - set(graph.senders(r)))
         if unknown:
             raise ValueError(f"{key}: senders_for({r}) named non-neighbours {unknown}")
@@ -334,7 +335,7 @@ def _run_peer(
     check_quorum(
         key,
         method,
-        exp,
+        view,
         len(set(admitted) - {s for p in reports for s in p.rejected}),
         {**refused, **rejected},
         missing,

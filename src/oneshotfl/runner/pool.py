@@ -64,7 +64,7 @@ from oneshotfl.training import memo
 from oneshotfl.training.progress import NullTracker
 
 if TYPE_CHECKING:
-    from oneshotfl.runner.experiment import Experiment
+    from oneshotfl.runner.federation import Federation
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def resolve_workers(workers: int, clients: int, client_thread_count: int | None,
     return max(1, min(clients, budget // (client_thread_count or budget)))
 
 
-def _start_worker(shipped: Experiment | bytes, plugins: tuple[str, ...], level: int) -> None:
+def _start_worker(shipped: Federation | bytes, plugins: tuple[str, ...], level: int) -> None:
     """Worker initialiser: log like the parent (through a plain handler of its own: a forked
     copy of the parent's may hold a lock), import the plugins, keep the experiment — sent
     pickled to a forkserver's process, so that it is unpickled after the plugins its data or
@@ -104,11 +104,11 @@ def _start_worker(shipped: Experiment | bytes, plugins: tuple[str, ...], level: 
 
 
 def _counted(
-    step: Callable[[Experiment], tuple[Answer | None, Missing]],
+    step: Callable[[Federation], tuple[Answer | None, Missing]],
 ) -> tuple[Answer | None, Missing, int, int]:
     """Run ``step`` on the worker's experiment: its answer, whoever failed, and the cache hits
     and misses it added (the parent's result counts every party's)."""
-    exp: Experiment = _WORKER["exp"]
+    exp: Federation = _WORKER["exp"]
     hits, misses = exp.store.hits, exp.store.misses
     answer, missing = step(exp)
     return answer, missing, exp.store.hits - hits, exp.store.misses - misses
@@ -119,7 +119,7 @@ def _update(
 ) -> tuple[ClientReply | None, Missing, int, int]:
     """One client's update in a worker (what :meth:`LocalTransport.upload` does per client)."""
 
-    def step(exp: Experiment) -> tuple[ClientReply | None, Missing]:
+    def step(exp: Federation) -> tuple[ClientReply | None, Missing]:
         received = receive_broadcast(method, broadcast, exp.dims)
         ctx = exp.client_context(cid).for_round(round_index, received)
         report = exp.shard_report(cid) if round_index == 0 else None
@@ -137,7 +137,7 @@ def _receive(
 ) -> tuple[PeerReport | None, Missing, int, int]:
     """One peer receiver's step in a worker (what :meth:`LocalTransport.relay` does)."""
 
-    def step(exp: Experiment) -> tuple[PeerReport | None, Missing]:
+    def step(exp: Federation) -> tuple[PeerReport | None, Missing]:
         ctx = exp.receiver_context(receiver)
         missing: Missing = {}
         run = functools.partial(peer_step, method, ctx, deliveries, exp.data.test)
@@ -183,19 +183,19 @@ class PoolTransport:
     """The in-process transport's steps in ``workers`` processes (see the module docs).
 
     Attributes:
-        experiment: the prepared experiment (the parent's; each worker gets a copy).
+        federation: the prepared federation (the parent's; each worker gets a copy).
         workers: worker processes (at least 1).
     """
 
-    experiment: Experiment
+    federation: Federation
     workers: int
     _slots: list[ProcessPoolExecutor] = field(default_factory=list, init=False, repr=False)
-    _shipped: Experiment | bytes = field(init=False, repr=False)
+    _shipped: Federation | bytes = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise ValueError(f"PoolTransport: expected workers >= 1, got {self.workers}")
-        exp = dataclasses.replace(self.experiment, tracker=NullTracker())
+        exp = dataclasses.replace(self.federation, tracker=NullTracker())
         forked = _context(exp.cfg.client_threads).get_start_method() == "fork"
         # A fork shares the parent's memory as is; a forkserver's worker gets one pickled copy,
         # made once and handed to every worker (and every replacement).
@@ -203,7 +203,7 @@ class PoolTransport:
         self._slots = [self._start() for _ in range(self.workers)]
 
     def _start(self) -> ProcessPoolExecutor:
-        cfg = self.experiment.cfg
+        cfg = self.federation.cfg
         level = logging.getLogger().getEffectiveLevel()
         initargs = (self._shipped, tuple(cfg.plugins), level)
         ctx = _context(cfg.client_threads)
@@ -223,7 +223,7 @@ class PoolTransport:
     ) -> tuple[list[Any], Missing]:
         """Submit every client's job (function, arguments) to its worker, then collect the
         answers in client-id order."""
-        exp = self.experiment
+        exp = self.federation
         answers: list[Any] = []
         missing: Missing = {}
         broken: set[ProcessPoolExecutor] = set()
@@ -274,7 +274,7 @@ class PoolTransport:
                 method.name,
                 exc,
             )
-            return LocalTransport(self.experiment)
+            return LocalTransport(self.federation)
         return None
 
     def _slot(self, cid: int) -> ProcessPoolExecutor:
@@ -283,7 +283,7 @@ class PoolTransport:
     def upload(
         self, key: str, method: Method[Any], round_index: int, broadcast: bytes | None
     ) -> tuple[list[ClientReply], Missing]:
-        exp = self.experiment
+        exp = self.federation
         receive_broadcast(method, broadcast, exp.dims)  # a bad broadcast fails here, as in process
         local = self._in_process(method)
         if local is not None:
@@ -305,7 +305,7 @@ class PoolTransport:
 
 
 @contextlib.contextmanager
-def open_transport(exp: Experiment) -> Iterator[tuple[Transport, int]]:
+def open_transport(exp: Federation) -> Iterator[tuple[Transport, int]]:
     """The transport of a local run and its number of workers: in process for one worker,
     else a :class:`PoolTransport` (closed when the run ends)."""
     cfg = exp.cfg

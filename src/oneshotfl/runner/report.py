@@ -7,13 +7,12 @@ import os
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from oneshotfl.runner.report_plots import human_bytes, natural_key, report_plots
+from oneshotfl.runner.report_plots import Cell, Report, human_bytes, natural_key, report_plots
 from oneshotfl.runner.results import atomic_write_text, iter_results, write_csv
 
 __all__ = ["collect", "human_bytes", "natural_key", "splice_markdown", "write_report"]
@@ -76,39 +75,6 @@ def method_rows(docs: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], str]
         for key, groups in groups_of.items()
         for group in groups
     }
-
-
-@dataclass
-class Cell:
-    """The runs of one method in one setting (one value per seed)."""
-
-    accuracy: list[float] = field(default_factory=list)
-    personal: list[float] = field(default_factory=list)
-    personalised: bool = False
-    upload_bytes: list[float] = field(default_factory=list)
-    histories: list[list[dict[str, Any]]] = field(default_factory=list)
-    facts: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
-    server_s: list[float] = field(default_factory=list)
-    costs: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
-    method: str = ""
-    params: dict[str, Any] = field(default_factory=dict)
-
-    def mean_std(self) -> tuple[float, float]:
-        values = np.asarray(self.accuracy, dtype=float)
-        return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else 0.0
-
-
-@dataclass
-class Report:
-    """Results grouped by setting and method."""
-
-    cells: dict[tuple[str, str], Cell] = field(default_factory=dict)
-    settings: list[str] = field(default_factory=list)
-    methods: list[str] = field(default_factory=list)
-    alphas: dict[str, tuple[float, str]] = field(default_factory=dict)
-    extras: dict[str, dict[str, Any]] = field(default_factory=dict)
-    runs: int = 0
-    wall_time_s: float = 0.0
 
 
 def _repeated_runs(

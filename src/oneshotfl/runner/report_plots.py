@@ -1,19 +1,52 @@
-"""The plots of a benchmark report: accuracy against the settings that vary (α, clients, a
-method parameter), against upload bytes, and against communication rounds."""
+"""A benchmark report's data — :class:`Report`, one :class:`Cell` per setting and method, which
+:func:`oneshotfl.runner.report.collect` fills — and its plots: accuracy against the settings
+that vary (α, clients, a method parameter), against upload bytes, and against communication
+rounds."""
 
 from __future__ import annotations
 
 import re
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from oneshotfl.plots import RoundsCurve, line_plot, rounds_plot
 
-if TYPE_CHECKING:
-    from oneshotfl.runner.report import Report
+
+@dataclass
+class Cell:
+    """The runs of one method in one setting (one value per seed)."""
+
+    accuracy: list[float] = field(default_factory=list)
+    personal: list[float] = field(default_factory=list)
+    personalised: bool = False
+    upload_bytes: list[float] = field(default_factory=list)
+    histories: list[list[dict[str, Any]]] = field(default_factory=list)
+    facts: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    server_s: list[float] = field(default_factory=list)
+    costs: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    method: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def mean_std(self) -> tuple[float, float]:
+        values = np.asarray(self.accuracy, dtype=float)
+        return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else 0.0
+
+
+@dataclass
+class Report:
+    """Results grouped by setting and method."""
+
+    cells: dict[tuple[str, str], Cell] = field(default_factory=dict)
+    settings: list[str] = field(default_factory=list)
+    methods: list[str] = field(default_factory=list)
+    alphas: dict[str, tuple[float, str]] = field(default_factory=dict)
+    extras: dict[str, dict[str, Any]] = field(default_factory=dict)
+    runs: int = 0
+    wall_time_s: float = 0.0
 
 
 def natural_key(text: str) -> list[Any]:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from oneshotfl._version import __version__
-from oneshotfl.environment import data_hash, git_commit, kernel_signature
+from oneshotfl.environment import git_commit, kernel_signature
 from oneshotfl.plots import partition_heatmap
 from oneshotfl.runner.config import ExperimentConfig, make_config, names_unchecked
 from oneshotfl.runner.config_values import run_defaults
@@ -27,7 +27,8 @@ from oneshotfl.runner.config_values import run_defaults
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from oneshotfl.runner.experiment import Experiment
+    from oneshotfl.runner.federation import ServerView
+    from oneshotfl.runner.ledger import Ledger
 
 log = logging.getLogger(__name__)
 
@@ -315,17 +316,20 @@ def iter_results(root: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
 
 
 def result_document(
-    exp: Experiment,
+    view: ServerView,
+    ledger: Ledger,
     results: Sequence[MethodResult],
     started: datetime,
     t0: float,
     workers: int = 1,
     shared: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """The result document of run ``exp``: config, environment, data, clients, methods, cache.
+    """The result document of a run: config, environment, data, clients, methods, cache —
+    from what the server holds (``view``, no client shard) and booked (``ledger``).
 
     Args:
-        exp: the experiment that ran.
+        view: the server's view of the federation that ran.
+        ledger: the clients' shard reports as the engine admitted them.
         results: one result per method, in run order.
         started: when the run started (UTC).
         t0: ``time.perf_counter()`` at the start, for the wall time.
@@ -333,60 +337,60 @@ def result_document(
         shared: the client training several methods shared
             (:func:`oneshotfl.runner.accounting.attribute_client_time`).
     """
-    fed = exp.data
+    task, encoder = view.task, view.encoder
     doc: dict[str, Any] = {
         "oneshotfl_version": __version__,
         "started": started.isoformat(timespec="seconds"),
         "wall_time_s": time.perf_counter() - t0,
         "environment": {
             "python": platform.python_version(),
-            **kernel_signature(str(exp.device)),
+            **kernel_signature(str(view.device)),
             "workers": workers,
             "git_commit": git_commit(),
-            "data_hash": data_hash(fed),
+            "data_hash": view.data_hash,
         },
-        "config": exp.cfg.to_dict(),
+        "config": view.cfg.to_dict(),
         "encoder": None
-        if exp.encoder is None
+        if encoder is None
         else {
-            "spec": exp.encoder.spec,
-            "fingerprint": exp.encoder.fingerprint,
-            "dim": exp.encoder.dim,
-            **exp.encoder.info,
+            "spec": encoder.spec,
+            "fingerprint": encoder.fingerprint,
+            "dim": encoder.dim,
+            **encoder.info,
         },
         "data": {
-            "dataset": fed.task.dataset,
-            "num_classes": fed.task.num_classes,
-            "input_shape": [fed.task.in_channels, fed.task.image_size, fed.task.image_size],
-            "client_examples": int(sum(len(c.train) for c in fed.clients)),
-            "public_size": 0 if fed.public is None else len(fed.public),
-            "test_size": len(fed.test),
+            "dataset": task.dataset,
+            "num_classes": task.num_classes,
+            "input_shape": [task.in_channels, task.image_size, task.image_size],
+            "client_examples": view.client_examples,
+            "public_size": 0 if view.public is None else len(view.public),
+            "test_size": len(view.test),
         },
-        "clients": client_rows(exp),
+        "clients": client_rows(view, ledger),
         "methods": [r.to_dict() for r in results],
         "shared_client_training": list(shared),
-        "cache": {"hits": exp.store.hits, "misses": exp.store.misses},
+        "cache": {"hits": view.store.hits, "misses": view.store.misses},
     }
-    if any(r.topology is not None for r in results):
-        doc["graph"] = exp.graph.to_dict()
+    if any(r.topology is not None for r in results) and view.graph is not None:
+        doc["graph"] = view.graph.to_dict()
     return doc
 
 
-def client_rows(exp: Experiment) -> list[dict[str, Any]]:
+def client_rows(view: ServerView, ledger: Ledger) -> list[dict[str, Any]]:
     """Per client: architecture, and the data sizes and label histogram it reported
     (``reported: false`` and zeros for a client whose report never arrived)."""
     rows = []
-    classes = exp.data.task.num_classes
-    unreported = {"train_size": 0, "val_size": 0, "label_histogram": [0] * classes}
-    for cid, arch in enumerate(exp.archs):
-        report = exp.ledger.get(cid)
+    unreported = {"train_size": 0, "val_size": 0, "label_histogram": [0] * view.task.num_classes}
+    for cid, arch in enumerate(view.archs):
+        report = ledger.get(cid)
+        attack = view.attacks[cid]
         rows.append(
             {
                 "client": cid,
                 "arch": arch,
                 **(report.to_dict() if report else unreported),
                 **({} if report else {"reported": False}),
-                **({"malicious": attack.spec} if (attack := exp.attack_of(cid)) else {}),
+                **({"malicious": attack} if attack else {}),
             }
         )
     return rows

@@ -36,12 +36,13 @@ from oneshotfl.protocol.contract import ClientContext, Method, PeerMethod
 from oneshotfl.protocol.spec import PayloadError, WireDims
 from oneshotfl.protocol.wire import receive
 from oneshotfl.runner.evaluate import ClientMetrics, label_histogram, receiver_metrics
+from oneshotfl.runner.ledger import ShardReport
 from oneshotfl.security.threats import Attack
 from oneshotfl.seeding import numpy_rng
 from oneshotfl.training.loop import accuracy, predict_logits
 
 if TYPE_CHECKING:
-    from oneshotfl.runner.experiment import Experiment
+    from oneshotfl.runner.federation import Federation
 
 log = logging.getLogger(__name__)
 
@@ -60,57 +61,6 @@ def client_threads(threads: int | None) -> Iterator[None]:
     finally:
         if torch.get_num_threads() != before:
             torch.set_num_threads(before)
-
-
-@dataclass(frozen=True)
-class ShardReport:
-    """What a client says about its own data, in round 0: the server's bookkeeping (client
-    sizes and label histograms in the result file, the label distribution personal accuracy
-    is weighted by) comes from these reports, never from a copy of the data. Self-reported:
-    :func:`shard_problem` bounds it before anything is allocated or used.
-
-    Attributes:
-        train_size: training examples.
-        val_size: validation examples.
-        label_histogram: training examples per class, ``[classes]``.
-    """
-
-    train_size: int
-    val_size: int
-    label_histogram: tuple[int, ...]
-
-    @classmethod
-    def of(cls, train: LabelledData, val: LabelledData | None, num_classes: int) -> ShardReport:
-        """The report of a shard (its clean labels)."""
-        counts = label_histogram(train.y, num_classes)
-        return cls(len(train), 0 if val is None else len(val), tuple(int(c) for c in counts))
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form (the result file's client row fields)."""
-        return {
-            "train_size": self.train_size,
-            "val_size": self.val_size,
-            "label_histogram": list(self.label_histogram),
-        }
-
-
-def shard_problem(report: ShardReport | None, num_classes: int, max_examples: int) -> str | None:
-    """Why a shard report cannot be used (``None``: it can): one count per class, integers
-    ``>= 0`` summing to ``train_size``, and ``train_size + val_size <= N_max`` (when known)."""
-    if report is None:
-        return "sent no shard report (its training-set size and label counts)"
-    counts = report.label_histogram
-    if len(counts) != num_classes:
-        return f"shard report: expected {num_classes} label counts, got {len(counts)}"
-    sizes = (report.train_size, report.val_size, *counts)
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in sizes):
-        return "shard report: expected integer sizes and label counts >= 0"
-    if sum(counts) != report.train_size:
-        return f"shard report: label counts sum to {sum(counts)}, train_size is {report.train_size}"
-    total = report.train_size + report.val_size
-    if max_examples > 0 and total > max_examples:
-        return f"shard report: {total} examples, above N_max = {max_examples}"
-    return None
 
 
 @dataclass(frozen=True)
@@ -287,12 +237,12 @@ class LocalTransport:
     """The in-process transport: every client of the experiment, in client-id order. A client
     whose step raises is named and left out, exactly as a Flower node that fails."""
 
-    experiment: Experiment
+    federation: Federation
 
     def upload(
         self, key: str, method: Method[Any], round_index: int, broadcast: bytes | None
     ) -> tuple[list[ClientReply], Missing]:
-        exp = self.experiment
+        exp = self.federation
         received = receive_broadcast(method, broadcast, exp.dims)
         replies: list[ClientReply] = []
         missing: Missing = {}
@@ -310,7 +260,7 @@ class LocalTransport:
     def relay(
         self, key: str, method: PeerMethod[Any], routes: Mapping[int, Mapping[int, bytes]]
     ) -> tuple[list[PeerReport], Missing]:
-        exp = self.experiment
+        exp = self.federation
         reports: list[PeerReport] = []
         missing: Missing = {}
         for r in sorted(routes):

@@ -17,6 +17,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.utils import clip_grad_norm_
 
 from oneshotfl.data.types import LabelledData
 from oneshotfl.models.base import INITS, Init
@@ -45,6 +46,7 @@ class TrainConfig(Params):
         init: how a model this training starts from is initialised when its architecture
             is unnormalised (:func:`oneshotfl.models.base.init_weights`). A run-wide
             setting: every model a method builds for the run starts this way.
+        grad_clip: clip every step's gradients to this global L2 norm (0: no clipping).
 
     This is the one object run-wide training settings reach methods through (a context's
     ``train_config``); adding a setting touches the config that fills it, this class and
@@ -59,8 +61,10 @@ class TrainConfig(Params):
     weight_decay: float = 0.0
     min_steps: int = 0
     init: Init = "he"
+    grad_clip: float = 0.0
 
     def validate(self) -> None:
+        require(self.grad_clip >= 0, "grad_clip", ">= 0 (0: no clipping)", self.grad_clip)
         require(self.init in INITS, "init", f"one of {', '.join(INITS)}", self.init)
         require(self.epochs >= 0, "epochs", ">= 0", self.epochs)
         require(self.min_steps >= 0, "min_steps", ">= 0", self.min_steps)
@@ -210,6 +214,8 @@ def fit(
                     values += _check_finite(pending, steps, description)
                     pending = []
                 loss.backward()
+                if cfg.grad_clip > 0:
+                    clip_grad_norm_(model.parameters(), cfg.grad_clip)
                 optimizer.step()
                 if hooks.step_end is not None:
                     hooks.step_end()
