@@ -15,6 +15,7 @@ from oneshotfl.methods import build_method, parse_method_spec
 from oneshotfl.methods.builders import (
     client_logits,
     client_models,
+    initial_model_parts,
     seeded_head,
     seeded_model,
     shared_initial_model,
@@ -120,6 +121,8 @@ def test_shared_initial_model_reads_arch_seed_and_init_from_the_context() -> Non
     assert same_weights(own, initial_model("cnn", TASK, 2, 1))
     with pytest.raises(ValueError, match="server architecture"):
         shared_initial_model(server_ctx())
+    parts = {"arch": "cnn", "seed": 4, "init": "torch", "task": [10, 1, 8]}
+    assert initial_model_parts(client) == parts  # a cached model's key follows its start
 
 
 def test_seeded_models_and_heads_come_from_their_stream() -> None:

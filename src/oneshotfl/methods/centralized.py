@@ -27,7 +27,7 @@ import torch
 
 from oneshotfl.data.types import LabelledData
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.common import initial_model
+from oneshotfl.methods.builders import initial_model_parts, shared_initial_model
 from oneshotfl.params import Params
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, Method, ServerContext
@@ -94,7 +94,7 @@ class Centralized(Method[CentralizedConfig]):
         train = union_budget(ctx.client_train_config, len(payloads))
 
         def make() -> Payload:
-            model = initial_model(arch, ctx.task, ctx.seed, init=ctx.train_config.init)
+            model = shared_initial_model(ctx, arch)
             train_classifier(
                 model,
                 data,
@@ -106,14 +106,7 @@ class Centralized(Method[CentralizedConfig]):
             )
             return model_fields(model.cpu())
 
-        parts = {
-            "data": set_hash,
-            "arch": arch,
-            "train": train.as_dict(),
-            "seed": ctx.seed,
-            "init": ctx.train_config.init,
-            "task": [ctx.task.num_classes, ctx.task.in_channels, ctx.task.image_size],
-        }
+        parts = {"data": set_hash, "train": train.as_dict(), **initial_model_parts(ctx, arch)}
         payload, _ = ctx.store.get_or_make("centralized", parts, make, "centralized model")
         return GlobalModel(model_from_fields(payload, ctx.dims))
 

@@ -19,7 +19,7 @@ from oneshotfl.data.types import LabelledData
 from oneshotfl.encoders.base import EncodedClassifier
 from oneshotfl.fingerprints import tensor_fingerprint
 from oneshotfl.functional import Weighting, client_weights, weighted_average
-from oneshotfl.models import create_model
+from oneshotfl.methods.builders import seeded_head
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, ConfigT, Method, ServerContext
 from oneshotfl.protocol.fields import model_fields, model_from_fields
@@ -31,7 +31,7 @@ from oneshotfl.robust import (
     norm_clipped_average,
     trimmed_mean,
 )
-from oneshotfl.seeding import seeded_torch, torch_generator
+from oneshotfl.seeding import torch_generator
 from oneshotfl.training.loop import TrainConfig, predict_logits, train_classifier
 from oneshotfl.training.recipe import initial_model
 from oneshotfl.training.services import client_artefact, train_model
@@ -257,8 +257,7 @@ def trained_client_head(
     train = head_train_config(epochs, lr, batch or ctx.train_config.batch_size, steps)
 
     def make() -> Payload:
-        with seeded_torch(ctx.seed, "fedage", "head", ctx.client_id):
-            head = create_model(arch, d, ctx.task.num_classes, 1, ctx.train_config.init)
+        head = seeded_head(ctx, arch, d, "fedage", "head", ctx.client_id)
         train_classifier(
             head,
             LabelledData(z, y),

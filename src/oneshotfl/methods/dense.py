@@ -42,14 +42,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from oneshotfl.functional import kl_to_student, masked_disagreement
+from oneshotfl.functional import kl_to_student, masked_disagreement, weighted_member_sum
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.common import DATA_FREE_LIMIT, SendsTrainedModel, initial_model
+from oneshotfl.methods.builders import client_models, shared_initial_model
+from oneshotfl.methods.common import DATA_FREE_LIMIT, SendsTrainedModel
 from oneshotfl.models.generator import ImageGenerator
 from oneshotfl.params import require
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import Requires, ServerContext
-from oneshotfl.protocol.fields import model_from_fields
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
 from oneshotfl.seeding import seeded_torch, torch_generator
 from oneshotfl.training.synthesis import (
@@ -128,7 +128,7 @@ class DistilFromEnsemble(NoAugmentation):
         """Σ_k w_k z_k(x) / Σ_k w_k."""
         w = (self.weights if weights is None else weights).to(x)
         logits = torch.stack([t(x) for t in self.teachers])
-        return torch.einsum("k,kbc->bc", w, logits) / w.sum()
+        return weighted_member_sum(w, logits) / w.sum()
 
     def similarity(self, t: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(t, y)
@@ -218,10 +218,9 @@ class DataFreeDistillation(SendsTrainedModel[Any]):
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         cfg, task = self.config, ctx.task
-        ids = sorted(payloads)
-        teachers = [model_from_fields(payloads[c], ctx.dims).to(ctx.device).eval() for c in ids]
-        arch = ctx.server_arch or str(payloads[ids[0]].scalars["model.arch"])
-        student = initial_model(arch, task, ctx.seed, init=ctx.train_config.init)
+        teachers = client_models(payloads, ctx.dims, device=ctx.device)
+        arch = ctx.server_arch or str(payloads[min(payloads)].scalars["model.arch"])
+        student = shared_initial_model(ctx, arch)
         generator = self.generator(ctx)
         for t in teachers:
             t.requires_grad_(False)

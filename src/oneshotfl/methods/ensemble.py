@@ -18,11 +18,11 @@ from typing import Literal
 
 from oneshotfl.functional import Weighting, client_weights
 from oneshotfl.methods.base import register_method
+from oneshotfl.methods.builders import client_models
 from oneshotfl.methods.common import SendsTrainedModel
 from oneshotfl.params import Params, require
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ServerContext
-from oneshotfl.protocol.fields import model_from_fields
 from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import Ensemble as EnsembleOutcome
 from oneshotfl.protocol.outcome import Outcome
@@ -72,7 +72,7 @@ class Ensemble(SendsTrainedModel[EnsembleConfig]):
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         ids = sorted(payloads)
-        members = [model_from_fields(payloads[c], ctx.dims) for c in ids]
+        members = client_models(payloads, ctx.dims)
         sizes = [float(payloads[c].scalars["n_examples"]) for c in ids]
         weights = client_weights(sizes, self.config.weighting).float()
         cfg = self.config

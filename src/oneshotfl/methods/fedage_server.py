@@ -22,7 +22,7 @@ from oneshotfl.training.distill import distil
 from oneshotfl.training.loop import Batch, TrainConfig, fit, make_optimizer
 
 if TYPE_CHECKING:
-    from oneshotfl.methods.fedage import FedAGEConfig
+    from oneshotfl.methods.fedage_config import FedAGEConfig
 
 
 def kd_loss(

@@ -23,13 +23,13 @@ from dataclasses import dataclass
 
 from oneshotfl.functional import Weighting
 from oneshotfl.methods.base import register_method
+from oneshotfl.methods.builders import shared_initial_model
 from oneshotfl.methods.common import AVERAGING_LIMIT, SendsTrainedModel, average_models
 from oneshotfl.params import Params, require
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import Requires, ServerContext
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
 from oneshotfl.robust import Aggregation
-from oneshotfl.training.recipe import initial_model
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class FedAvg(SendsTrainedModel[FedAvgConfig]):
         reference = None
         if cfg.aggregation == "norm_clip":  # θ⁰, the initialisation every client started from
             arch = str(payloads[min(payloads)].scalars["model.arch"])
-            reference = initial_model(arch, ctx.task, ctx.seed, init=ctx.train_config.init)
+            reference = shared_initial_model(ctx, arch)
         model = average_models(
             payloads, ctx.dims, cfg.weighting, cfg.aggregation, cfg.trim, reference
         )

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from torch import nn
 
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.common import SKEW, SendsTrainedModel, average_models, initial_model
+from oneshotfl.methods.builders import shared_initial_model
+from oneshotfl.methods.common import SKEW, SendsTrainedModel, average_models
 from oneshotfl.params import Params, require
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, Requires, ServerContext
@@ -93,9 +94,7 @@ class FedAvgRounds(SendsTrainedModel[FedAvgRoundsConfig]):
                     "fedavg_rounds: expected one client architecture, "
                     f"got {sorted(set(ctx.client_archs))}"
                 )
-            model = initial_model(
-                ctx.client_archs[0], ctx.task, ctx.seed, init=ctx.train_config.init
-            )
+            model = shared_initial_model(ctx, ctx.client_archs[0])
         elif isinstance(previous, GlobalModel):
             model = previous.model
         else:

@@ -37,7 +37,8 @@ from torch import nn
 
 from oneshotfl.data.types import LabelledData, TaskInfo
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.common import BOTH, initial_model
+from oneshotfl.methods.builders import shared_initial_model
+from oneshotfl.methods.common import BOTH
 from oneshotfl.params import Params, require
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, Method, Requires, ServerContext
@@ -249,7 +250,7 @@ class FedCVAE(Method[FedCVAEConfig]):
         x = torch.cat([p[0] for p in parts])
         y = torch.cat([p[1] for p in parts])
         arch = ctx.server_arch or ctx.client_archs[0]
-        classifier = initial_model(arch, task, ctx.seed, init=ctx.train_config.init)
+        classifier = shared_initial_model(ctx, arch)
         train_classifier(
             classifier,
             LabelledData(x, y),

@@ -49,13 +49,18 @@ from typing import Literal
 import torch
 from torch import nn
 
-from oneshotfl.functional import average_probabilities, ensemble_target, kl_to_student
+from oneshotfl.functional import (
+    average_probabilities,
+    ensemble_target,
+    kl_to_student,
+    weighted_member_sum,
+)
 from oneshotfl.methods.base import register_method
+from oneshotfl.methods.builders import client_logits, shared_initial_model
 from oneshotfl.methods.common import (
     STUDENT_LIMIT,
     SendsTrainedModel,
     average_models,
-    initial_model,
     probabilities_payload,
     probabilities_spec,
     stack_probabilities,
@@ -63,13 +68,11 @@ from oneshotfl.methods.common import (
 from oneshotfl.params import Params, require
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, Requires, ServerContext
-from oneshotfl.protocol.fields import model_from_fields
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
 from oneshotfl.protocol.spec import PayloadSpec, WireDims
 from oneshotfl.robust import agreement_trust
 from oneshotfl.seeding import torch_generator
 from oneshotfl.training.distill import distil
-from oneshotfl.training.loop import predict_logits
 
 Form = Literal["models", "predictions"]
 Teacher = Literal["auto", "probabilities", "logits"]
@@ -169,18 +172,11 @@ class FedDF(SendsTrainedModel[FedDFConfig]):
             if cfg.trust == "agreement":
                 trust = agreement_trust(probs)
                 if float(trust.sum()) > 0:  # nobody agreeing with anybody: the plain mean
-                    target = torch.einsum("k,knc->nc", trust / trust.sum(), probs)
+                    target = weighted_member_sum(trust / trust.sum(), probs)
         else:
             archs = [str(payloads[c].scalars["model.arch"]) for c in ids]
             arch, from_average = choose_student(cfg.form, ctx.server_arch, archs)
-            logits = torch.stack(
-                [
-                    predict_logits(
-                        model_from_fields(payloads[c], ctx.dims), ctx.public.x, ctx.device
-                    )
-                    for c in ids
-                ]
-            )
+            logits = client_logits(payloads, ctx.dims, ctx.public.x, ctx.device)
             teacher = "logits" if cfg.teacher == "auto" else cfg.teacher
             target = ensemble_target(logits, cfg.temperature, teacher)
         student = self._student(arch, from_average, payloads, ctx)
@@ -198,7 +194,7 @@ class FedDF(SendsTrainedModel[FedDFConfig]):
     ) -> nn.Module:
         if from_average:
             return average_models(payloads, ctx.dims)  # Σ_k (n_k/n)·w_k, the paper's start
-        return initial_model(arch, ctx.task, ctx.seed, init=ctx.train_config.init)
+        return shared_initial_model(ctx, arch)
 
     def _distil(
         self, student: nn.Module, x: torch.Tensor, target: torch.Tensor, ctx: ServerContext

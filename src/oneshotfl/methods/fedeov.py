@@ -67,11 +67,11 @@ from torch import nn
 
 from oneshotfl.encoders.cost import inference_latency_ms, sparse_forward_flops
 from oneshotfl.methods.base import register_method
+from oneshotfl.methods.builders import client_models
 from oneshotfl.methods.common import IID_OPEN_SET_LIMIT, SendsTrainedModel
 from oneshotfl.params import Params, require
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, ServerContext
-from oneshotfl.protocol.fields import model_from_fields
 from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import Ensemble, Outcome
 from oneshotfl.protocol.spec import ModelSpec, PayloadSpec, WireDims, n_examples_spec
@@ -226,9 +226,7 @@ class OpenSetEnsemble(SendsTrainedModel[Any]):
         return KnownClasses(self.trained(ctx), ctx.task.num_classes)
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
-        members = [
-            model_from_fields(payloads[c], ctx.dims, extra_outputs=1) for c in sorted(payloads)
-        ]
+        members = client_models(payloads, ctx.dims, extra_outputs=1)
         votes = self.accepted_votes()
         ensemble = Ensemble(members, rule=f"abstention:{votes or 'all'}")
         probe = torch.zeros(

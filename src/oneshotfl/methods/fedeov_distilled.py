@@ -24,7 +24,8 @@ import torch
 from oneshotfl.encoders.cost import inference_latency_ms
 from oneshotfl.functional import kl_to_student
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.common import IID_OPEN_SET_LIMIT, STUDENT_LIMIT, initial_model
+from oneshotfl.methods.builders import shared_initial_model
+from oneshotfl.methods.common import IID_OPEN_SET_LIMIT, STUDENT_LIMIT
 from oneshotfl.methods.fedeov import LATENCY_BATCH, FedEOV, FedEOVConfig
 from oneshotfl.params import require
 from oneshotfl.payload import Payload
@@ -72,7 +73,7 @@ class FedEOVDistilled(FedEOV):
         assert isinstance(teacher, Ensemble)
         target = teacher.predict_proba(ctx.public.x, ctx.device)
         arch = cfg.student or ctx.client_archs[min(payloads)]
-        student = initial_model(arch, ctx.task, ctx.seed, init=ctx.train_config.init)
+        student = shared_initial_model(ctx, arch)
         base = ctx.train_config
         stats = distil(
             student,

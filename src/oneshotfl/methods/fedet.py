@@ -46,12 +46,12 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from oneshotfl.functional import EPS, kl_rows, soft_cross_entropy_rows
+from oneshotfl.functional import EPS, kl_rows, soft_cross_entropy_rows, weighted_member_sum
 from oneshotfl.methods.base import register_method
+from oneshotfl.methods.builders import client_logits, shared_initial_model
 from oneshotfl.methods.common import (
     STUDENT_LIMIT,
     SendsTrainedModel,
-    initial_model,
     probabilities_payload,
     probabilities_spec,
     stack_probabilities,
@@ -59,12 +59,10 @@ from oneshotfl.methods.common import (
 from oneshotfl.params import Params, require
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, Requires, ServerContext
-from oneshotfl.protocol.fields import model_from_fields
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
 from oneshotfl.protocol.spec import PayloadSpec, WireDims
 from oneshotfl.seeding import torch_generator
 from oneshotfl.training.distill import distil
-from oneshotfl.training.loop import predict_logits
 
 
 @dataclass(frozen=True)
@@ -106,7 +104,7 @@ def variance_weights(probs: torch.Tensor, weighting: str = "variance") -> torch.
 
 def consensus(probs: torch.Tensor, alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The weighted consensus s̄ = Σ_k α_k s_k ``[N, C]`` and its label ŷ ``[N]``."""
-    mean = torch.einsum("kn,knc->nc", alpha, probs)
+    mean = weighted_member_sum(alpha, probs)
     return mean, mean.argmax(dim=-1)
 
 
@@ -121,7 +119,7 @@ def diversity_target(
     dissent = (probs.argmax(dim=-1) != labels.unsqueeze(0)).to(probs.dtype)  # [K, N]
     w = alpha * dissent
     total = w.sum(dim=0)
-    target = torch.einsum("kn,knc->nc", w, probs) / total.clamp_min(EPS).unsqueeze(-1)
+    target = weighted_member_sum(w, probs) / total.clamp_min(EPS).unsqueeze(-1)
     return target, total > 0
 
 
@@ -168,21 +166,14 @@ class FedET(SendsTrainedModel[FedETConfig]):
         if cfg.form == "predictions":
             probs = stack_probabilities(payloads)
         else:
-            probs = torch.stack(
-                [
-                    torch.softmax(
-                        predict_logits(model_from_fields(payloads[c], ctx.dims), x, ctx.device), -1
-                    )
-                    for c in sorted(payloads)
-                ]
-            )
+            probs = torch.softmax(client_logits(payloads, ctx.dims, x, ctx.device), -1)
         alpha = variance_weights(probs, cfg.weighting)
         mean, labels = consensus(probs, alpha)
         target = (
             F.one_hot(labels, probs.shape[-1]).to(probs.dtype) if cfg.consensus == "hard" else mean
         )
         div, has_dissent = diversity_target(probs, alpha, labels)
-        server = initial_model(ctx.server_arch, ctx.task, ctx.seed, init=ctx.train_config.init)
+        server = shared_initial_model(ctx)
         base, lam = ctx.train_config, cfg.diversity
         distil(
             server,

@@ -24,10 +24,10 @@ import torch.nn.functional as F
 
 from oneshotfl.functional import entropy_weights, weighted_kl_rows, weighted_mixture
 from oneshotfl.methods.base import register_method
+from oneshotfl.methods.builders import shared_initial_model
 from oneshotfl.methods.common import (
     STUDENT_LIMIT,
     SharesPredictions,
-    initial_model,
     stack_probabilities,
 )
 from oneshotfl.params import Params, require
@@ -75,7 +75,7 @@ class FedHKT(SharesPredictions[FedHKTConfig]):
         probs = stack_probabilities(payloads)
         mixture, const = weighted_mixture(probs, entropy_weights(probs, "entropy"))
         base = ctx.train_config
-        server = initial_model(ctx.server_arch, ctx.task, ctx.seed, init=ctx.train_config.init)
+        server = shared_initial_model(ctx)
         distil(
             server,
             ctx.public.x,

@@ -48,7 +48,8 @@ from torch import nn
 
 from oneshotfl.functional import kl_to_student
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.common import STUDENT_LIMIT, initial_model
+from oneshotfl.methods.builders import shared_initial_model
+from oneshotfl.methods.common import STUDENT_LIMIT
 from oneshotfl.params import Params, require
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, Method, Requires, ServerContext
@@ -170,7 +171,7 @@ class FedKD(Method[FedKDConfig]):
             [self.distribution(payloads[c], ctx.task.num_classes) for c in sorted(payloads)]
         )
         target = noisy_mean(dists, cfg.noise_std, torch_generator(ctx.seed, "fedkd", "noise"))
-        server = initial_model(ctx.server_arch, ctx.task, ctx.seed, init=ctx.train_config.init)
+        server = shared_initial_model(ctx)
         base, temperature = ctx.train_config, cfg.temperature
         distil(
             server,

@@ -55,15 +55,15 @@ import torch
 from oneshotfl.data.types import LabelledData
 from oneshotfl.functional import consistent_vote_counts, noisy_argmax, vote_counts
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.common import STUDENT_LIMIT, initial_model
-from oneshotfl.models import create_model
+from oneshotfl.methods.builders import client_logits, seeded_model, shared_initial_model
+from oneshotfl.methods.common import STUDENT_LIMIT
 from oneshotfl.params import Params, require
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, Method, Requires, ServerContext
-from oneshotfl.protocol.fields import model_fields, model_from_fields
+from oneshotfl.protocol.fields import model_fields
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
 from oneshotfl.protocol.spec import ModelSpec, PayloadSpec, WireDims, n_examples_spec
-from oneshotfl.seeding import numpy_rng, seeded_torch, torch_generator
+from oneshotfl.seeding import numpy_rng, torch_generator
 from oneshotfl.training.loop import predict_logits, train_classifier
 from oneshotfl.training.services import client_artefact
 
@@ -202,14 +202,7 @@ class FedKT(Method[FedKTConfig]):
     @staticmethod
     def _model(ctx: ClientContext, role: str, j: int, i: int) -> torch.nn.Module:
         """A fresh model of the client's architecture, its own seeded initialisation."""
-        with seeded_torch(ctx.seed, "fedkt", ctx.client_id, role, j, i):
-            model = create_model(
-                ctx.arch,
-                ctx.task.in_channels,
-                ctx.task.num_classes,
-                ctx.task.image_size,
-                ctx.train_config.init,
-            )
+        model = seeded_model(ctx, "fedkt", ctx.client_id, role, j, i)
         return model.to(ctx.device)
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
@@ -221,18 +214,15 @@ class FedKT(Method[FedKTConfig]):
         public_x = ctx.public.x[queries]
         cpu = torch.device("cpu")  # predict_logits answers on the CPU, so do the votes
         counts = torch.zeros(len(queries), num_classes, dtype=torch.float64, device=cpu)
-        for c in ids:
-            labels = torch.stack(
-                [
-                    predict_logits(
-                        model_from_fields(payloads[c], ctx.dims, self._student_prefix(j)),
-                        public_x,
-                        ctx.device,
-                    ).argmax(dim=-1)
-                    for j in range(cfg.partitions)
-                ]
-            )
-            vote = consistent_vote_counts if cfg.consistent_voting else vote_counts
+        students = torch.stack(  # [K clients, s students, N]: every student's label
+            [
+                client_logits(payloads, ctx.dims, public_x, ctx.device, self._student_prefix(j))
+                for j in range(cfg.partitions)
+            ],
+            dim=1,
+        ).argmax(dim=-1)
+        vote = consistent_vote_counts if cfg.consistent_voting else vote_counts
+        for labels in students:  # one client's votes, in client-id order
             counts += vote(labels, num_classes)
         labels = noisy_argmax(
             counts, cfg.server_noise_gamma, numpy_rng(ctx.seed, "fedkt", "server")
@@ -247,7 +237,7 @@ class FedKT(Method[FedKTConfig]):
                 "fedkt: no public sample got a vote (every client's students disagree)"
             )
         arch = ctx.server_arch or str(payloads[ids[0]].scalars[f"{self._student_prefix(0)}.arch"])
-        final = initial_model(arch, ctx.task, ctx.seed, init=ctx.train_config.init)
+        final = shared_initial_model(ctx, arch)
         train_classifier(
             final,
             LabelledData(public_x[keep], labels[keep]),

@@ -51,10 +51,10 @@ from oneshotfl.functional import (
     weighted_mixture,
 )
 from oneshotfl.methods.base import register_method
+from oneshotfl.methods.builders import shared_initial_model
 from oneshotfl.methods.common import (
     STUDENT_LIMIT,
     SharesPredictions,
-    initial_model,
     stack_probabilities,
 )
 from oneshotfl.params import Params, require
@@ -193,7 +193,7 @@ class FedOL(SharesPredictions[FedOLConfig]):
         mixture, const = weighted_mixture(probs, entropy_weights(probs, cfg.weighting))
         client_conf = class_confidence(probs)
         train = self._train_config(ctx.train_config)
-        server = initial_model(ctx.server_arch, ctx.task, ctx.seed, init=ctx.train_config.init)
+        server = shared_initial_model(ctx)
         history: list[dict[str, Any]] = []
         server_probs: torch.Tensor | None = None
         for t in range(cfg.iterations):
@@ -203,9 +203,7 @@ class FedOL(SharesPredictions[FedOLConfig]):
                 conf = torch.cat([client_conf, class_confidence(server_probs).unsqueeze(0)])
             pseudo = pseudo_labels(sources, conf, cfg.rho(t), cfg.negative_votes)
             if cfg.restart and t > 0:
-                server = initial_model(
-                    ctx.server_arch, ctx.task, ctx.seed, init=ctx.train_config.init
-                )
+                server = shared_initial_model(ctx)
             self._train(server, ctx, (mixture, const, pseudo), train, t)
             server_probs = torch.softmax(predict_logits(server, ctx.public.x, ctx.device), -1)
             history.append(

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from oneshotfl.data.types import LabelledData
-from oneshotfl.functional import kl_rows
+from oneshotfl.functional import kl_rows, weighted_member_sum
 from oneshotfl.seeding import numpy_rng
 from oneshotfl.training.components import proximal_penalty
 from oneshotfl.training.loop import Batch, FitHooks, FitStats, TrainConfig, fit
@@ -195,7 +195,7 @@ def top_k(scores: torch.Tensor, cosines: torch.Tensor, k: int) -> list[int]:
 
 def weighted_logits(logits: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """A_w(x) = Σ_i w_i f_i(x): ``[K, N, C]`` member logits, ``[K]`` weights → ``[N, C]``."""
-    return torch.einsum("k,knc->nc", weights.to(logits), logits)
+    return weighted_member_sum(weights.to(logits), logits)
 
 
 def ensemble_weights(logits: torch.Tensor, y: torch.Tensor, steps: int, lr: float) -> torch.Tensor:

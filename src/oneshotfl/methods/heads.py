@@ -34,6 +34,7 @@ from torch import nn
 from oneshotfl.data.types import LabelledData
 from oneshotfl.functional import Weighting, client_weights, weighted_average
 from oneshotfl.methods.base import register_method
+from oneshotfl.methods.builders import seeded_head
 from oneshotfl.methods.common import (
     BOTH,
     SKEW,
@@ -45,7 +46,7 @@ from oneshotfl.methods.common import (
 )
 from oneshotfl.methods.fedage import FedAGE
 from oneshotfl.methods.fedage_server import probabilities
-from oneshotfl.models import MODELS, create_model
+from oneshotfl.models import MODELS
 from oneshotfl.params import Params, require
 from oneshotfl.payload import Payload
 from oneshotfl.privacy import latent_privacy_report
@@ -54,7 +55,7 @@ from oneshotfl.protocol.fields import model_fields
 from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import Ensemble, GlobalModel, Outcome
 from oneshotfl.protocol.spec import ArraySpec, ModelSpec, PayloadSpec, WireDims, n_examples_spec
-from oneshotfl.seeding import seeded_torch, torch_generator
+from oneshotfl.seeding import torch_generator
 from oneshotfl.training.loop import train_classifier
 
 
@@ -202,10 +203,7 @@ class CentralizedHead(Method[HeadConfig]):
         encoder, ids = ctx.encoder, sorted(payloads)
         z = torch.cat([torch.from_numpy(np.asarray(payloads[c].arrays["latents"])) for c in ids])
         y = torch.cat([torch.from_numpy(np.asarray(payloads[c].arrays["labels"])) for c in ids])
-        with seeded_torch(ctx.seed, "centralized_head"):
-            head = create_model(
-                self.config.head, encoder.dim, ctx.task.num_classes, 1, ctx.train_config.init
-            )
+        head = seeded_head(ctx, self.config.head, encoder.dim, "centralized_head")
         cfg, client = self.config, ctx.client_train_config
         # the federation's total: one client's floor times the clients, as `centralized` has
         steps = client.min_steps * len(ids) if cfg.steps is None else cfg.steps
@@ -239,10 +237,7 @@ class PseudoLabelHead(FedAGE):
             [probabilities(h, z, cfg.tau).argmax(-1) for h, z in zip(heads, latents, strict=True)]
         )
         z = torch.cat(latents)
-        with seeded_torch(ctx.seed, "fedage", "server"):
-            head = create_model(
-                cfg.server_head, ctx.encoder.dim, ctx.task.num_classes, 1, ctx.train_config.init
-            )
+        head = seeded_head(ctx, cfg.server_head, ctx.encoder.dim, "fedage", "server")
         lr = cfg.lr * cfg.setting("ensemble_lr_scale")
         train_classifier(
             head,

@@ -79,14 +79,15 @@ from oneshotfl.functional import (
     expert_variance,
     kl_to_student,
     masked_disagreement,
+    weighted_member_sum,
 )
 from oneshotfl.methods.base import register_method
+from oneshotfl.methods.builders import client_models
 from oneshotfl.methods.common import DATA_FREE_LIMIT, SendsTrainedModel
 from oneshotfl.models.generator import ImageGenerator, input_statistics
 from oneshotfl.params import require
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import Requires, ServerContext
-from oneshotfl.protocol.fields import model_from_fields
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
 from oneshotfl.seeding import derive_seed, seeded_torch, torch_generator
 from oneshotfl.training.synthesis import (
@@ -223,8 +224,8 @@ class MixtureOfExperts(nn.Module):
 
     def combine(self, logits: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         if self.mixture == "logits":
-            return torch.einsum("bk,kbc->bc", weights, logits)
-        mixed = torch.einsum("bk,kbc->bc", weights, F.softmax(logits, dim=-1))
+            return weighted_member_sum(weights.T, logits)
+        mixed = weighted_member_sum(weights.T, F.softmax(logits, dim=-1))
         return mixed.clamp_min(1e-12).log()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -324,7 +325,7 @@ class IntactOFL(SendsTrainedModel[IntactOFLConfig]):
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         cfg, task = self.config, ctx.task
-        experts = [model_from_fields(payloads[c], ctx.dims).eval() for c in sorted(payloads)]
+        experts = client_models(payloads, ctx.dims)
         shape = (task.in_channels, task.image_size, task.image_size)
         with seeded_torch(ctx.seed, "intactofl", "init"):
             noise_seed = derive_seed(ctx.seed, "intactofl", "gate noise")

@@ -13,9 +13,10 @@ from collections.abc import Mapping
 from torch import nn
 
 from oneshotfl.methods.base import register_method
+from oneshotfl.methods.builders import client_models
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, Method, NoConfig, ServerContext
-from oneshotfl.protocol.fields import model_fields, model_from_fields
+from oneshotfl.protocol.fields import model_fields
 from oneshotfl.protocol.outcome import Outcome, Personalised
 from oneshotfl.protocol.spec import ModelSpec, PayloadSpec, WireDims
 from oneshotfl.training.services import train_model
@@ -37,4 +38,5 @@ class Local(Method[NoConfig]):
         return train_model(ctx, ctx.recipe())
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
-        return Personalised({cid: model_from_fields(p, ctx.dims) for cid, p in payloads.items()})
+        models = client_models(payloads, ctx.dims)
+        return Personalised(dict(zip(sorted(payloads), models, strict=True)))

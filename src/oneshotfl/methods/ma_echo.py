@@ -43,12 +43,13 @@ from torch import nn
 
 from oneshotfl.functional import ma_echo_consensus_step, projection_update
 from oneshotfl.methods.base import register_method
+from oneshotfl.methods.builders import client_models
 from oneshotfl.methods.common import BOTH, SendsTrainedModel
 from oneshotfl.models import create_model
 from oneshotfl.params import Params, require
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, Requires, ServerContext
-from oneshotfl.protocol.fields import model_fields, model_from_fields
+from oneshotfl.protocol.fields import model_fields
 from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
 from oneshotfl.protocol.spec import ArraySpec, ModelSpec, PayloadSpec, WireDims, n_examples_spec
@@ -210,7 +211,7 @@ class MAEcho(SendsTrainedModel[MAEchoConfig]):
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         cfg, ids = self.config, sorted(payloads)
         augment = cfg.bias == "augment"
-        models = [model_from_fields(payloads[c], ctx.dims) for c in ids]
+        models = client_models(payloads, ctx.dims)
         states = [{k: v.detach().clone() for k, v in m.state_dict().items()} for m in models]
         holds = torch.stack(
             [torch.from_numpy(np.asarray(payloads[c].arrays["classes"])) > 0.5 for c in ids]

@@ -37,10 +37,10 @@ from torch import nn
 from oneshotfl.data.types import LabelledData
 from oneshotfl.functional import entropy
 from oneshotfl.methods.base import register_method
+from oneshotfl.methods.builders import shared_initial_model
 from oneshotfl.methods.common import (
     STUDENT_LIMIT,
     SharesPredictions,
-    initial_model,
     stack_probabilities,
 )
 from oneshotfl.params import Params, require
@@ -106,7 +106,7 @@ class MinE(SharesPredictions[MinEConfig]):
         labels = lowest_entropy_labels(probs)
         base = ctx.train_config
         cfg = dataclasses.replace(base, epochs=self.config.epochs or base.epochs)
-        server = initial_model(ctx.server_arch, ctx.task, ctx.seed, init=ctx.train_config.init)
+        server = shared_initial_model(ctx)
         generator = torch_generator(ctx.seed, "mine")
         description = f"mine server ({self.config.target} labels)"
         if self.config.target == "hard":

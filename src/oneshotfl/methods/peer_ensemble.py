@@ -23,11 +23,11 @@ from dataclasses import dataclass
 
 from oneshotfl.functional import Weighting, client_weights
 from oneshotfl.methods.base import register_method
+from oneshotfl.methods.builders import client_models
 from oneshotfl.methods.common import SKEW, SendsTrainedModel
 from oneshotfl.params import Params
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, PeerMethod
-from oneshotfl.protocol.fields import model_from_fields
 from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import Ensemble, Outcome
 from oneshotfl.training.services import train_model
@@ -65,12 +65,10 @@ class PeerEnsemble(PeerMethod[PeerEnsembleConfig], SendsTrainedModel[PeerEnsembl
     Config = PeerEnsembleConfig
 
     def aggregate_for(self, ctx: ClientContext, payloads: Mapping[int, Payload]) -> Outcome:
-        members, weights = [], []
-        if self.config.include_own or not payloads:
-            members.append(train_model(ctx, ctx.recipe()))
-            weights.append(float(len(ctx.data)))
-        for sender in sorted(payloads):
-            members.append(model_from_fields(payloads[sender], ctx.dims))
-            weights.append(float(payloads[sender].scalars["n_examples"]))
+        members = client_models(payloads, ctx.dims)
+        weights = [float(payloads[sender].scalars["n_examples"]) for sender in sorted(payloads)]
+        if self.config.include_own or not payloads:  # the receiver's own model comes first
+            members.insert(0, train_model(ctx, ctx.recipe()))
+            weights.insert(0, float(len(ctx.data)))
         info = {"members": len(members), "senders": sorted(payloads)}
         return Ensemble(members, client_weights(weights, self.config.weighting).float(), info=info)

@@ -2,7 +2,7 @@
 
 :func:`preflight` resolves the methods (with ``method_defaults`` beneath each spec), checks
 the names a run uses, every method's requirements and the neighbour graph of peer methods,
-and returns a frozen :class:`Plan`. :func:`~oneshotfl.runner.experiment.run_experiment` and
+and returns a frozen :class:`Plan`. The run (``run_experiment``, the one orchestrator) and
 the Flower ServerApp execute a plan without checking it again; a sweep runs ``preflight`` on
 every grid point before its first run, so a bad point is named before anything trains. A
 Flower node gets its part of the plan (:meth:`Plan.node_config` and one method's resolved
