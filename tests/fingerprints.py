@@ -33,6 +33,7 @@ from oneshotfl.payload import decode
 from oneshotfl.protocol.contract import Method, PeerMethod
 from oneshotfl.runner.config import ExperimentConfig, make_config
 from oneshotfl.runner.federation import Federation
+from oneshotfl.runner.plan import Schedules
 from oneshotfl.runner.transport import ClientReply, LocalTransport, Missing, PeerReport
 
 RECORD = Path(__file__).with_name("fingerprints.json")
@@ -91,9 +92,13 @@ class Recording:
         return replies, missing
 
     def relay(
-        self, key: str, method: PeerMethod[Any], routes: Mapping[int, Mapping[int, bytes]]
+        self,
+        key: str,
+        method: PeerMethod[Any],
+        routes: Mapping[int, Mapping[int, bytes]],
+        schedules: Schedules,
     ) -> tuple[list[PeerReport], Missing]:
-        return self.inner.relay(key, method, routes)
+        return self.inner.relay(key, method, routes, schedules)
 
 
 SLIPS: dict[str, list[DeviceSlip]] = {}

@@ -27,13 +27,13 @@ from oneshotfl.flower.messages import (  # noqa: E402
     read_reply,
     record_bytes,
     reply_content,
+    sender,
 )
 from oneshotfl.flower.node import (  # noqa: E402
     NodeCache,
     NodeIdentity,
     node_identity,
     node_state,
-    sender,
 )
 from oneshotfl.flower.server import ServerSettings, run_server, send_and_receive  # noqa: E402
 from oneshotfl.payload import Payload, decode, encode  # noqa: E402
@@ -409,3 +409,14 @@ def test_a_round_ends_at_the_first_pull_after_its_last_reply() -> None:
     late = SlowGrid(ready=10**6)
     assert send_and_receive(late, messages(), timeout=0.05, poll=0.01) == []
     assert 2 <= late.pulls < 50  # gave up at the timeout
+
+
+def test_a_receive_instruction_carries_its_bounded_schedule() -> None:
+    from oneshotfl.flower.messages import Instruction, instruction_content, read_instruction
+
+    sent = Instruction("receive", "fol", "fol", 0, {"clients": 4}, {}, ((1,), (2, 3)))
+    assert read_instruction(instruction_content(sent)) == sent
+    for bad in (((5,),), ((1,), (-1,))):
+        content = instruction_content(dataclasses.replace(sent, schedule=bad))
+        with pytest.raises(MessageError, match="schedule"):
+            read_instruction(content)

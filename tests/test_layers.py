@@ -34,6 +34,20 @@ def graph() -> Graph:
     return build_graph(ROOT / "src", "oneshotfl")
 
 
+def test_the_protocol_reaches_no_threat_artefact_store_or_encoder_module(graph: Graph) -> None:
+    """The method contract is data: it imports no threat model, and the artefact store and
+    the encoder only as the training layer's services (``training.services``)."""
+    banned = ("oneshotfl.security", "oneshotfl.encoders", "oneshotfl.training.artefacts",
+              "oneshotfl.training.encoder")  # fmt: skip
+    found = [
+        f"{e.importer} -> {e.imported} (line {e.line})"
+        for e in graph.edges
+        if e.importer.startswith("oneshotfl.protocol")
+        and any(e.imported == b or e.imported.startswith(b + ".") for b in banned)
+    ]
+    assert not found, "\n".join(found)
+
+
 @pytest.fixture(scope="module")
 def layers() -> dict[str, int]:
     return parse_layers(ARCHITECTURE.read_text(encoding="utf-8"))

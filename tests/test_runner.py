@@ -215,3 +215,46 @@ def test_client_time_does_not_depend_on_the_order_methods_ran_in(tiny_config: An
     flipped, _ = attribute_client_time([runs[1], runs[0], runs[2]])  # fedavg first: same charges
     assert {r.key: r.client_own_s for r in flipped} == own
     assert all(r.client_artefacts is not None for r in map(MethodResult.from_dict, doc["methods"]))
+
+
+def test_the_plan_is_checked_once_and_draws_each_schedule_once(tiny_config: Any) -> None:
+    """``preflight`` resolves and checks a config once; a peer method's encounter schedule
+    is drawn once per receiver (by the plan) and reaches the receiver's context as drawn."""
+    import toys
+    from helpers import registered, run_config
+    from oneshotfl.runner.plan import preflight
+
+    drawn: list[int] = []
+    seen: dict[int, tuple[tuple[int, ...], ...]] = {}
+
+    class Counted(toys.NeighbourAverage):
+        def schedule(self, receiver: int, neighbours: Any, seed: int) -> Any:
+            drawn.append(receiver)
+            return (tuple(neighbours[:1]), tuple(neighbours[1:]))  # two windows
+
+        def aggregate_for(self, ctx: Any, payloads: Any) -> Any:
+            seen[ctx.client_id] = ctx.schedule
+            return super().aggregate_for(ctx, payloads)
+
+    with registered("counted", Counted):
+        cfg = tiny_config(
+            methods=["counted", "fedavg:weighting=size"], graph="ring", clients=3,
+            method_defaults=["fedavg:weighting=uniform"],
+        )  # fmt: skip
+        plan = preflight(cfg)
+        assert sorted(drawn) == [0, 1, 2] and plan.schedules["counted"][0] == ((1,), (2,))
+        node = plan.node_config()  # a Flower node's part: no server-only keys
+        assert "methods" not in node and "server_lr" not in node and node["clients"] == 3
+        assert plan.specs["fedavg:weighting=size"] == "fedavg:weighting=size"
+        drawn.clear()
+        doc = run_config(cfg)
+    assert sorted(drawn) == [0, 1, 2]  # run_config's own preflight; the run draws nothing
+    assert seen == {r: ((n[0],), (n[1],)) for r, n in {0: (1, 2), 1: (0, 2), 2: (0, 1)}.items()}
+    assert [m["key"] for m in doc["methods"]] == ["counted", "fedavg:weighting=size"]
+
+
+def test_a_nodes_spec_folds_in_the_method_defaults(tiny_config: Any) -> None:
+    from oneshotfl.runner.plan import node_specs
+
+    cfg = tiny_config(methods=["ensemble", "fedavg"], method_defaults=["ensemble:weighting=size"])
+    assert node_specs(cfg) == {"ensemble": "ensemble:weighting=size", "fedavg": "fedavg"}

@@ -1,4 +1,5 @@
-"""The encoder contract and registry.
+"""The encoder registry: building a shared frozen encoder from its spec (the encoder itself,
+:class:`~oneshotfl.training.encoder.Encoder`, is a service of the training layer).
 
 An encoder maps a batch of (dataset-normalised) images ``[N, C, H, W]`` to embeddings
 ``[N, d]``. It is frozen everywhere: parameters never require gradients, it always runs in

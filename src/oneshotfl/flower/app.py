@@ -58,7 +58,9 @@ def client_main(message: Message, context: Context) -> Message:
     state = node_state(instruction.config, node_identity(context.node_config), NODE_CACHE)
     method = NODE_CACHE.method(instruction.method)
     if instruction.step == "receive":
-        report = run_receive(state, method, instruction.method, instruction.payloads)
+        report = run_receive(
+            state, method, instruction.method, instruction.payloads, instruction.schedule
+        )
         return Message(report_content(report), reply_to=message)
     reply = run_update(state, method, instruction.method, instruction.round, instruction.payloads)
     return Message(reply_content(reply), reply_to=message)

@@ -9,8 +9,10 @@ simulation's own (:func:`oneshotfl.protocol.wire.receive`), called by the runner
 Message flow (one message per node per step, one reply):
 
 * **instruction** (server → node): ``oneshotfl.instruction`` (a ConfigRecord: protocol
-  version, step, method spec and key, round, the experiment config as JSON) and, when the
-  server sends something, ``oneshotfl.payloads`` holding wire bytes keyed by their sender.
+  version, step, the method's resolved spec and key, round, the node's part of the plan's
+  config as JSON (:meth:`oneshotfl.runner.plan.Plan.node_config`), a receiver's schedule)
+  and, when the server sends something, ``oneshotfl.payloads`` holding wire bytes keyed by
+  their sender.
   Step ``update`` asks for the node's ``client_update`` (with ``"server"``: a multi-round
   broadcast). Step ``receive`` is the relay of a peer (server-free) method: the ServerApp
   forwards each neighbour's bytes unchanged under ``"client-<id>"`` — it never decodes or
@@ -34,8 +36,8 @@ from typing import Any
 
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
-from oneshotfl.flower.node import sender
 from oneshotfl.payload import WireError
+from oneshotfl.runner.config import ConfigError
 from oneshotfl.runner.evaluate import ClientMetrics
 from oneshotfl.runner.ledger import ShardReport
 from oneshotfl.runner.transport import ClientReply, PeerReport
@@ -56,6 +58,23 @@ class MessageError(WireError):
     """A Flower message that does not hold what the oneshotfl protocol expects."""
 
 
+def sender(client_id: int) -> str:
+    """The payload name of a client's bytes."""
+    return f"client-{client_id}"
+
+
+def sender_id(name: str) -> int:
+    """The client id in a payload name ``client-<id>``.
+
+    Raises:
+        ConfigError: for any other name.
+    """
+    prefix, _, digits = name.partition("-")
+    if prefix != "client" or not digits.isdigit():
+        raise ConfigError(f"payload name: expected 'client-<id>', got {name!r}")
+    return int(digits)
+
+
 @dataclass(frozen=True)
 class Instruction:
     """What a node is asked to do: one round of one method.
@@ -65,9 +84,11 @@ class Instruction:
         method: the method spec (``name:key=value``), built by the node's registry.
         key: the method's key in the result file.
         round: the round, from 0.
-        config: the experiment config as a mapping (``ExperimentConfig.to_dict()``).
+        config: the config keys a node needs (:meth:`oneshotfl.runner.plan.Plan.node_config`).
         payloads: wire bytes the server sends or relays, keyed by sender (``"server"``,
             ``"client-<id>"``).
+        schedule: a ``receive`` step's encounter schedule, as the server's plan drew it (the
+            senders of each collection window); empty for an update.
     """
 
     step: str
@@ -76,6 +97,7 @@ class Instruction:
     round: int
     config: Mapping[str, Any]
     payloads: Mapping[str, bytes]
+    schedule: tuple[tuple[int, ...], ...] = ()
 
 
 def bytes_record(blobs: Mapping[str, bytes]) -> ArrayRecord:
@@ -119,6 +141,7 @@ def instruction_content(instruction: Instruction) -> RecordDict:
             "key": instruction.key,
             "round": instruction.round,
             "config": json.dumps(dict(instruction.config), sort_keys=True),
+            "schedule": json.dumps([list(w) for w in instruction.schedule]),
         }
     )
     if instruction.payloads:
@@ -146,9 +169,41 @@ def read_instruction(content: RecordDict) -> Instruction:
     if not isinstance(config, dict):
         raise MessageError(f"{INSTRUCTION}.config: expected a JSON object, got {config!r}")
     payloads = record_bytes(content.array_records[PAYLOADS]) if PAYLOADS in content else {}
+    schedule = _schedule(record.get("schedule", "[]"), config.get("clients"))
     return Instruction(
-        fields["step"], fields["method"], fields["key"], fields["round"], config, payloads
-    )
+        fields["step"], fields["method"], fields["key"], fields["round"], config, payloads,
+        schedule,
+    )  # fmt: skip
+
+
+MAX_WINDOWS = 10_000
+"""The most collection windows a receive instruction's schedule may hold."""
+
+
+def _schedule(text: Any, clients: Any) -> tuple[tuple[int, ...], ...]:
+    """An instruction's encounter schedule: a JSON list of windows of client ids, each id
+    below ``clients``, at most :data:`MAX_WINDOWS` windows of at most ``clients`` ids
+    (bounded before anything is built from it).
+
+    Raises:
+        MessageError: for anything else.
+    """
+    where = f"{INSTRUCTION}.schedule"
+    if not isinstance(text, str):
+        raise MessageError(f"{where}: expected a JSON string, got {type(text).__name__}")
+    value = _json(text, where)
+    n = clients if isinstance(clients, int) and not isinstance(clients, bool) else 0
+    ok = isinstance(value, list) and len(value) <= MAX_WINDOWS and all(
+        isinstance(w, list) and len(w) <= n
+        and all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c < n for c in w)
+        for w in value
+    )  # fmt: skip
+    if not ok:
+        raise MessageError(
+            f"{where}: expected at most {MAX_WINDOWS} windows of client ids below {n}, got "
+            f"{text[:80]!r}"
+        )
+    return tuple(tuple(w) for w in value)
 
 
 def reply_content(reply: ClientReply) -> RecordDict:
@@ -198,7 +253,7 @@ def read_reply(content: RecordDict) -> ClientReply:
 
 def read_shard(text: object) -> ShardReport | None:
     """A reply's shard report (``""``: none), checked for form only; its bounds (classes,
-    ``N_max``) are the engine's (:func:`~oneshotfl.runner.transport.shard_problem`).
+    ``N_max``) are the engine's (:func:`~oneshotfl.runner.ledger.shard_problem`).
 
     Raises:
         MessageError: for a report that is not a JSON object of two sizes and a list of

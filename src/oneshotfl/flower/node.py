@@ -31,12 +31,14 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from oneshotfl.data.datasets import DatasetFormatError, DatasetNotFoundError, load_dataset
 from oneshotfl.data.federated import ClientShard, OwnDataError, own_shard
 from oneshotfl.data.types import Dataset
 from oneshotfl.data.user import UserDataError, is_user_spec, load_user_dataset, parse_user_spec
+from oneshotfl.flower.messages import sender_id
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import Method, PeerMethod
 from oneshotfl.runner.checks import resolve_methods
@@ -46,30 +48,12 @@ from oneshotfl.runner.plan import build_run_graph, federation_plan
 from oneshotfl.runner.transport import (
     ClientReply,
     PeerReport,
-    client_step,
-    client_threads,
-    peer_step,
+    receipt_on,
     receive_broadcast,
+    update_on,
 )
 
 log = logging.getLogger(__name__)
-
-
-def sender(client_id: int) -> str:
-    """The payload name of a client's bytes."""
-    return f"client-{client_id}"
-
-
-def sender_id(name: str) -> int:
-    """The client id in a payload name ``client-<id>``.
-
-    Raises:
-        ConfigError: for any other name.
-    """
-    prefix, _, digits = name.partition("-")
-    if prefix != "client" or not digits.isdigit():
-        raise ConfigError(f"payload name: expected 'client-<id>', got {name!r}")
-    return int(digits)
 
 
 @dataclass(frozen=True)
@@ -124,6 +108,13 @@ class NodeState:
     federation: Federation
     client_id: int
 
+    @cached_property
+    def receiving(self) -> Federation:
+        """The node's federation with the neighbour graph a receiver needs (drawn once per
+        node, with the partition seed, the first time it receives)."""
+        fed = self.federation
+        return fed if fed.graph is not None else replace(fed, graph=build_run_graph(fed.cfg))
+
 
 @dataclass
 class NodeCache:
@@ -135,7 +126,7 @@ class NodeCache:
 
     datasets: dict[tuple[str, str | None, bool], Dataset] = field(default_factory=dict)
     federations: dict[str, Federation] = field(default_factory=dict)
-    states: dict[tuple[str, int, str | None], NodeState] = field(default_factory=dict)
+    states: dict[tuple[str, int, int | None, str | None], NodeState] = field(default_factory=dict)
     methods: dict[str, Method[Any]] = field(default_factory=dict)
 
     def dataset(self, name: str, root: str | None, download: bool) -> Dataset:
@@ -176,6 +167,9 @@ def node_state(config: Mapping[str, Any], identity: NodeIdentity, cache: NodeCac
     if identity.cache_dir is not None:
         values["cache_dir"] = identity.cache_dir
     key = json.dumps(values, sort_keys=True)
+    state_key = (key, identity.partition_id, identity.num_partitions, identity.dataset)
+    if state_key in cache.states:  # this config was read and this node checked before
+        return cache.states[state_key]
     cfg = make_config(values)
     if identity.num_partitions is not None and identity.num_partitions != cfg.clients:
         raise ConfigError(
@@ -187,9 +181,6 @@ def node_state(config: Mapping[str, Any], identity: NodeIdentity, cache: NodeCac
             f"node config: partition-id must be below clients={cfg.clients}, "
             f"got {identity.partition_id}"
         )
-    state_key = (key, identity.partition_id, identity.dataset)
-    if state_key in cache.states:
-        return cache.states[state_key]
     if key not in cache.federations:
         cache.federations.clear()
         cache.states.clear()
@@ -257,19 +248,20 @@ def run_update(
         )
     fed = state.federation
     broadcast: Payload | None = receive_broadcast(method, payloads.get("server"), fed.dims)
-    ctx = fed.client_context(state.client_id).for_round(round_index, broadcast)
-    report = fed.shard_report(state.client_id) if round_index == 0 else None  # round 0 only
-    attack = fed.attack_of(state.client_id)  # a simulated malicious node tampers on its side
-    with client_threads(fed.cfg.client_threads):  # as the simulation runs client steps
-        reply = client_step(method, ctx, fed.data.test, report, attack)
+    reply = update_on(fed, method, state.client_id, round_index, broadcast)  # as simulated
     log.info(
-        "client %d: %s round %d: %d bytes", ctx.client_id, method_spec, round_index, len(reply.data)
-    )
+        "client %d: %s round %d: %d bytes", state.client_id, method_spec, round_index,
+        len(reply.data),
+    )  # fmt: skip
     return reply
 
 
 def run_receive(
-    state: NodeState, method: Method[Any], method_spec: str, payloads: Mapping[str, bytes]
+    state: NodeState,
+    method: Method[Any],
+    method_spec: str,
+    payloads: Mapping[str, bytes],
+    schedule: tuple[tuple[int, ...], ...] = (),
 ) -> PeerReport:
     """A peer method's receipt on this node: its neighbours' bytes (relayed unchanged by the
     ServerApp) are validated here, the node builds its own model and evaluates it.
@@ -281,9 +273,6 @@ def run_receive(
     if not isinstance(method, PeerMethod):
         raise ConfigError(f"{method_spec}: a receive step needs a peer method")
     deliveries = {sender_id(name): data for name, data in payloads.items()}
-    fed = state.federation
-    fed = fed if fed.graph is not None else replace(fed, graph=build_run_graph(fed.cfg))
-    with client_threads(fed.cfg.client_threads):
-        report = peer_step(method, fed.receiver_context(state.client_id), deliveries, fed.data.test)
+    report = receipt_on(state.receiving, method, state.client_id, deliveries, schedule)
     log.info("client %d: %s received %d payload(s)", state.client_id, method_spec, len(deliveries))
     return report

@@ -13,7 +13,7 @@ engine; Flower supplies only the transport, a :class:`GridTransport`:
   aggregates — and returns the nodes' reports on their own models.
 
 Nodes that did not answer (gone, too slow, or failed) are named in the result; below the
-quorum the run fails with a :class:`~oneshotfl.runner.engine.QuorumError` that names them.
+quorum the run fails with a :class:`~oneshotfl.runner.errors.QuorumError` that names them.
 
 Run config keys (``[tool.flwr.app.config]``, overridable with ``flwr run --run-config``):
 
@@ -49,13 +49,13 @@ from oneshotfl.flower.messages import (
     instruction_content,
     read_reply,
     read_report,
+    sender,
 )
-from oneshotfl.flower.node import sender
 from oneshotfl.protocol.contract import Method, PeerMethod
 from oneshotfl.runner.config import ConfigError, load_config
 from oneshotfl.runner.experiment import run_experiment
 from oneshotfl.runner.federation import Federation
-from oneshotfl.runner.plan import Plan, preflight
+from oneshotfl.runner.plan import Plan, Schedules, preflight
 from oneshotfl.runner.results import write_result
 from oneshotfl.runner.transport import ClientReply, Missing, PeerReport
 
@@ -226,17 +226,23 @@ class GridTransport:
         return replies, self._log(missing)
 
     def relay(
-        self, key: str, method: PeerMethod[Any], routes: Mapping[int, Mapping[int, bytes]]
+        self,
+        key: str,
+        method: PeerMethod[Any],
+        routes: Mapping[int, Mapping[int, bytes]],
+        schedules: Schedules,
     ) -> tuple[list[PeerReport], Missing]:
         node_of = {c: n for n, c in self.node_clients.items()}
         missing: Missing = {}
         addressed: dict[int, dict[str, bytes]] = {}
+        windows: dict[int, tuple[tuple[int, ...], ...]] = {}
         for receiver, senders in routes.items():
             if receiver not in node_of:
                 missing[f"client {receiver}"] = "no node answered for it, nothing relayed"
                 continue
             addressed[node_of[receiver]] = {sender(s): data for s, data in senders.items()}
-        sent = self._send(key, "receive", 0, addressed)
+            windows[node_of[receiver]] = tuple(schedules[receiver])
+        sent = self._send(key, "receive", 0, addressed, windows)
         reports = []
         for node, answer in self._answers(sent, missing):
             try:
@@ -251,8 +257,15 @@ class GridTransport:
         return reports, self._log(missing)
 
     def _send(
-        self, key: str, step: str, round_index: int, payloads: Mapping[int, Mapping[str, bytes]]
+        self,
+        key: str,
+        step: str,
+        round_index: int,
+        payloads: Mapping[int, Mapping[str, bytes]],
+        schedules: Mapping[int, tuple[tuple[int, ...], ...]] | None = None,
     ) -> tuple[list[Message], list[Message]]:
+        """One instruction per addressed node (its payloads; a receiver also gets its
+        encounter schedule), and the answers that came before the timeout."""
         messages = [
             Message(
                 instruction_content(
@@ -263,6 +276,7 @@ class GridTransport:
                         round=round_index,
                         config=self.node_config,
                         payloads=dict(blobs),
+                        schedule=(schedules or {}).get(node, ()),
                     )
                 ),
                 dst_node_id=node,

@@ -169,11 +169,7 @@ class Fol(PeerMethod[FolConfig], SendsTrainedModel[FolConfig]):
     Config: ClassVar[type] = FolConfig
     requires: ClassVar[Requires] = Requires(topology=Topology.PEER, validation=True)
 
-    def senders_for(self, receiver: int, neighbours: Sequence[int], seed: int) -> tuple[int, ...]:
-        windows = self._schedule(receiver, neighbours, seed)
-        return tuple(sorted({s for window in windows for s in window}))
-
-    def _schedule(
+    def schedule(
         self, receiver: int, neighbours: Sequence[int], seed: int
     ) -> tuple[tuple[int, ...], ...]:
         c = self.config
@@ -232,12 +228,12 @@ class Fol(PeerMethod[FolConfig], SendsTrainedModel[FolConfig]):
     def aggregate_for(self, ctx: ClientContext, payloads: Mapping[int, Payload]) -> Outcome:
         c = self.config
         current = train_model(ctx, ctx.recipe())
-        if payloads and not ctx.neighbours:
+        if payloads and not ctx.schedule:
             raise ValueError(
-                f"fol on client {ctx.client_id}: expected a receiver context with its graph "
-                f"neighbours, got none with {len(payloads)} payload(s)"
+                f"fol on client {ctx.client_id}: expected a receiver context with its "
+                f"encounter schedule, got none with {len(payloads)} payload(s)"
             )
-        windows = self._schedule(ctx.client_id, ctx.neighbours, ctx.topology_seed)
+        windows = ctx.schedule
         dropped: dict[str, str] = {}
         pool: list[tuple[int, nn.Module]] = []
         rounds: list[dict[str, Any]] = []

@@ -40,11 +40,9 @@ from oneshotfl.payload import Payload
 from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import Outcome
 from oneshotfl.protocol.spec import PayloadSpec, WireDims, task_dims
-from oneshotfl.training.artefacts import ArtefactStore
-from oneshotfl.training.encoder import Encoder
 from oneshotfl.training.loop import TrainConfig, budget_epochs
-from oneshotfl.training.progress import NullTracker, Tracker
 from oneshotfl.training.recipe import ClientRecipe
+from oneshotfl.training.services import ArtefactStore, Encoder, NullTracker, Tracker
 
 
 class Topology(enum.StrEnum):
@@ -128,7 +126,10 @@ class ClientContext:
         neighbours: on a peer receiver, its in-neighbours in the graph (public topology; a
             method's encounter schedule is drawn over them); empty elsewhere.
         topology_seed: on a peer receiver, the partition seed the graph and the encounter
-            schedules of :meth:`PeerMethod.senders_for` are drawn from.
+            schedules of :meth:`PeerMethod.schedule` are drawn from.
+        schedule: on a peer receiver, its encounter schedule as the run's plan drew it once
+            (:meth:`PeerMethod.schedule`: the senders of each collection window); empty
+            elsewhere.
     """
 
     client_id: int
@@ -149,6 +150,7 @@ class ClientContext:
     max_examples: int = 0
     neighbours: tuple[int, ...] = ()
     topology_seed: int = 0
+    schedule: tuple[tuple[int, ...], ...] = ()
 
     @cached_property
     def data_fingerprint(self) -> str:
@@ -329,7 +331,7 @@ class Method(ABC, Generic[ConfigT]):
 
 class PeerMethod(Method[ConfigT]):
     """A server-free method: every client sends its one message to the neighbours the graph
-    (and :meth:`senders_for`) name, and each receiver builds its own model from what it got
+    (and :meth:`schedule`) name, and each receiver builds its own model from what it got
     and its own private context (:meth:`aggregate_for`). The result is per client."""
 
     requires: ClassVar[Requires] = Requires(topology=Topology.PEER)
@@ -344,9 +346,17 @@ class PeerMethod(Method[ConfigT]):
         payloads (sender id → payload, ascending; possibly empty) and its own context."""
 
     def senders_for(self, receiver: int, neighbours: Sequence[int], seed: int) -> tuple[int, ...]:
-        """Which of the receiver's graph neighbours send to it (default: all of them). A
-        method with an encounter schedule draws it here from ``seed`` (the partition seed);
-        only these edges carry bytes. The receiver's context holds the same ``neighbours``
-        and ``seed`` (``ClientContext.neighbours``, ``topology_seed``), so
-        :meth:`aggregate_for` can recompute the schedule."""
+        """Which of the receiver's graph neighbours send to it (default: all of them); only
+        these edges carry bytes. A method whose senders arrive in collection windows
+        overrides :meth:`schedule` instead."""
         return tuple(neighbours)
+
+    def schedule(
+        self, receiver: int, neighbours: Sequence[int], seed: int
+    ) -> tuple[tuple[int, ...], ...]:
+        """The receiver's encounter schedule: which of its graph neighbours send to it, in
+        which collection window, drawn from ``seed`` (the partition seed). The run's plan
+        draws it once per receiver (:func:`oneshotfl.runner.plan.draw_schedules`); the
+        engine routes the union of its windows and the receiver's context holds it
+        (``ClientContext.schedule``). Default: one window, :meth:`senders_for`."""
+        return (tuple(self.senders_for(receiver, neighbours, seed)),)

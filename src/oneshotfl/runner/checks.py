@@ -57,28 +57,41 @@ def method_defaults(defaults: Sequence[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def resolve_methods(
+def merged_specs(
     specs: Sequence[str], defaults: Sequence[str] = ()
-) -> list[tuple[str, Method[Any]]]:
-    """Parse and build every method spec, failing before any data is loaded. ``defaults``
-    (the config's ``method_defaults``) set knobs beneath each spec's own; a method's key is
-    its spec as written."""
+) -> list[tuple[str, MethodSpec]]:
+    """Each method spec as (its key — the spec as written —, the spec with the knobs of
+    ``defaults`` (the config's ``method_defaults``) beneath its own).
+
+    Raises:
+        ConfigError: for a malformed spec, an unknown method, or one listed twice.
+    """
     base = method_defaults(defaults)
-    built: list[tuple[str, Method[Any]]] = []
+    merged: list[tuple[str, MethodSpec]] = []
     for text in specs:
         try:
             spec = parse_method_spec(text)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         _known(spec.name, "methods")
-        merged = MethodSpec(spec.name, {**base.get(spec.name, {}), **spec.params})
-        try:
-            built.append((spec.key, build_method(merged)))
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-    keys = [k for k, _ in built]
+        merged.append((spec.key, MethodSpec(spec.name, {**base.get(spec.name, {}), **spec.params})))
+    keys = [k for k, _ in merged]
     if len(set(keys)) != len(keys):
         raise ConfigError(f"methods: the same method spec is listed twice in {keys}")
+    return merged
+
+
+def resolve_methods(
+    specs: Sequence[str], defaults: Sequence[str] = ()
+) -> list[tuple[str, Method[Any]]]:
+    """Parse and build every method spec (:func:`merged_specs`), failing before any data is
+    loaded; a method's key is its spec as written."""
+    built: list[tuple[str, Method[Any]]] = []
+    for key, spec in merged_specs(specs, defaults):
+        try:
+            built.append((key, build_method(spec)))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     return built
 
 

@@ -312,7 +312,7 @@ def make_config(values: Mapping[str, Any]) -> ExperimentConfig:
     nested sections (``data``, ``clients``, ``server``, ``security``:
     :data:`~oneshotfl.runner.config_values.SECTIONS`) set the flat keys they name."""
     clean: dict[str, Any] = {}
-    for raw_key, value in flatten_sections(values).items():
+    for raw_key, value in flatten_sections(values, FIELD_NAMES).items():
         key = str(raw_key).replace("-", "_")
         if key not in FIELD_NAMES:
             raise ConfigError(

@@ -1,13 +1,13 @@
 """The pieces of a config that need no other part of oneshotfl: its error, the switch that
 reads a recorded config back without importing plugins, and the normalisation of the fields
-given in several forms (``methods``, ``plugins``, ``model``) — see
-:mod:`oneshotfl.runner.config`."""
+given in several forms (``methods``, ``plugins``, ``model``), the nested config sections
+(:data:`SECTIONS`) — see :mod:`oneshotfl.runner.config`."""
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 
@@ -150,14 +150,17 @@ SECTIONS: dict[str, dict[str, str]] = {
     },
     "security": {"malicious": "malicious", "attack": "attack"},
 }
-"""Nested config sections: section → its key → the flat config key it sets. A YAML file (or
-a mapping) may group settings this way (``clients: {count: 10, epochs: 5}``, ``server:
-{model: resnet18}``); the flat keys are still read, and a result records the flat form."""
+"""Nested config sections: section → its own names → the flat config key each sets. A YAML
+file (or a mapping) may group settings this way (``clients: {count: 10, epochs: 5}``,
+``server: {model: resnet18}``); a section also takes any flat key as it is (``clients:
+{grad_clip: 1}``), so a new setting needs no entry here; the flat keys are still read at the
+top level, and a result records the flat form."""
 
 
-def flatten_sections(values: Mapping[str, Any]) -> dict[str, Any]:
+def flatten_sections(values: Mapping[str, Any], known: Collection[str]) -> dict[str, Any]:
     """``values`` with every section mapping (:data:`SECTIONS`) replaced by the flat keys it
-    sets; a value that is not a mapping (``clients: 10``) is the flat key itself.
+    sets (its own names, or any of the ``known`` flat keys); a value that is not a mapping
+    (``clients: 10``) is the flat key itself.
 
     Raises:
         ConfigError: for an unknown key in a section, or a setting given twice.
@@ -171,11 +174,13 @@ def flatten_sections(values: Mapping[str, Any]) -> dict[str, Any]:
         pairs = [(key, value, key)] if items is None else []
         for sub, sub_value in items or ():
             name = str(sub).replace("-", "_")
-            if section is not None and name not in section:
+            if section is not None and name not in section and name not in known:
                 raise ConfigError(
-                    f"config section {key}: unknown key {sub!r}; expected some of {sorted(section)}"
+                    f"config section {key}: unknown key {sub!r}; expected some of "
+                    f"{sorted(section)} or a flat config key"
                 )
-            pairs.append((section[name] if section else name, sub_value, f"{key}.{name}"))
+            flat_key = section.get(name, name) if section is not None else name
+            pairs.append((flat_key, sub_value, f"{key}.{name}"))
         for flat_key, flat_value, written in pairs:  # a flat key twice: the last one wins
             if flat_key in flat and "." in origin[flat_key] + written:
                 raise ConfigError(

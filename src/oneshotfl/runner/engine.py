@@ -8,7 +8,7 @@ receiver's build from the payloads its senders delivered. The topology decides t
   quorum, calls ``aggregate`` and evaluates the outcome. A multi-round reference method
   repeats broadcast → clients → aggregate and records accuracy and bytes per round.
 * **peer** — every client is a receiver: client *s* sends its one message on the edges
-  (s → r) of the neighbour graph that :meth:`~oneshotfl.protocol.contract.PeerMethod.senders_for`
+  (s → r) of the neighbour graph that :meth:`~oneshotfl.protocol.contract.PeerMethod.schedule`
   keeps; the transport relays each receiver its senders' bytes unchanged, and the receiver
   validates, builds its own model and evaluates it on its own test distribution
   (:func:`~oneshotfl.runner.transport.peer_step`). Bytes are counted per edge.
@@ -37,6 +37,7 @@ from oneshotfl.runner.errors import QuorumError, RequirementError
 from oneshotfl.runner.evaluate import evaluate_outcome, inference_cost, summarise_clients
 from oneshotfl.runner.federation import ServerView
 from oneshotfl.runner.ledger import Ledger, shard_problem
+from oneshotfl.runner.plan import draw_schedules
 from oneshotfl.runner.results import MethodResult
 from oneshotfl.runner.transport import ClientReply, Missing, Transport
 
@@ -95,7 +96,7 @@ def screen_shards(
     ``admitted``; returns client id → why.
 
     In round 0 each client's shard report (its sizes and label counts) is bounded by the
-    classes and ``N_max`` (:func:`~oneshotfl.runner.transport.shard_problem`); the first valid
+    classes and ``N_max`` (:func:`~oneshotfl.runner.ledger.shard_problem`); the first valid
     report of a client enters the run's ledger and the client joins ``reported`` (one
     set per method run). In later rounds a client outside ``reported`` — refused or silent in
     round 0 — is refused again.
@@ -301,7 +302,7 @@ def _run_peer(
     """A peer method: every client's update, then each receiver's build from its senders.
 
     A client takes part as a receiver when its own update arrived; it receives the payloads
-    of the senders :meth:`~oneshotfl.protocol.contract.PeerMethod.senders_for` keeps among its
+    of the senders :meth:`~oneshotfl.protocol.contract.PeerMethod.schedule` keeps among its
     graph neighbours, as far as they arrived. Every edge that carried a payload counts its
     bytes. The quorum counts the clients whose payload arrived and no receiver refused.
     """
@@ -310,15 +311,14 @@ def _run_peer(
         raise RequirementError(f"{key}: a peer method needs the plan's neighbour graph")
     replies, silent = transport.upload(key, method, 0, None)
     admitted, missing = admit_replies(key, replies, n, silent)
-    refused = {
-        str(c): why for c, why in screen_shards(key, view, ledger, admitted, set(), 0).items()
-    }
+    screened = screen_shards(key, view, ledger, admitted, set(), 0)
+    refused = {str(c): why for c, why in screened.items()}
+    schedules = view.schedules.get(key)  # drawn once by the plan
+    if schedules is None:  # a method run outside a plan
+        schedules = draw_schedules(key, method, graph, view.cfg.data_seed)
     routes: dict[int, dict[int, bytes]] = {}
     for r in sorted(admitted):
-        senders = method.senders_for(r, graph.senders(r), view.cfg.data_seed)
-        unknown = sorted(set(senders) - set(graph.senders(r)))
-        if unknown:
-            raise ValueError(f"{key}: senders_for({r}) named non-neighbours {unknown}")
+        senders = sorted({s for window in schedules[r] for s in window})
         routes[r] = {s: admitted[s].data for s in senders if s in admitted}
     edges: list[list[int]] = []
     upload, received = [0] * n, [0] * n
@@ -328,7 +328,7 @@ def _run_peer(
             edges.append([s, r, size])
             upload[s] += size
             received[r] += size
-    reports, unanswered = transport.relay(key, method, routes)
+    reports, unanswered = transport.relay(key, method, routes, schedules)
     missing.update(unanswered)
     reports = sorted(reports, key=lambda p: p.receiver)
     rejected = {f"{s}->{p.receiver}": why for p in reports for s, why in p.rejected.items()}

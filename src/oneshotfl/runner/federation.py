@@ -19,8 +19,8 @@ The value has three views, one per party:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,20 +40,12 @@ from oneshotfl.runner.checks import check_models_fit
 from oneshotfl.runner.config import ConfigError, ExperimentConfig
 from oneshotfl.runner.errors import RequirementError
 from oneshotfl.runner.ledger import ShardReport
-from oneshotfl.runner.plan import Plan
+from oneshotfl.runner.plan import Plan, Schedules
 from oneshotfl.security.threats import Attack, build_attacks
 from oneshotfl.training.artefacts import ArtefactStore
 from oneshotfl.training.encoder import Encoder
 from oneshotfl.training.loop import resolve_budget
 from oneshotfl.training.progress import NullTracker, Tracker
-
-
-def _attack_of(cfg: ExperimentConfig, attacks: tuple[Attack, ...], client_id: int) -> Attack | None:
-    """The ``i mod k``-th of the ``k`` attacks for a malicious client ``i`` (id below
-    ``malicious``), else none."""
-    if client_id >= cfg.malicious or not attacks:
-        return None
-    return attacks[client_id % len(attacks)]
 
 
 @dataclass(frozen=True)
@@ -72,6 +64,8 @@ class ServerView:
         encoder: the shared frozen encoder, when configured.
         train_pool: ``N_max``, the most examples one client can claim.
         graph: the neighbour graph of peer methods (``None`` in a star-only run).
+        schedules: per peer method (by key), every receiver's encounter schedule as the
+            plan drew it.
         attacks: the simulated attack specs, by client id (``None``: an honest client).
         data_hash: a hash of the run's data (result file).
         client_examples: the training examples the clients hold together (result file).
@@ -89,6 +83,7 @@ class ServerView:
     encoder: Encoder | None
     train_pool: int
     graph: Graph | None
+    schedules: Mapping[str, Schedules]
     attacks: tuple[str | None, ...]
     data_hash: str
     client_examples: int
@@ -139,6 +134,7 @@ class Federation:
             config's ``max_client_examples``, else the examples the federation's clients
             hold together (train and validation).
         graph: the neighbour graph, drawn with the partition seed when a peer method runs.
+        schedules: per peer method (by key), every receiver's encounter schedule (the plan's).
         attacks: what the simulated malicious clients do (``malicious``/``attack``), in turn.
     """
 
@@ -152,6 +148,7 @@ class Federation:
     train_pool: int = 0
     graph: Graph | None = None
     attacks: tuple[Attack, ...] = ()
+    schedules: Mapping[str, Schedules] = field(default_factory=dict)
 
     @classmethod
     def prepare(
@@ -204,7 +201,7 @@ class Federation:
         attacks = build_attacks(cfg.attack) if cfg.attack else ()
         fed = cls(
             cfg, data, plan.archs, device, store, tracker or NullTracker(), encoder, pool,
-            plan.graph, attacks,
+            plan.graph, attacks, plan.schedules,
         )  # fmt: skip
         fed.check_attacks(plan.methods)
         return fed
@@ -252,6 +249,7 @@ class Federation:
             encoder=self.encoder,
             train_pool=self.train_pool,
             graph=self.graph,
+            schedules=self.schedules,
             attacks=tuple(
                 None if (a := self.attack_of(c)) is None else a.spec for c in range(len(self.archs))
             ),
@@ -261,8 +259,11 @@ class Federation:
         )
 
     def attack_of(self, client_id: int) -> Attack | None:
-        """The attack client ``client_id`` follows (see :func:`_attack_of`), else none."""
-        return _attack_of(self.cfg, self.attacks, client_id)
+        """The attack client ``client_id`` follows: the ``i mod k``-th of the ``k`` attacks
+        for a malicious client ``i`` (id below ``malicious``), else none."""
+        if client_id >= self.cfg.malicious or not self.attacks:
+            return None
+        return self.attacks[client_id % len(self.attacks)]
 
     def shard_report(self, client_id: int) -> ShardReport:
         """What client ``client_id`` reports about its own (clean) shard."""
@@ -295,13 +296,17 @@ class Federation:
             encoder=self.encoder,
         )
 
-    def receiver_context(self, client_id: int) -> ClientContext:
+    def receiver_context(
+        self, client_id: int, schedule: tuple[tuple[int, ...], ...] = ()
+    ) -> ClientContext:
         """Client ``client_id``'s context as a peer receiver: its own context plus its
-        in-neighbours in the graph and the partition seed the graph was drawn with."""
+        in-neighbours in the graph, the partition seed the graph was drawn with and its
+        encounter ``schedule`` (from the plan; on Flower, from its receive instruction)."""
         if self.graph is None:
             raise RuntimeError("receiver_context: this federation has no graph (no peer method)")
         return replace(
             self.client_context(client_id),
             neighbours=self.graph.senders(client_id),
             topology_seed=self.cfg.data_seed,
+            schedule=schedule,
         )

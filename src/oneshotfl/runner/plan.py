@@ -11,37 +11,30 @@ spec), not the whole config.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from oneshotfl.data.feature_skew import FeatureSkew
 from oneshotfl.data.partition import Partitioner
-from oneshotfl.methods import MethodSpec, parse_method_spec
-from oneshotfl.protocol.contract import Method, Topology
+from oneshotfl.protocol.contract import Method, PeerMethod, Topology
 from oneshotfl.protocol.graph import Graph, GraphError, build_graph
 from oneshotfl.runner.checks import (
     checked_names,
-    method_defaults,
+    merged_specs,
     requirement_problems,
     resolve_methods,
 )
 from oneshotfl.runner.config import ConfigError, ExperimentConfig
+from oneshotfl.runner.config_values import SECTIONS
 from oneshotfl.runner.errors import RequirementError
 
-SERVER_ONLY = (
-    "methods",
-    "method_defaults",
-    "server_model",
-    "server_epochs",
-    "server_steps",
-    "server_batch_size",
-    "server_lr",
-    "server_optimizer",
-    "min_clients",
-    "workers",
-    "group",
-)
-"""Config keys only the server reads: a Flower node's instruction leaves them out."""
+Schedules = Mapping[int, tuple[tuple[int, ...], ...]]
+"""Receiver → its encounter schedule (the senders of each collection window)."""
+
+SERVER_ONLY = ("methods", "method_defaults", "workers", "group", *SECTIONS["server"].values())
+"""Config keys only the server reads — the run's methods, how it runs locally, its report
+group and the ``server`` section's settings: a Flower node's instruction leaves them out."""
 
 
 def build_run_graph(cfg: ExperimentConfig) -> Graph:
@@ -53,7 +46,7 @@ def build_run_graph(cfg: ExperimentConfig) -> Graph:
     try:
         return build_graph(cfg.graph, cfg.clients, cfg.data_seed)
     except GraphError as exc:
-        raise ConfigError(f"graph: {exc}") from None
+        raise ConfigError(str(exc)) from None  # its text names the graph already
 
 
 @dataclass(frozen=True)
@@ -69,6 +62,8 @@ class Plan:
         partitioner: the configured partitioner.
         feature_skew: the configured feature skew, if any.
         graph: the neighbour graph when a peer method runs, else ``None``.
+        schedules: per peer method (by key), every receiver's encounter schedule, drawn once
+            (:func:`draw_schedules`).
     """
 
     cfg: ExperimentConfig
@@ -78,11 +73,7 @@ class Plan:
     partitioner: Partitioner
     feature_skew: FeatureSkew | None
     graph: Graph | None
-
-    @property
-    def keys(self) -> list[str]:
-        """The methods' keys, in run order."""
-        return [key for key, _ in self.methods]
+    schedules: Mapping[str, Schedules] = field(default_factory=dict)
 
     def node_config(self) -> dict[str, Any]:
         """The config keys a Flower node needs (every key but :data:`SERVER_ONLY`)."""
@@ -92,11 +83,27 @@ class Plan:
 def node_specs(cfg: ExperimentConfig) -> dict[str, str]:
     """Method key → the spec a node builds it from: the spec as written with the knobs of
     ``method_defaults`` beneath its own (so a node needs no ``method_defaults``)."""
-    base = method_defaults(cfg.method_defaults)
-    out = {}
-    for text in cfg.methods:
-        spec = parse_method_spec(text)
-        out[spec.key] = MethodSpec(spec.name, {**base.get(spec.name, {}), **spec.params}).key
+    return {key: spec.key for key, spec in merged_specs(cfg.methods, cfg.method_defaults)}
+
+
+def draw_schedules(key: str, method: PeerMethod[Any], graph: Graph, seed: int) -> Schedules:
+    """Every receiver's encounter schedule of peer method ``key`` over ``graph``
+    (:meth:`~oneshotfl.protocol.contract.PeerMethod.schedule`, drawn from the partition
+    ``seed``), checked to name only the receiver's graph neighbours.
+
+    Raises:
+        ConfigError: for a schedule that names a client that is not a neighbour.
+    """
+    out: dict[int, tuple[tuple[int, ...], ...]] = {}
+    for receiver in range(graph.clients):
+        neighbours = graph.senders(receiver)
+        windows = tuple(tuple(w) for w in method.schedule(receiver, neighbours, seed))
+        unknown = sorted({s for w in windows for s in w} - set(neighbours))
+        if unknown:
+            raise ConfigError(
+                f"{key}: its schedule for client {receiver} names non-neighbours {unknown}"
+            )
+        out[receiver] = windows
     return out
 
 
@@ -115,7 +122,12 @@ def preflight(cfg: ExperimentConfig) -> Plan:
     peer = any(m.requires.topology is Topology.PEER for _, m in methods)
     graph = build_run_graph(cfg) if peer else None
     specs = node_specs(cfg)
-    return Plan(cfg, tuple(methods), specs, archs, partitioner, skew, graph)
+    schedules = {
+        key: draw_schedules(key, method, graph, cfg.data_seed)
+        for key, method in methods
+        if graph is not None and isinstance(method, PeerMethod)
+    }
+    return Plan(cfg, tuple(methods), specs, archs, partitioner, skew, graph, schedules)
 
 
 def federation_plan(cfg: ExperimentConfig) -> Plan:

@@ -2,7 +2,7 @@
 
 :class:`PoolTransport` runs every client's :func:`~oneshotfl.runner.transport.client_step`
 (and every peer receiver's :func:`~oneshotfl.runner.transport.peer_step`) in one of
-``workers`` processes holding the parent's prepared experiment — the same data, encoder and
+``workers`` processes holding the parent's prepared federation — the same data, encoder and
 seeds. With one thread per client step (``client_threads=1``, the default) on a machine where
 torch sees no GPU they are forked: they start at once, share the parent's memory until they
 write, and do not re-run the calling script. A fork is not safe everywhere
@@ -10,7 +10,7 @@ write, and do not re-run the calling script. A fork is not safe everywhere
 and where torch sees a GPU the autograd engine has started device threads at the parent's
 first backward pass (the SimCLR encoder, a server-side step), after which no forked child can
 train. So with more threads per step, or wherever an accelerator is visible, the workers come
-from a ``forkserver`` and are handed a copy of the experiment; a script that runs oneshotfl
+from a ``forkserver`` and are handed a copy of the federation; a script that runs oneshotfl
 then needs Python's ``if __name__ == "__main__":`` guard, as every multiprocessing program
 started that way does. Client ``k``
 always runs in worker ``k mod workers``: its in-memory artefacts (a model trained without a
@@ -55,22 +55,22 @@ from oneshotfl.runner.transport import (
     PeerReport,
     Transport,
     attempt,
-    client_step,
-    client_threads,
-    peer_step,
+    receipt_on,
     receive_broadcast,
+    update_on,
 )
 from oneshotfl.training import memo
 from oneshotfl.training.progress import NullTracker
 
 if TYPE_CHECKING:
     from oneshotfl.runner.federation import Federation
+    from oneshotfl.runner.plan import Schedules
 
 log = logging.getLogger(__name__)
 
 Answer = TypeVar("Answer")
 _WORKER: dict[str, Any] = {}
-"""The worker process's state: its copy of the experiment (set by :func:`_start_worker`)."""
+"""The worker process's state: its copy of the federation (set by :func:`_start_worker`)."""
 
 
 def resolve_workers(workers: int, clients: int, client_thread_count: int | None, gpu: bool) -> int:
@@ -90,7 +90,7 @@ def resolve_workers(workers: int, clients: int, client_thread_count: int | None,
 
 def _start_worker(shipped: Federation | bytes, plugins: tuple[str, ...], level: int) -> None:
     """Worker initialiser: log like the parent (through a plain handler of its own: a forked
-    copy of the parent's may hold a lock), import the plugins, keep the experiment — sent
+    copy of the parent's may hold a lock), import the plugins, keep the federation — sent
     pickled to a forkserver's process, so that it is unpickled after the plugins its data or
     models may come from — and pin the threads."""
     fmt = "%(levelname)-8s %(message)s (worker %(process)d)"
@@ -106,7 +106,7 @@ def _start_worker(shipped: Federation | bytes, plugins: tuple[str, ...], level: 
 def _counted(
     step: Callable[[Federation], tuple[Answer | None, Missing]],
 ) -> tuple[Answer | None, Missing, int, int]:
-    """Run ``step`` on the worker's experiment: its answer, whoever failed, and the cache hits
+    """Run ``step`` on the worker's federation: its answer, whoever failed, and the cache hits
     and misses it added (the parent's result counts every party's)."""
     exp: Federation = _WORKER["exp"]
     hits, misses = exp.store.hits, exp.store.misses
@@ -119,30 +119,27 @@ def _update(
 ) -> tuple[ClientReply | None, Missing, int, int]:
     """One client's update in a worker (what :meth:`LocalTransport.upload` does per client)."""
 
-    def step(exp: Federation) -> tuple[ClientReply | None, Missing]:
-        received = receive_broadcast(method, broadcast, exp.dims)
-        ctx = exp.client_context(cid).for_round(round_index, received)
-        report = exp.shard_report(cid) if round_index == 0 else None
+    def step(fed: Federation) -> tuple[ClientReply | None, Missing]:
+        received = receive_broadcast(method, broadcast, fed.dims)
         missing: Missing = {}
-        attack = exp.attack_of(cid)
-        run = functools.partial(client_step, method, ctx, exp.data.test, report, attack)
-        with client_threads(exp.cfg.client_threads):
-            return attempt(cid, "update", run, missing), missing
+        run = functools.partial(update_on, fed, method, cid, round_index, received)
+        return attempt(cid, "update", run, missing), missing
 
     return _counted(step)
 
 
 def _receive(
-    method: PeerMethod[Any], receiver: int, deliveries: Mapping[int, bytes]
+    method: PeerMethod[Any],
+    receiver: int,
+    deliveries: Mapping[int, bytes],
+    schedule: tuple[tuple[int, ...], ...],
 ) -> tuple[PeerReport | None, Missing, int, int]:
     """One peer receiver's step in a worker (what :meth:`LocalTransport.relay` does)."""
 
-    def step(exp: Federation) -> tuple[PeerReport | None, Missing]:
-        ctx = exp.receiver_context(receiver)
+    def step(fed: Federation) -> tuple[PeerReport | None, Missing]:
         missing: Missing = {}
-        run = functools.partial(peer_step, method, ctx, deliveries, exp.data.test)
-        with client_threads(exp.cfg.client_threads):
-            return attempt(receiver, "receipt", run, missing), missing
+        run = functools.partial(receipt_on, fed, method, receiver, deliveries, schedule)
+        return attempt(receiver, "receipt", run, missing), missing
 
     return _counted(step)
 
@@ -295,12 +292,16 @@ class PoolTransport:
         return self._gather(f"{key}: clients ({self.workers} workers)", "update", jobs)
 
     def relay(
-        self, key: str, method: PeerMethod[Any], routes: Mapping[int, Mapping[int, bytes]]
+        self,
+        key: str,
+        method: PeerMethod[Any],
+        routes: Mapping[int, Mapping[int, bytes]],
+        schedules: Schedules,
     ) -> tuple[list[PeerReport], Missing]:
         local = self._in_process(method)
         if local is not None:
-            return local.relay(key, method, routes)
-        jobs = {r: (_receive, (method, r, dict(routes[r]))) for r in routes}
+            return local.relay(key, method, routes, schedules)
+        jobs = {r: (_receive, (method, r, dict(routes[r]), tuple(schedules[r]))) for r in routes}
         return self._gather(f"{key}: receivers ({self.workers} workers)", "receipt", jobs)
 
 

@@ -43,6 +43,7 @@ from oneshotfl.training.loop import accuracy, predict_logits
 
 if TYPE_CHECKING:
     from oneshotfl.runner.federation import Federation
+    from oneshotfl.runner.plan import Schedules
 
 log = logging.getLogger(__name__)
 
@@ -211,10 +212,15 @@ class Transport(Protocol):
         ...
 
     def relay(
-        self, key: str, method: PeerMethod[Any], routes: Mapping[int, Mapping[int, bytes]]
+        self,
+        key: str,
+        method: PeerMethod[Any],
+        routes: Mapping[int, Mapping[int, bytes]],
+        schedules: Schedules,
     ) -> tuple[list[PeerReport], Missing]:
         """Forward each receiver its senders' bytes (receiver → sender → bytes) unchanged,
-        and return every receiver's :func:`peer_step` report."""
+        with its encounter schedule (receiver → windows), and return every receiver's
+        :func:`peer_step` report."""
         ...
 
 
@@ -232,41 +238,74 @@ def attempt(cid: int, what: str, step: Callable[[], Answer], missing: Missing) -
         return None
 
 
+def update_on(
+    fed: Federation,
+    method: Method[Any],
+    client_id: int,
+    round_index: int,
+    broadcast: Payload | None,
+) -> ClientReply:
+    """Client ``client_id``'s :func:`client_step` on federation ``fed`` — what every
+    transport (in process, a worker, a Flower node) runs for one client: its context built
+    from the value for the round and the validated ``broadcast``, round 0's shard report, its
+    simulated attack, at the config's ``client_threads``."""
+    ctx = fed.client_context(client_id).for_round(round_index, broadcast)
+    report = fed.shard_report(client_id) if round_index == 0 else None  # round 0 only
+    attack = fed.attack_of(client_id)
+    with client_threads(fed.cfg.client_threads):
+        return client_step(method, ctx, fed.data.test, report, attack)
+
+
+def receipt_on(
+    fed: Federation,
+    method: PeerMethod[Any],
+    receiver: int,
+    deliveries: Mapping[int, bytes],
+    schedule: tuple[tuple[int, ...], ...],
+) -> PeerReport:
+    """Receiver ``receiver``'s :func:`peer_step` on federation ``fed`` — what every
+    transport runs for one receiver: its receiver context (with its encounter ``schedule``)
+    at the config's ``client_threads``."""
+    ctx = fed.receiver_context(receiver, schedule)
+    with client_threads(fed.cfg.client_threads):
+        return peer_step(method, ctx, deliveries, fed.data.test)
+
+
 @dataclass(frozen=True)
 class LocalTransport:
-    """The in-process transport: every client of the experiment, in client-id order. A client
-    whose step raises is named and left out, exactly as a Flower node that fails."""
+    """The in-process transport: every client of the federation, in client-id order. A
+    client whose step raises is named and left out, exactly as a Flower node that fails."""
 
     federation: Federation
 
     def upload(
         self, key: str, method: Method[Any], round_index: int, broadcast: bytes | None
     ) -> tuple[list[ClientReply], Missing]:
-        exp = self.federation
-        received = receive_broadcast(method, broadcast, exp.dims)
+        fed = self.federation
+        received = receive_broadcast(method, broadcast, fed.dims)
         replies: list[ClientReply] = []
         missing: Missing = {}
-        for shard in exp.data.clients:
-            ctx = exp.client_context(shard.client_id).for_round(round_index, received)
-            report = exp.shard_report(shard.client_id) if round_index == 0 else None
-            attack = exp.attack_of(shard.client_id)
-            step = functools.partial(client_step, method, ctx, exp.data.test, report, attack)
-            with client_threads(exp.cfg.client_threads):
-                reply = attempt(ctx.client_id, "update", step, missing)
+        for shard in fed.data.clients:
+            cid = shard.client_id
+            step = functools.partial(update_on, fed, method, cid, round_index, received)
+            reply = attempt(cid, "update", step, missing)
             if reply is not None:
                 replies.append(reply)
         return replies, missing
 
     def relay(
-        self, key: str, method: PeerMethod[Any], routes: Mapping[int, Mapping[int, bytes]]
+        self,
+        key: str,
+        method: PeerMethod[Any],
+        routes: Mapping[int, Mapping[int, bytes]],
+        schedules: Schedules,
     ) -> tuple[list[PeerReport], Missing]:
-        exp = self.federation
+        fed = self.federation
         reports: list[PeerReport] = []
         missing: Missing = {}
         for r in sorted(routes):
-            step = functools.partial(peer_step, method, exp.receiver_context(r), routes[r])
-            with client_threads(exp.cfg.client_threads):
-                report = attempt(r, "receipt", functools.partial(step, exp.data.test), missing)
+            step = functools.partial(receipt_on, fed, method, r, routes[r], tuple(schedules[r]))
+            report = attempt(r, "receipt", step, missing)
             if report is not None:
                 reports.append(report)
         return reports, missing

@@ -12,7 +12,10 @@ frozen encoder (:mod:`oneshotfl.training.encoder`). What acts on them lives here
   FedKT's students, FedCVAE's decoder), keyed by its parts and everything client-specific.
 
 Both take any context that has the fields of :class:`ClientSide`; the training layer knows
-no method contract. A trained model is cached as its state arrays
+no method contract. This module is also where the method contract takes the types of the
+services a context hands out (:class:`ArtefactStore`, :class:`Encoder`, :class:`Tracker`),
+so the protocol reaches the training layer through its services and its settings
+(``TrainConfig``, ``ClientRecipe``) only. A trained model is cached as its state arrays
 (:mod:`oneshotfl.models.state`), not in the wire's encoding: a model crosses the wire encoding
 once, when the method puts it into its payload.
 """
@@ -29,8 +32,9 @@ from oneshotfl.data.types import LabelledData, TaskInfo
 from oneshotfl.models.state import model_from_state, model_state
 from oneshotfl.payload import Payload
 from oneshotfl.training.artefacts import ArtefactStore
+from oneshotfl.training.encoder import Encoder
 from oneshotfl.training.loop import TrainConfig
-from oneshotfl.training.progress import Tracker
+from oneshotfl.training.progress import NullTracker, Tracker
 from oneshotfl.training.recipe import ClientRecipe, train_recipe
 
 
@@ -114,3 +118,14 @@ def train_model(ctx: ClientSide, recipe: ClientRecipe) -> nn.Module:
         task.image_size,
     )
     return model.to(ctx.device).eval()
+
+
+__all__ = [
+    "ArtefactStore",
+    "ClientSide",
+    "Encoder",
+    "NullTracker",
+    "Tracker",
+    "client_artefact",
+    "train_model",
+]
