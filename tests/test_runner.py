@@ -258,3 +258,29 @@ def test_a_nodes_spec_folds_in_the_method_defaults(tiny_config: Any) -> None:
 
     cfg = tiny_config(methods=["ensemble", "fedavg"], method_defaults=["ensemble:weighting=size"])
     assert node_specs(cfg) == {"ensemble": "ensemble:weighting=size", "fedavg": "fedavg"}
+
+
+def test_the_federation_is_a_frozen_value_whose_server_view_holds_no_shard(
+    tiny_config: Any,
+) -> None:
+    import dataclasses
+
+    import torch
+
+    from helpers import prepare
+    from oneshotfl.data.federated import ClientShard, FederatedData
+
+    fed = prepare(tiny_config(val_fraction=0.2))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fed.cfg = fed.cfg  # type: ignore[misc]
+    assert [s.client_id for s in fed.only(1).data.clients] == [1]
+    view = fed.server_view()
+    private = [t for s in fed.data.clients for t in (s.train.x, s.val.x)]  # type: ignore[union-attr]
+    for f in dataclasses.fields(view):
+        value = getattr(view, f.name)
+        assert not isinstance(value, FederatedData | ClientShard), f.name
+        tensors = [v for v in vars(value).values()] if hasattr(value, "__dict__") else [value]
+        for t in tensors:
+            if isinstance(t, torch.Tensor):
+                assert all(t is not p for p in private), f.name
+    assert view.client_examples == sum(len(s.train) for s in fed.data.clients)

@@ -41,7 +41,7 @@ def weighted_mixture(probs: torch.Tensor, lam: torch.Tensor) -> tuple[torch.Tens
         :func:`weighted_kl_rows` equals the weighted KL exactly while its gradient needs only
         the mixture m.
     """
-    mixture = torch.einsum("kn,knc->nc", lam, probs)
+    mixture = weighted_member_sum(lam, probs)
     const = torch.einsum("kn,knc->n", lam, probs * probs.clamp_min(EPS).log())
     return mixture, const
 
@@ -84,7 +84,7 @@ def weighted_softmax_mean(logits: torch.Tensor, weights: torch.Tensor) -> torch.
     ``logits [M, N, C]``, ``weights [M]``."""
     probs = F.softmax(logits, dim=-1)
     w = weights.to(probs.dtype) / weights.sum()
-    return torch.einsum("m,mnc->nc", w, probs)
+    return weighted_member_sum(w, probs)
 
 
 def weighted_member_sum(weights: torch.Tensor, members: torch.Tensor) -> torch.Tensor:
@@ -120,7 +120,7 @@ def weighted_logit_mean(logits: torch.Tensor, weights: torch.Tensor) -> torch.Te
     """softmax(Σ_m w_m z_m / Σ_m w_m): the ensemble of logits (what a mixture of experts with
     a uniform gate computes), ``logits [M, N, C]``, ``weights [M]``."""
     w = weights.to(logits.dtype) / weights.sum()
-    return F.softmax(torch.einsum("m,mnc->nc", w, logits), dim=-1)
+    return F.softmax(weighted_member_sum(w, logits), dim=-1)
 
 
 def ensemble_target(
