@@ -351,4 +351,4 @@ def test_nested_sections_set_the_flat_keys_and_the_flat_keys_still_read(tmp_path
         make_config({"data": {"dataset": "digits"}, "dataset": "digits"})
     with pytest.raises(ConfigError, match=r"section server: unknown key 'modle'"):
         make_config({"server": {"modle": "mlp"}})
-    assert make_config({"clients": {"grad_clip": 1.0}}).grad_clip == 1.0  # any flat key
+    assert make_config({"clients": {"local_epochs": 2}}).local_epochs == 2  # any flat key

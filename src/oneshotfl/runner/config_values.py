@@ -153,7 +153,7 @@ SECTIONS: dict[str, dict[str, str]] = {
 """Nested config sections: section → its own names → the flat config key each sets. A YAML
 file (or a mapping) may group settings this way (``clients: {count: 10, epochs: 5}``,
 ``server: {model: resnet18}``); a section also takes any flat key as it is (``clients:
-{grad_clip: 1}``), so a new setting needs no entry here; the flat keys are still read at the
+{local_epochs: 2}``), so a new setting needs no entry here; the flat keys are still read at the
 top level, and a result records the flat form."""
 
 
