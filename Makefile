@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
 .PHONY: setup data demo test test-fast test-cuda docs check-wheel lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
-	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-gpu check-kernels bench-membership bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed \
+	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-gpu check-kernels bench-membership bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed check-committed-avx2 \
 	clean-cache
 VENV := .venv/bin
 
@@ -253,6 +253,29 @@ check-committed: setup data
 	$(VENV)/oneshotfl compare benchmarks/results/fedol-fmnist runs/reproduce/base-full/fedol-fmnist \
 	  --out benchmarks/results/reproduce/committed-vs-base-fedol-fmnist.json
 	$(VENV)/python scripts/reproduce_report.py
+
+## The committed FedOL table's seed 0 at this code under the AVX2 kernels it was recorded on
+## (issue 35; about 45 minutes on 2 cores), and the one row that differs rerun at BASE and at
+## HEAD under the same kernels (its config: benchmarks/results/reproduce/issue35-fedavg-rounds).
+AVX2 := ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
+RESHAPE_BASE ?= cb9787b
+check-committed-avx2: setup data
+	$(AVX2) bash scripts/sweeps_at.sh HEAD runs/reproduce/avx2 fedol-fmnist@0
+	rm -rf runs/reproduce/avx2/committed && mkdir -p runs/reproduce/avx2/committed
+	for r in runs/reproduce/avx2/fedol-fmnist/*/; do \
+	  cp -r benchmarks/results/fedol-fmnist/$$(basename $$r) runs/reproduce/avx2/committed/; done
+	-$(VENV)/oneshotfl compare runs/reproduce/avx2/committed runs/reproduce/avx2/fedol-fmnist \
+	  --out benchmarks/results/reproduce/committed-vs-head-avx2-fedol-fmnist-seed0.json
+	rm -rf runs/reproduce/fr && mkdir -p runs/reproduce/fr
+	[ -d runs/reproduce/fr-base ] || git worktree add --detach runs/reproduce/fr-base $(RESHAPE_BASE)
+	cd runs/reproduce/fr-base && $(AVX2) OMP_NUM_THREADS=1 PYTHONPATH=$$PWD/src $(CURDIR)/$(VENV)/python \
+	  -m oneshotfl run --config $(CURDIR)/benchmarks/results/reproduce/issue35-fedavg-rounds/config.yaml \
+	  cache_dir=$(CURDIR)/runs/reproduce/fr/cache-before --out $(CURDIR)/runs/reproduce/fr/before
+	$(AVX2) OMP_NUM_THREADS=1 $(VENV)/oneshotfl run \
+	  --config benchmarks/results/reproduce/issue35-fedavg-rounds/config.yaml \
+	  cache_dir=runs/reproduce/fr/cache-after --out runs/reproduce/fr/after
+	$(VENV)/oneshotfl compare runs/reproduce/fr/before runs/reproduce/fr/after \
+	  --out benchmarks/results/reproduce/issue35-fedavg-rounds/compare.json
 
 clean-cache:
 	rm -rf .cache/oneshotfl
