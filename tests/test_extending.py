@@ -25,7 +25,6 @@ from oneshotfl.protocol.contract import (
 )
 from oneshotfl.protocol.fields import model_fields
 from oneshotfl.runner.config import ConfigError
-from oneshotfl.runner.errors import QuorumError
 from oneshotfl.training.services import train_model
 
 
@@ -99,11 +98,9 @@ def test_a_bad_payload_is_refused_per_edge_and_the_others_go_on(tiny_config: Any
     assert result["clients_used"] == [0, 1, 2]  # every receiver still built its model
     assert all(0 <= a <= 1 for a in result["client_accuracy"])
     # the quorum counts the clients whose message arrived and nobody refused: 2 of 3 here
-    with (
-        registered("bad_sender", BadSender),
-        pytest.raises(QuorumError, match="expected at least 3"),
-    ):
-        run_config(tiny_config(methods=["bad_sender"], graph="complete", min_clients=3))
+    with registered("bad_sender", BadSender):
+        doc = run_config(tiny_config(methods=["bad_sender"], graph="complete", min_clients=3))
+    assert "expected at least 3" in doc["failed_methods"]["bad_sender"]
 
 
 class FailsOnClientTwo(toys.NeighbourAverage):

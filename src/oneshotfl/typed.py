@@ -45,6 +45,8 @@ class Result:
         graph: the neighbour graph, if a peer method ran.
         shared_client_training: the client training several methods shared, charged to none
             of them (``kind``, ``methods``, ``seconds_per_client``).
+        failed_methods: the methods that failed, key → one-line reason (the run went on
+            without them; their keys are not among :attr:`methods`).
         path: the ``result.json`` this result was read from or written to, if any (not part
             of the document).
     """
@@ -61,6 +63,7 @@ class Result:
     encoder: dict[str, Any] | None = None
     graph: dict[str, Any] | None = None
     shared_client_training: tuple[dict[str, Any], ...] = ()
+    failed_methods: dict[str, str] = field(default_factory=dict)
     path: Path | None = field(default=None, compare=False)
     _document: dict[str, Any] | None = field(default=None, init=False, compare=False, repr=False)
 
@@ -97,6 +100,7 @@ class Result:
             encoder=copy.deepcopy(doc.get("encoder")),
             graph=copy.deepcopy(doc.get("graph")),
             shared_client_training=tuple(copy.deepcopy(doc.get("shared_client_training", []))),
+            failed_methods=dict(doc.get("failed_methods") or {}),
             path=path,
         )
         object.__setattr__(result, "_document", copy.deepcopy(dict(doc)))
@@ -133,6 +137,8 @@ class Result:
         }
         if self.graph is not None:
             doc["graph"] = copy.deepcopy(self.graph)
+        if self.failed_methods:
+            doc["failed_methods"] = dict(self.failed_methods)
         return doc
 
     def save(self, out: str | Path) -> Path:

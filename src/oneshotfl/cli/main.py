@@ -32,6 +32,7 @@ from oneshotfl.cli.support import (
     console,
     counts_table,
     err_console,
+    exit_if_failed,
     fail,
     parse_seeds,
     results_table,
@@ -156,6 +157,7 @@ def run(
                     argv=sys.argv[1:],
                 )  # fmt: skip
             console.print(f"results: {len(done.ran)} run(s), one per seed, in {out_dir}")
+            exit_if_failed([done[r].to_dict() for r in done.ran])
             return
         with RichTracker(err_console) as progress:
             result = api.run(
@@ -173,6 +175,7 @@ def run(
         fail(exc)
     console.print(results_table(doc))
     console.print(f"results: {path}  ({cache_summary(doc)}; {doc['wall_time_s']:.1f} s)")
+    exit_if_failed([doc])
 
 
 @app.command()
@@ -322,6 +325,7 @@ def sweep(
         fail(exc)
     elapsed = time.perf_counter() - start
     console.print(f"sweep {spec.name}: {len(done.ran)} run(s) in {elapsed / 60:.1f} min → {root}")
+    exit_if_failed([done[r].to_dict() for r in done.ran])
 
 
 @app.command()

@@ -9,7 +9,7 @@ import inspect
 import re
 import sys
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -190,6 +190,8 @@ def results_table(doc: dict[str, Any]) -> Table:
             f"{r['server_wall_s']:.2f}",
             f"{_mean(r['receiver_wall_s']):.2f}" if r.get("receiver_wall_s") else "",
         )
+    for key in doc.get("failed_methods") or {}:
+        table.add_row(f"[red]{escape(key)}[/]", "[red]failed[/]", "", "", "", "", "", "")
     shared = doc.get("shared_client_training") or []
     if shared:
         table.caption = "client s: each method's own client time; shared client training: " + (
@@ -199,6 +201,20 @@ def results_table(doc: dict[str, Any]) -> Table:
             )
         )
     return table
+
+
+def exit_if_failed(docs: Sequence[Mapping[str, Any]]) -> None:
+    """After a run's results are written: name every method that failed, with its one-line
+    reason, and end the command with exit code 1 (0 when none did)."""
+    failed = [(k, why) for doc in docs for k, why in (doc.get("failed_methods") or {}).items()]
+    if not failed:
+        return
+    for key, why in failed:
+        err_console.print(f"[bold red]failed:[/] {escape(key)}: {escape(why)}")
+    err_console.print(
+        f"[bold red]{len(failed)} method run(s) failed[/]; the others' results were written"
+    )
+    raise typer.Exit(1)
 
 
 def _mean(values: list[float]) -> float:

@@ -103,8 +103,12 @@ def result_differences(
     """What differs between two result documents in what must be identical (see the module
     docs); ``labels`` name the two sides in the sentences."""
     keys = [[m["key"] for m in doc["methods"]] for doc in (ref, new)]
-    if keys[0] != keys[1]:
-        return [f"methods: {keys[0]} {labels[0]}, {keys[1]} {labels[1]}"]
+    failed = [dict(doc.get("failed_methods") or {}) for doc in (ref, new)]
+    if keys[0] != keys[1] or failed[0] != failed[1]:
+        diffs = [f"methods: {keys[0]} {labels[0]}, {keys[1]} {labels[1]}"]
+        if failed[0] != failed[1]:
+            diffs = [f"failed methods: {failed[0]} {labels[0]}, {failed[1]} {labels[1]}"]
+        return diffs
     diffs = []
     for a, b in zip(ref["methods"], new["methods"], strict=True):
         diffs += _method_differences(a, b, labels)

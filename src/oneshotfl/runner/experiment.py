@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -48,22 +49,50 @@ def warn_at_chance(result: MethodResult, classes: int) -> None:
         )  # fmt: skip
 
 
+def failure_reason(exc: BaseException, limit: int = 400) -> str:
+    """One line saying why a method failed: the error's type and the first line of its
+    message (at most ``limit`` characters)."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    text = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass(frozen=True)
+class Ran:
+    """What running a plan's methods gave: the results of those that finished, the ones
+    that failed (key → one-line reason), the server's view and the ledger they filled."""
+
+    results: list[MethodResult]
+    failed: dict[str, str]
+    view: ServerView
+    ledger: Ledger
+
+
 def run_methods(
     plan: Plan, federation: Federation, transport: Transport, save_to: Path | None = None
-) -> tuple[list[MethodResult], ServerView, Ledger]:
+) -> Ran:
     """Run the plan's methods in order over ``transport`` (they share trained client
-    artefacts); returns the results and the server's view with the ledger they filled."""
+    artefacts). A method that fails — too few valid answers, an error in its server step or
+    its evaluation — is recorded with its one-line reason (the traceback goes to the debug
+    log) and the others go on: one failing method never costs the others' results."""
     view = federation.server_view(save_to)
     ledger = Ledger(plan.cfg.clients, view.task.num_classes)
-    results = []
+    results: list[MethodResult] = []
+    failed: dict[str, str] = {}
     with memoised_logits(view.test.x) as memo:  # each model runs over the test once
         for key, method in plan.methods:
             log.info("running %s", key)
-            results.append(run_method(key, method, view, transport, ledger))
+            try:
+                results.append(run_method(key, method, view, transport, ledger))
+            except Exception as exc:  # recorded; the run goes on with the next method
+                failed[key] = failure_reason(exc)
+                log.error("%s failed: %s", key, failed[key])
+                log.debug("%s failed", key, exc_info=True)
+                continue
             warn_at_chance(results[-1], view.task.num_classes)
     stats = memo()
     log.debug("test logits: %d models run, %d answers memoised", stats.misses, stats.hits)
-    return results, view, ledger
+    return Ran(results, failed, view, ledger)
 
 
 def run_experiment(
@@ -82,10 +111,11 @@ def run_experiment(
     started, t0 = datetime.now(UTC), time.perf_counter()
     federation = Federation.prepare(plan, tracker, dataset)
     if connect is not None:
-        results, view, ledger = run_methods(plan, federation, connect(federation, plan), save_to)
-        workers = 1
+        ran, workers = run_methods(plan, federation, connect(federation, plan), save_to), 1
     else:
         with open_transport(federation) as (transport, workers):  # in process, or workers
-            results, view, ledger = run_methods(plan, federation, transport, save_to)
-    attributed, shared = attribute_client_time(results)
-    return result_document(view, ledger, attributed, started, t0, workers, shared)
+            ran = run_methods(plan, federation, transport, save_to)
+    attributed, shared = attribute_client_time(ran.results)
+    return result_document(
+        ran.view, ran.ledger, attributed, started, t0, workers, shared, failed=ran.failed
+    )

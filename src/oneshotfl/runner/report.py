@@ -125,6 +125,11 @@ def collect(docs: Iterable[Mapping[str, Any]]) -> Report:
             report.extras[setting] = {k: config.get(k) for k in extra_keys}
         if config.get("partition") == "dirichlet":
             report.alphas[setting] = (float(config["alpha"]), extra)
+        for failed, why in (doc.get("failed_methods") or {}).items():
+            key = rows.get((group, failed), failed)
+            report.failed.setdefault((setting, key), []).append(why)
+            if key not in report.methods:
+                report.methods.append(key)
         for result in doc["methods"]:
             key = rows[(group, result["key"])]
             marker = (setting, key, int(config.get("seed", 0)))
@@ -171,14 +176,18 @@ def markdown_table(report: Report) -> str:
         cells, uploads = [], []
         for setting in report.settings:
             cell = report.cells.get((setting, method))
+            failed = len(report.failed.get((setting, method), []))
             if cell is None:
-                cells.append("–")
+                cells.append(f"failed (n={failed})" if failed else "–")
                 continue
             mean, std = cell.mean_std()
-            cells.append(f"{100 * mean:.2f} ± {100 * std:.2f} (n={len(cell.accuracy)})")
+            text = f"{100 * mean:.2f} ± {100 * std:.2f} (n={len(cell.accuracy)})"
+            cells.append(text + (f", {failed} failed" if failed else ""))
             uploads.extend(cell.upload_bytes)
         upload = human_bytes(float(np.mean(uploads))) if uploads else "–"
         lines.append(f"| {method} | " + " | ".join(cells) + f" | {upload} |")
+    reasons = sorted({(m, why) for (_, m), whys in report.failed.items() for why in whys})
+    lines += ["", *(f"- {m} failed: {why}" for m, why in reasons)] if reasons else []
     return "\n".join(lines)
 
 

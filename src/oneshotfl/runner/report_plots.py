@@ -45,6 +45,8 @@ class Report:
     methods: list[str] = field(default_factory=list)
     alphas: dict[str, tuple[float, str]] = field(default_factory=dict)
     extras: dict[str, dict[str, Any]] = field(default_factory=dict)
+    failed: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    """(setting, method) → the one-line reason of each run in which that method failed."""
     runs: int = 0
     wall_time_s: float = 0.0
 

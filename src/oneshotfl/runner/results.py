@@ -323,6 +323,7 @@ def result_document(
     t0: float,
     workers: int = 1,
     shared: Sequence[Mapping[str, Any]] = (),
+    failed: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The result document of a run: config, environment, data, clients, methods, cache —
     from what the server holds (``view``, no client shard) and booked (``ledger``).
@@ -336,6 +337,8 @@ def result_document(
         workers: the processes its client steps ran in (execution only).
         shared: the client training several methods shared
             (:func:`oneshotfl.runner.accounting.attribute_client_time`).
+        failed: the methods that failed, key → one-line reason (``failed_methods`` in the
+            document; absent when none did).
     """
     task, encoder = view.task, view.encoder
     doc: dict[str, Any] = {
@@ -373,6 +376,8 @@ def result_document(
     }
     if any(r.topology is not None for r in results) and view.graph is not None:
         doc["graph"] = view.graph.to_dict()
+    if failed:
+        doc["failed_methods"] = dict(failed)
     return doc
 
 

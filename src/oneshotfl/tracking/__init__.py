@@ -180,6 +180,7 @@ def log_result(logs: Sequence[RunLog], doc: Mapping[str, Any], out_dir: Path | N
         params.update({f"method.{m['key']}.{k}": _text(v) for k, v in m.get("params", {}).items()})
     params.update({f"data.{k}": _text(v) for k, v in doc.get("data", {}).items()})
     params.update({f"environment.{k}": _text(v) for k, v in doc.get("environment", {}).items()})
+    params.update({f"failed.{k}": v for k, v in doc.get("failed_methods", {}).items()})
     metrics = {f"{m['key']}/accuracy": float(m["accuracy"]) for m in doc["methods"]}
     points = list(result_points(doc))
     files = (
