@@ -262,8 +262,8 @@ NPZ_ERRORS: list[tuple[Callable[[Path], str], str]] = [
     (lambda p: npz(p / "d.npz", **grey(10)) + ":max_images=9",
      r"expected 1..9 images in all \(max_images\), got 10"),
     (lambda p: npz(p / "d.npz", **grey(10)) + ":size=8",
-     r"unknown option\(s\) size; expected some of classes, max_images, mean, path, std, "
-     "test_fraction"),
+     r"unknown option\(s\) size; expected some of classes, max_images, mean, path, "
+     "standardise, std, test_fraction"),
     (pickled, "array 'y' in .* holds Python objects, which need pickle"),
     (lambda p: npz(p / "d.npz", x=np.zeros((0, 4, 4), np.uint8), y=np.zeros(0, int),
                    x_test=np.zeros((1, 4, 4), np.uint8), y_test=np.zeros(1, int)),
@@ -364,7 +364,7 @@ def test_non_square_images_are_padded_and_tables_are_features(
     labels = (table[:, 0] > 0).astype(np.int64) + 2 * (table[:, 1] > 0)
     np.savez(tmp_path / "table.npz", x=table, y=labels)
     spec = f"npz:path={tmp_path / 'table.npz'}"
-    rows = load_user_dataset(spec)
+    rows = load_user_dataset(spec + ":standardise=false")
     assert rows.train.x.shape[1:] == (7, 1, 1) and rows.num_classes == 4
     kept = np.concatenate([rows.train.x.numpy().reshape(-1, 7), rows.test.x.numpy().reshape(-1, 7)])
     assert np.isclose(np.sort(kept, axis=0), np.sort(table, axis=0)).all()  # taken as given

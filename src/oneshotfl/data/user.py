@@ -1,5 +1,6 @@
 """User-supplied datasets, named wherever a dataset name is by a spec: an image folder,
-``folder:path=DIR``, or NumPy arrays, ``npz:path=FILE``, each with ``:key=value`` options.
+``folder:path=DIR``, NumPy arrays, ``npz:path=FILE``, or a table in a CSV file,
+``csv:path=FILE`` (:mod:`oneshotfl.data.user_csv`), each with ``:key=value`` options.
 
 * ``folder:path=DIR[:size=32][:channels=3]`` — one subfolder per class, labels 0..C−1 in the
   order of the sorted names. When DIR holds ``train/`` and ``test/`` (with the same class
@@ -23,7 +24,12 @@ same files gets the same split), ``mean`` and ``std`` (images 0.5, 0.5; tables 0
 features as given: the declared normalisation ``(x − mean) / std`` of the [0, 1] pixels or the
 features, one value for every channel, so parties normalise alike without seeing each other's
 data) and ``max_images`` (2,000,000: more images in all are refused before any is decoded, as
-are sides above :data:`MAX_SIDE`). A relative path is
+are sides above :data:`MAX_SIDE`). A table (an npz ``[N, D]`` or a CSV file) is standardised
+per feature by default: ``(x_j − mean_j) / std_j`` with the mean and standard deviation of
+feature j over the training split (after the test split is carved; a constant feature keeps
+std 1), applied to both splits — every party that loads the same file computes the same
+values; ``standardise=false`` keeps the features as given, and a declared ``mean`` or ``std``
+replaces the standardisation. A relative path is
 relative to the working directory; ``data_root`` and ``download`` do not apply. Problems
 raise :class:`UserDataNotFoundError` (no such path) or :class:`UserDataError`, one sentence
 naming the spec and the file.
@@ -39,6 +45,7 @@ import numpy as np
 import torch
 
 from oneshotfl.data.types import Dataset, LabelledData
+from oneshotfl.data.user_csv import read_csv
 from oneshotfl.data.user_npz import MAX_FEATURES, _headers, _layout, _npz_layout, _read_npz
 from oneshotfl.data.user_options import (
     _OPTIONS,
@@ -93,6 +100,8 @@ def user_stats(spec: str) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
     file's channels come from its header (one value when it cannot be read)."""
     try:
         kind, opts = parse_user_spec(spec)
+        if kind == "csv":
+            return None  # a table's features: no image statistics
         channels, table = opts.channels, False
         if kind == "npz":
             channels = 1
@@ -123,7 +132,7 @@ def load_user_dataset(spec: str, need_test: bool = True) -> Dataset:
     if path.is_dir() != (kind == "folder"):
         got = "a directory" if path.is_dir() else "a file"
         raise user_error(spec, f"expected {what} at {path}, got {got}")
-    read = _read_folder if kind == "folder" else _read_npz
+    read = {"folder": _read_folder, "npz": _read_npz, "csv": read_csv}[kind]
     x, y, x_test, y_test, names = read(spec, path, opts)
     if need_test and not len(y_test):
         raise user_error(
@@ -131,19 +140,44 @@ def load_user_dataset(spec: str, need_test: bool = True) -> Dataset:
             "expected at least one test image, got none (a carved split keeps "
             "a class's only image for training)",
         )
-    table = kind == "npz" and _npz_layout(spec, path)[0] == "ND"
-    train, test = _labelled(x, y, opts, table), _labelled(x_test, y_test, opts, table)
+    table = kind == "csv" or (kind == "npz" and _npz_layout(spec, path)[0] == "ND")
+    stats = feature_stats(x) if table and standardised(opts) else None
+    train = _labelled(x, y, opts, table, stats)
+    test = _labelled(x_test, y_test, opts, table, stats)
     return Dataset(spec, train, test, len(names), names)
 
 
+def standardised(opts: UserDataOptions) -> bool:
+    """Whether a table of these options is standardised per feature (see the module docs)."""
+    return opts.standardise and opts.mean is None and opts.std is None
+
+
+def feature_stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-feature mean and standard deviation of a table ``[N, D, 1, 1]`` (float64, as
+    float32 arrays ``[D]``); a feature with no spread gets std 1."""
+    flat = x.reshape(len(x), -1).astype(np.float64)
+    mean = flat.mean(axis=0) if len(flat) else np.zeros(flat.shape[1])
+    std = flat.std(axis=0) if len(flat) else np.ones(flat.shape[1])
+    std[~(std > 1e-12)] = 1.0
+    return mean.astype(np.float32), std.astype(np.float32)
+
+
 def _labelled(
-    x: np.ndarray, y: np.ndarray, opts: UserDataOptions, table: bool = False
+    x: np.ndarray,
+    y: np.ndarray,
+    opts: UserDataOptions,
+    table: bool = False,
+    stats: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> LabelledData:
     images = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
     if x.dtype == np.uint8 and not table:  # pixels to [0, 1]; a table's values as given
         images.div_(255.0)
-    mean, std = opts.normalisation(table)
-    images.sub_(mean).div_(std)
+    if stats is not None:  # a table, per feature (the training split's statistics)
+        images.sub_(torch.from_numpy(stats[0]).view(1, -1, 1, 1))
+        images.div_(torch.from_numpy(stats[1]).view(1, -1, 1, 1))
+    else:
+        mean, std = opts.normalisation(table)
+        images.sub_(mean).div_(std)
     return LabelledData(images, torch.from_numpy(y.astype(np.int64)))
 
 

@@ -11,7 +11,7 @@ import numpy as np
 from oneshotfl.data.dataset_spec import DatasetFormatError, DatasetNotFoundError
 from oneshotfl.params import Params, is_int, require
 
-USER_KINDS = ("folder", "npz")
+USER_KINDS = ("folder", "npz", "csv")
 #: The fixed seed of carved test splits; never tied to experiment seeds.
 USER_SPLIT_SEED = 20_250_301
 #: The largest image side accepted (``size``, or an npz image's side).
@@ -22,7 +22,11 @@ MAX_CLASSES = 100_000
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
 
 _COMMON = ("path", "test_fraction", "mean", "std", "max_images")
-_OPTIONS = {"folder": (*_COMMON, "size", "channels"), "npz": (*_COMMON, "classes")}
+_OPTIONS = {
+    "folder": (*_COMMON, "size", "channels"),
+    "npz": (*_COMMON, "classes", "standardise"),
+    "csv": (*_COMMON, "classes", "label", "standardise"),
+}
 
 #: ``x, y, x_test, y_test, class_names``: ``[N, C, S, S]`` images (uint8 or floats in [0, 1]).
 Splits = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, tuple[str, ...]]
@@ -39,7 +43,9 @@ class UserDataNotFoundError(DatasetNotFoundError):
 @dataclass(frozen=True)
 class UserDataOptions(Params):
     """A user dataset spec's options (see the module docs); ``size`` and ``channels`` are a
-    folder's, ``classes`` an npz file's."""
+    folder's, ``classes`` an npz or CSV file's, ``label`` a CSV file's; ``standardise``
+    (tables: per-feature standardisation on the training split, on by default) an npz or
+    CSV table's."""
 
     path: str = ""
     size: int = 32
@@ -49,6 +55,8 @@ class UserDataOptions(Params):
     mean: float | None = None
     std: float | None = None
     max_images: int = 2_000_000
+    label: str | None = None
+    standardise: bool = True
 
     def validate(self) -> None:
         require(bool(self.path), "path", "a file or directory (path=...)", self.path)

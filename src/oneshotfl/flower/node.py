@@ -18,8 +18,11 @@ takes every example of it as its shard (labels by class name for a folder, by in
 npz; the task's image shape; at most ``N_max`` examples, so set the config's
 ``max_client_examples``), holds out its validation split as a carved shard would, and
 reports its sizes and label counts with its first reply, as every node does: the server
-counts nothing itself. The same steps as in the
-simulation run the method: :func:`~oneshotfl.runner.transport.client_step` for an update,
+counts nothing itself. A node's own table is standardised on its own training data (as
+every table is by default); to have every node normalise alike, declare the federation's
+values in its spec (``:mean=M:std=S``) or keep the features as given
+(``:standardise=false``). The same steps as in the simulation run the method:
+:func:`~oneshotfl.runner.transport.client_step` for an update,
 :func:`~oneshotfl.runner.transport.peer_step` for a peer method's receipt (the node
 validates its neighbours' bytes, builds its own model and evaluates it itself).
 Nothing here imports flwr.
@@ -89,8 +92,8 @@ def node_identity(node_config: Mapping[str, Any]) -> NodeIdentity:
     own = node_config.get("dataset") or None
     if own is not None and not (isinstance(own, str) and is_user_spec(own)):
         raise ConfigError(
-            f"node config: dataset must be the node's own data, npz:path=FILE or "
-            f"folder:path=DIR, got {own!r}"
+            f"node config: dataset must be the node's own data, npz:path=FILE, "
+            f"csv:path=FILE or folder:path=DIR, got {own!r}"
         )
     if own is not None:
         try:

@@ -67,6 +67,12 @@ class Requires:
             hands it no public pool (``ServerContext.public`` is None), so it provably sees
             no data.
         validation: every client holds a private validation split (``val_fraction > 0``).
+        images: the method corrupts, crops, blurs or generates images, and needs the task's
+            inputs to be images of at least this side (0: any input, a table of features —
+            read as a 1×1 "image" of D channels — included). Checked once the data is loaded,
+            before any training (:func:`oneshotfl.runner.checks.image_problems`).
+        image_multiple: the image side must also be a multiple of this (1: any side); a
+            generator that upsamples twice by 2 (DENSE's, IntactOFL's) needs 4.
     """
 
     public_data: bool = False
@@ -77,6 +83,27 @@ class Requires:
     min_clients: int = 1
     data_free: bool = False
     validation: bool = False
+    images: int = 0
+    image_multiple: int = 1
+
+    def __post_init__(self) -> None:
+        if self.images < 0 or self.image_multiple < 1:
+            raise ValueError(
+                f"Requires: expected images >= 0 and image_multiple >= 1, got images="
+                f"{self.images}, image_multiple={self.image_multiple}"
+            )
+
+    def takes_side(self, side: int) -> bool:
+        """Whether inputs of ``side`` (a table's: 1) give the method the images it needs."""
+        return side >= self.images and side % self.image_multiple == 0
+
+    @property
+    def image_need(self) -> str:
+        """The images the method needs, in words ("" when it takes any input)."""
+        if self.images <= 1 and self.image_multiple == 1:
+            return ""
+        multiple = f", a multiple of {self.image_multiple}" if self.image_multiple > 1 else ""
+        return f"images of side >= {self.images}{multiple}"
 
 
 def wire_dims(
