@@ -108,7 +108,7 @@ def run(
         track: log the run to these tracking backends, as ``--track`` does
             (``["tensorboard", "mlflow"]``; the ``track`` extra); the run is named after
             ``out`` (else ``api``), grouped under ``oneshotfl``.
-        track_dir: the tracking directory (default ``runs/tensorboard``, ``mlruns``; MLflow:
+        track_dir: the tracking directory (default ``runs/tensorboard``, ``runs/mlflow``; MLflow:
             ``MLFLOW_TRACKING_URI`` when it is set and this is not).
         track_experiment: the experiment (group) to log under instead of ``oneshotfl``.
         track_run: the run's name instead of ``out``'s.
@@ -218,7 +218,7 @@ def sweep(
         tracker: shows progress (default: nothing shown).
         track: log each run it runs to these tracking backends, grouped under the sweep's
             name, as ``--track`` does.
-        track_dir: the tracking directory (default ``runs/tensorboard``, ``mlruns``).
+        track_dir: the tracking directory (default ``runs/tensorboard``, ``runs/mlflow``).
         overrides: config keys applied to every point, on top of the file's (as
             ``oneshotfl sweep FILE key=value``).
         on_result: called with the run id and the result document of every run it runs.

@@ -36,6 +36,7 @@ from oneshotfl.cli.support import (
     fail,
     parse_seeds,
     results_table,
+    seeds_table,
     setup_logging,
     with_options,
 )
@@ -156,6 +157,7 @@ def run(
                     on_result=lambda _, doc: console.print(results_table(doc)),
                     argv=sys.argv[1:],
                 )  # fmt: skip
+            console.print(seeds_table([r.to_dict() for r in done.results.values()]))
             console.print(f"results: {len(done.ran)} run(s), one per seed, in {out_dir}")
             exit_if_failed([done[r].to_dict() for r in done.ran])
             return

@@ -26,7 +26,7 @@ from oneshotfl.params import literal_options
 from oneshotfl.registry import RegistryError
 from oneshotfl.runner.config import ConfigError
 from oneshotfl.runner.errors import QuorumError
-from oneshotfl.runner.report import human_bytes, setting_label
+from oneshotfl.runner.report import collect, human_bytes, setting_label
 
 # Off a terminal (pipes, CI logs) rich would wrap tables at 80 columns; give them room.
 console = Console(width=None if sys.stdout.isatty() else 140)
@@ -217,6 +217,27 @@ def exit_if_failed(docs: Sequence[Mapping[str, Any]]) -> None:
     raise typer.Exit(1)
 
 
+def seeds_table(docs: Sequence[Mapping[str, Any]]) -> Table:
+    """Mean ± standard deviation over the runs of one setting that differ in their seed (the
+    runs of ``run --seed 0,1,2``): each method's test and personal accuracy (%)."""
+    report = collect(docs)
+    table = Table(title=f"mean ± std over {len(docs)} seeds (standard deviation, n − 1)")
+    for name in ("method", "setting", "accuracy", "personal", "runs"):
+        table.add_column(name, justify="left" if name in ("method", "setting") else "right")
+    for (setting, method), cell in report.cells.items():
+        mean, std = cell.mean_std()
+        personal = np.asarray(cell.personal, dtype=float)
+        spread = float(personal.std(ddof=1)) if len(personal) > 1 else 0.0
+        table.add_row(
+            method,
+            setting,
+            f"{100 * mean:.2f} ± {100 * std:.2f}",
+            f"{100 * personal.mean():.2f} ± {100 * spread:.2f}" if len(personal) else "",
+            str(len(cell.accuracy)),
+        )
+    return table
+
+
 def _mean(values: list[float]) -> float:
     return sum(values) / max(1, len(values))
 
@@ -235,11 +256,20 @@ def parse_seeds(text: str | None) -> list[int]:
 
 
 def cache_summary(doc: dict[str, Any]) -> str:
-    """``cache: 25 hits, 15 misses``, or with no disk cache what was reused within the run."""
-    hits, misses = doc["cache"]["hits"], doc["cache"]["misses"]
-    if doc["config"].get("cache_dir"):
+    """What the artefact cache did: ``cache: 15 computed, 25 reused within the run, 0 read
+    from earlier runs`` (a result written before the disk reads were counted: ``cache: 25
+    hits, 15 misses``), or with no disk cache what was reused within the run."""
+    cache = doc["cache"]
+    hits, misses = cache["hits"], cache["misses"]
+    if not doc["config"].get("cache_dir"):
+        return f"no disk cache: {misses} artefacts computed, {hits} reuses within the run"
+    if "from_disk" not in cache:
         return f"cache: {hits} hits, {misses} misses"
-    return f"no disk cache: {misses} artefacts computed, {hits} reuses within the run"
+    disk = cache["from_disk"]
+    return (
+        f"cache: {misses} computed, {hits - disk} reused within the run, "
+        f"{disk} read from earlier runs"
+    )
 
 
 def compare_summary(summary: dict[str, Any]) -> str:
@@ -274,8 +304,8 @@ TrackOption = Annotated[
 TrackDirOption = Annotated[
     Path | None,
     typer.Option(
-        help="tracking directory (default runs/tensorboard, mlruns; MLflow: $MLFLOW_TRACKING_URI"
-        " when set)"
+        help="tracking directory (default runs/tensorboard, runs/mlflow; MLflow: "
+        "$MLFLOW_TRACKING_URI when set)"
     ),
 ]
 TrackExperimentOption = Annotated[

@@ -69,6 +69,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Answer = TypeVar("Answer")
+Counted = tuple[Answer | None, Missing, int, int, int]
+"""A worker's answer, whoever failed, and the cache hits, misses and disk reads it added."""
 _WORKER: dict[str, Any] = {}
 """The worker process's state: its copy of the federation (set by :func:`_start_worker`)."""
 
@@ -105,18 +107,19 @@ def _start_worker(shipped: Federation | bytes, plugins: tuple[str, ...], level: 
 
 def _counted(
     step: Callable[[Federation], tuple[Answer | None, Missing]],
-) -> tuple[Answer | None, Missing, int, int]:
-    """Run ``step`` on the worker's federation: its answer, whoever failed, and the cache hits
-    and misses it added (the parent's result counts every party's)."""
+) -> tuple[Answer | None, Missing, int, int, int]:
+    """Run ``step`` on the worker's federation: its answer, whoever failed, and the cache hits,
+    misses and hits read from disk it added (the parent's result counts every party's)."""
     exp: Federation = _WORKER["exp"]
-    hits, misses = exp.store.hits, exp.store.misses
+    counts = exp.store.counts
+    hits, misses, disk = counts.hits, counts.misses, counts.from_disk
     answer, missing = step(exp)
-    return answer, missing, exp.store.hits - hits, exp.store.misses - misses
+    return answer, missing, counts.hits - hits, counts.misses - misses, counts.from_disk - disk
 
 
 def _update(
     method: Method[Any], round_index: int, broadcast: bytes | None, cid: int
-) -> tuple[ClientReply | None, Missing, int, int]:
+) -> tuple[ClientReply | None, Missing, int, int, int]:
     """One client's update in a worker (what :meth:`LocalTransport.upload` does per client)."""
 
     def step(fed: Federation) -> tuple[ClientReply | None, Missing]:
@@ -133,7 +136,7 @@ def _receive(
     receiver: int,
     deliveries: Mapping[int, bytes],
     schedule: tuple[tuple[int, ...], ...],
-) -> tuple[PeerReport | None, Missing, int, int]:
+) -> tuple[PeerReport | None, Missing, int, int, int]:
     """One peer receiver's step in a worker (what :meth:`LocalTransport.relay` does)."""
 
     def step(fed: Federation) -> tuple[PeerReport | None, Missing]:
@@ -216,7 +219,9 @@ class PoolTransport:
         self,
         label: str,
         what: str,
-        jobs: Mapping[int, tuple[Callable[..., tuple[Any, Missing, int, int]], tuple[Any, ...]]],
+        jobs: Mapping[
+            int, tuple[Callable[..., tuple[Any, Missing, int, int, int]], tuple[Any, ...]]
+        ],
     ) -> tuple[list[Any], Missing]:
         """Submit every client's job (function, arguments) to its worker, then collect the
         answers in client-id order."""
@@ -224,7 +229,7 @@ class PoolTransport:
         answers: list[Any] = []
         missing: Missing = {}
         broken: set[ProcessPoolExecutor] = set()
-        futures: dict[int, Future[tuple[Any, Missing, int, int]]] = {}
+        futures: dict[int, Future[Counted[Any]]] = {}
         sent_to: dict[int, ProcessPoolExecutor] = {}
         for cid, (fn, args) in jobs.items():
             try:
@@ -236,7 +241,7 @@ class PoolTransport:
         with exp.tracker.task(label, len(futures)) as advance:
             for cid in sorted(futures):
                 try:
-                    answer, failed, hits, misses = futures[cid].result()
+                    answer, failed, hits, misses, disk = futures[cid].result()
                 except Exception as exc:  # the worker died, or the step could not be sent
                     if isinstance(exc, BrokenProcessPool):
                         broken.add(sent_to[cid])
@@ -248,6 +253,7 @@ class PoolTransport:
                     continue
                 exp.store.counts.hits += hits
                 exp.store.counts.misses += misses
+                exp.store.counts.from_disk += disk
                 missing.update(failed)
                 if answer is not None:
                     answers.append(answer)

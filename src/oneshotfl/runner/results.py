@@ -372,7 +372,11 @@ def result_document(
         "clients": client_rows(view, ledger),
         "methods": [r.to_dict() for r in results],
         "shared_client_training": list(shared),
-        "cache": {"hits": view.store.hits, "misses": view.store.misses},
+        "cache": {
+            "hits": view.store.hits,
+            "misses": view.store.misses,
+            "from_disk": view.store.counts.from_disk,
+        },
     }
     if any(r.topology is not None for r in results) and view.graph is not None:
         doc["graph"] = view.graph.to_dict()

@@ -32,8 +32,9 @@ failed. Backends are a registry (:data:`TRACKING`); the libraries are the
   ``runs/tensorboard``); view with ``tensorboard --logdir runs/tensorboard``.
 * ``mlflow`` logs to ``MLFLOW_TRACKING_URI`` when it is set and no ``--track-dir`` is given
   (a server, or any store MLflow takes), else to a local store with no server:
-  ``DIR/mlflow.db`` (SQLite) and ``DIR/artifacts`` (``DIR`` default ``mlruns``); view with
-  ``mlflow ui --backend-store-uri sqlite:///mlruns/mlflow.db``. (MLflow 3 refuses its
+  ``DIR/mlflow.db`` (SQLite) and ``DIR/artifacts`` (``DIR`` default ``runs/mlflow``, beside
+  ``runs/tensorboard``); view with ``mlflow ui --backend-store-uri
+  sqlite:///runs/mlflow/mlflow.db``. (MLflow 3 refuses its
   plain-file store unless told otherwise; SQLite is its supported local backend.)
 """
 

@@ -16,7 +16,7 @@ from oneshotfl.registry import Registry
 from oneshotfl.runner.config import ConfigError
 
 #: The default directory of each backend.
-DEFAULT_DIRS = {"tensorboard": Path("runs/tensorboard"), "mlflow": Path("mlruns")}
+DEFAULT_DIRS = {"tensorboard": Path("runs/tensorboard"), "mlflow": Path("runs/mlflow")}
 
 
 class RunLog(Protocol):

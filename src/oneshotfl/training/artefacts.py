@@ -50,6 +50,8 @@ class CacheCounts:
     hits: int = 0
     misses: int = 0
     used: list[Use] = field(default_factory=list)
+    from_disk: int = 0
+    """Of the hits, those read from the disk cache (made by an earlier run)."""
 
 
 @dataclass
@@ -107,6 +109,7 @@ class ArtefactStore:
         cached = self._read(kind, key, label)
         if cached is not None:
             self.counts.hits += 1
+            self.counts.from_disk += 1
             log.info("cache hit: %s (%s %s)", label, kind, key[:12])
             self._memo[key] = cached
             self._seconds[key] = self._read_seconds(kind, key)

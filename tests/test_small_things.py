@@ -1,0 +1,27 @@
+"""Small things users meet: what the cache summary says, where trackers write by default."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from helpers import run_config
+from oneshotfl.cli.support import cache_summary
+from oneshotfl.tracking.backends import DEFAULT_DIRS
+
+
+def test_the_cache_summary_tells_reuse_within_a_run_from_reads_of_earlier_runs(
+    tiny_config: Any, tmp_path: Path
+) -> None:
+    cfg = tiny_config(methods=["local", "fedavg", "ensemble"], cache_dir=str(tmp_path / "c"))
+    first, again = run_config(cfg), run_config(cfg)
+    assert first["cache"]["hits"] > 0 and first["cache"]["from_disk"] == 0  # reuse in-run
+    assert cache_summary(first).endswith(", 0 read from earlier runs")
+    assert again["cache"]["misses"] == 0 and again["cache"]["from_disk"] > 0
+    assert f"{again['cache']['from_disk']} read from earlier runs" in cache_summary(again)
+    old = {**first, "cache": {"hits": 3, "misses": 2}}  # a result written before
+    assert cache_summary(old) == "cache: 3 hits, 2 misses"
+
+
+def test_trackers_write_under_runs_by_default() -> None:
+    assert {"tensorboard": Path("runs/tensorboard"), "mlflow": Path("runs/mlflow")} == DEFAULT_DIRS
