@@ -50,3 +50,18 @@ def test_a_report_with_a_personalised_method_also_plots_personal_accuracy(tmp_pa
     global_only = _collect(ROOT / "examples/digits-row/result.json")  # `local` is personalised
     assert any(c.personalised for c in global_only.cells.values())  # but uploads nothing
     assert "personal accuracy vs upload bytes" not in report_plots(global_only, tmp_path, "g")
+
+
+def test_the_upload_plot_shows_the_spread_of_the_seeds_of_one_setting() -> None:
+    """One setting run with two seeds: the point's error bar is the seeds' spread (it was the
+    spread over settings: zero, on a y axis squeezed around the mean)."""
+    doc = json.loads((ROOT / "examples/digits-row/result.json").read_text())
+    second = json.loads(json.dumps(doc))
+    second["config"]["seed"] = 1
+    for m in second["methods"]:
+        m["accuracy"] = m["accuracy"] - 0.1
+    report = collect([doc, second])
+    fedavg = next(m["accuracy"] for m in doc["methods"] if m["key"] == "fedavg")
+    ((_, mean, spread),) = bytes_points(report, personal=False)["fedavg"]
+    assert mean == pytest.approx(fedavg - 0.05)
+    assert spread == pytest.approx(0.1 / 2**0.5)  # std (n − 1) of two runs 0.1 apart

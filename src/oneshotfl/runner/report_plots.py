@@ -121,9 +121,12 @@ def report_plots(report: Report, out_dir: Path, title: str) -> dict[str, Path]:
 
 
 def bytes_points(report: Report, personal: bool) -> dict[str, list[tuple[float, float, float]]]:
-    """``method → [(upload bytes per client, mean, std over settings)]`` of every method that
-    uploads: test accuracy, or with ``personal`` the personal accuracy (each client's final
-    model on its own label distribution; methods without one for every run are left out)."""
+    """``method → [(upload bytes per client, mean, std)]`` of every method that uploads: test
+    accuracy, or with ``personal`` the personal accuracy (each client's final model on its own
+    label distribution; methods without one for every run are left out). The mean is over
+    settings (each setting's mean over its seeds); the spread is the standard deviation over
+    every run — seeds and settings — so one setting run with several seeds shows its seeds'
+    spread, not zero."""
     points: dict[str, list[tuple[float, float, float]]] = {}
     for method in report.methods:
         cells = [c for (_, m), c in report.cells.items() if m == method]
@@ -131,7 +134,9 @@ def bytes_points(report: Report, personal: bool) -> dict[str, list[tuple[float, 
         if upload <= 0 or (personal and any(len(c.personal) != len(c.accuracy) for c in cells)):
             continue
         means = [float(np.mean(c.personal if personal else c.accuracy)) for c in cells]
-        points[method] = [(upload, float(np.mean(means)), float(np.std(means)))]
+        runs = [v for c in cells for v in (c.personal if personal else c.accuracy)]
+        spread = float(np.std(runs, ddof=1)) if len(runs) > 1 else 0.0
+        points[method] = [(upload, float(np.mean(means)), spread)]
     return points
 
 
