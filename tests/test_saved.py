@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -13,6 +14,9 @@ from typer.testing import CliRunner
 import oneshotfl
 from helpers import TINY, prepare
 from oneshotfl.cli.main import app
+from oneshotfl.data.datasets import DATASETS
+from oneshotfl.data.user import parse_user_spec
+from oneshotfl.data.user_csv import read_csv
 from oneshotfl.protocol.outcome import Ensemble, GlobalModel
 from oneshotfl.protocol.saved import SavedModelError
 from oneshotfl.runner.config import ConfigError, make_config
@@ -83,3 +87,29 @@ def test_several_seeds_and_one_tracked_run_name_are_refused(tmp_path: Path) -> N
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2 and "--track-run names one run" in result.output
     assert not (tmp_path / "s").exists() or not any((tmp_path / "s").iterdir())
+
+
+def test_a_saved_model_predicts_on_raw_inputs(tmp_path: Path) -> None:
+    """``Result.predict`` normalises raw pixels (or a table's raw features) as the run did."""
+    settings = {**TINY, "methods": ["fedavg"], "cache_dir": None}
+    result = oneshotfl.run(settings, tmp_path / "run", save_models=True)
+    test = prepare(make_config(settings)).data.test
+    mean, std = DATASETS.get("digits").mean, DATASETS.get("digits").std
+    raw = test.x * torch.tensor(std).view(1, -1, 1, 1) + torch.tensor(mean).view(1, -1, 1, 1)
+    want = result.load_model("fedavg").predict_proba(test.x, torch.device("cpu"))  # type: ignore[union-attr]
+    assert torch.allclose(result.predict("fedavg", raw), want, atol=1e-5)
+    with pytest.raises(ConfigError, match=r"expected inputs \[N, 1, 8, 8\]"):
+        result.normalise(np.zeros((2, 3, 8, 8), np.float32))
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(50, 20, (120, 4))
+    y = (x[:, 0] > 50).astype(int)
+    csv = tmp_path / "t.csv"
+    csv.write_text("\n".join(",".join(map(str, [*r, c])) for r, c in zip(x, y, strict=True)))
+    spec = f"csv:path={csv}"
+    table = oneshotfl.run({**settings, "dataset": spec}, tmp_path / "t", save_models=True)
+    loaded = prepare(make_config({**settings, "dataset": spec})).data.test
+    _, opts = parse_user_spec(spec)
+    raw_test = read_csv(spec, csv, opts)[2][:, :, 0, 0]  # the test rows as the file has them
+    assert torch.allclose(table.normalise(raw_test), loaded.x, atol=1e-5)
+    assert table.predict("fedavg", raw_test).shape == (len(raw_test), 2)

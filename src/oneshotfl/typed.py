@@ -9,7 +9,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from oneshotfl.protocol.outcome import Outcome
+import numpy as np
+import torch
+
+from oneshotfl.data.feature_skew import dataset_stats
+from oneshotfl.data.user import input_statistics, is_user_spec
+from oneshotfl.data.user_options import UserDataError, UserDataNotFoundError
+from oneshotfl.protocol.outcome import Ensemble, GlobalModel, Outcome
 from oneshotfl.protocol.saved import load_outcome
 from oneshotfl.protocol.spec import WireDims
 from oneshotfl.runner.compare import read_result, result_differences
@@ -170,6 +176,53 @@ class Result:
         channels, side, _ = self.data["input_shape"]
         dims = WireDims(int(self.data["num_classes"]), int(channels), int(side))
         return load_outcome(self.path.parent / record.model_file, dims)
+
+    def normalise(self, x: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """Raw inputs as this run's models saw them: images ``[N, C, H, W]`` of pixels in
+        [0, 1] (or ``uint8``) normalised with the dataset's mean and std; a table ``[N, D]``
+        of features standardised with its training split's statistics (read again from the
+        file) or the declared values — what ``load_model(key).predict_proba`` takes.
+
+        Raises:
+            ConfigError: for inputs of another shape, or a dataset whose normalisation is
+                unknown here (its file gone, a plugin's dataset).
+        """
+        name = str(self.data["dataset"])
+        channels, side, _ = (int(v) for v in self.data["input_shape"])
+        values = torch.as_tensor(np.asarray(x))
+        table = False
+        try:
+            if is_user_spec(name):
+                mean, std, table = input_statistics(name)
+            else:
+                stats = dataset_stats(name)
+                if stats is None:
+                    raise ConfigError(f"normalise: no normalisation known for {name!r}")
+                mean = np.asarray(stats.mean, np.float32) * np.ones(channels, np.float32)
+                std = np.asarray(stats.std, np.float32) * np.ones(channels, np.float32)
+        except (UserDataError, UserDataNotFoundError) as exc:
+            raise ConfigError(f"normalise: {exc}") from None
+        if table and values.dim() == 2:
+            values = values[:, :, None, None]
+        want = (channels, side, side)
+        if values.dim() != 4 or tuple(values.shape[1:]) != want:
+            raise ConfigError(
+                f"normalise: expected inputs [N, {', '.join(map(str, want))}]"
+                f"{' or [N, ' + str(channels) + ']' if table else ''}, got {list(values.shape)}"
+            )
+        pixels = values.to(torch.float32)
+        if values.dtype == torch.uint8 and not table:
+            pixels = pixels / 255.0
+        shape = (1, -1, 1, 1)
+        return (pixels - torch.from_numpy(mean).view(shape)) / torch.from_numpy(std).view(shape)
+
+    def predict(self, key: str, x: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """Class probabilities ``[N, C]`` of method ``key``'s saved model(s) on raw inputs
+        (:meth:`normalise`, then :meth:`load_model`), on the CPU."""
+        outcome = self.load_model(key)
+        if not isinstance(outcome, GlobalModel | Ensemble):
+            raise ConfigError(f"predict: {key} keeps a model per client; load it per client")
+        return outcome.predict_proba(self.normalise(x), torch.device("cpu"))
 
     def method(self, key: str) -> MethodResult:
         """The record of the method run as ``key`` (``fedavg``, ``ensemble:weighting=size``),

@@ -147,6 +147,35 @@ def load_user_dataset(spec: str, need_test: bool = True) -> Dataset:
     return Dataset(spec, train, test, len(names), names)
 
 
+def input_statistics(spec: str) -> tuple[np.ndarray, np.ndarray, bool]:
+    """The ``(mean, std)`` per channel that loading ``spec`` normalises with — a table's per
+    feature when it is standardised (re-read from the file's training split), else the
+    declared values — and whether it is a table (whose values are not pixels).
+
+    Raises:
+        UserDataNotFoundError, UserDataError: as :func:`load_user_dataset`.
+    """
+    kind, opts = parse_user_spec(spec)
+    path = Path(opts.path).expanduser()
+    if not path.exists():
+        raise UserDataNotFoundError(f"dataset {spec!r}: expected a file at {path}, got nothing")
+    table = kind == "csv" or (kind == "npz" and _npz_layout(spec, path)[0] == "ND")
+    if kind == "csv" or (table and standardised(opts)):
+        x = (read_csv if kind == "csv" else _read_npz)(spec, path, opts)[0]
+        if standardised(opts):
+            mean, std = feature_stats(x)
+            return mean, std, True
+        channels = x.shape[1]
+    else:
+        channels = _npz_layout(spec, path)[1] if kind == "npz" else opts.channels
+    mean_value, std_value = opts.normalisation(table)
+    return (
+        np.full(channels, mean_value, np.float32),
+        np.full(channels, std_value, np.float32),
+        table,
+    )
+
+
 def standardised(opts: UserDataOptions) -> bool:
     """Whether a table of these options is standardised per feature (see the module docs)."""
     return opts.standardise and opts.mean is None and opts.std is None
@@ -273,6 +302,7 @@ __all__ = [
     "UserDataNotFoundError",
     "UserDataOptions",
     "carve_test",
+    "input_statistics",
     "is_user_spec",
     "load_user_dataset",
     "parse_user_spec",
