@@ -25,3 +25,29 @@ def test_the_cache_summary_tells_reuse_within_a_run_from_reads_of_earlier_runs(
 
 def test_trackers_write_under_runs_by_default() -> None:
     assert {"tensorboard": Path("runs/tensorboard"), "mlflow": Path("runs/mlflow")} == DEFAULT_DIRS
+
+
+def test_the_server_side_runs_at_server_threads(tiny_config: Any) -> None:
+    """Like client steps at ``client_threads``, the server side (aggregation, server
+    training, evaluation) runs at ``server_threads``, whatever the process has."""
+    import torch
+
+    from helpers import registered
+    from oneshotfl.methods.fedavg import FedAvg
+
+    seen: list[int] = []
+
+    class Counting(FedAvg):  # type: ignore[misc]
+        def aggregate(self, payloads: Any, ctx: Any) -> Any:
+            seen.append(torch.get_num_threads())
+            return super().aggregate(payloads, ctx)
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with registered("counting", Counting):
+            run_config(tiny_config(methods=["counting"]))
+            run_config(tiny_config(methods=["counting"], server_threads=None))
+        assert seen == [1, 2] and torch.get_num_threads() == 2  # restored afterwards
+    finally:
+        torch.set_num_threads(before)

@@ -123,6 +123,9 @@ class ExperimentConfig(Params):
         client_threads: torch threads of every client step (training, a peer's receipt),
             in and out of the worker processes, so a run's result does not depend on
             ``workers``; None: the process's own threads (results of 0.1 were recorded so).
+        server_threads: torch threads of the server side (aggregation, server training,
+            evaluation), so a result does not depend on the core count either; None: the
+            process's own threads (every result before 0.2 ran so).
         cache_dir: artefact cache directory (``None`` or "" disables the disk cache).
         group: a sweep group's name (see :mod:`oneshotfl.runner.sweep`): runs of different
             groups are one setting in reports even when their federations differ.
@@ -171,6 +174,7 @@ class ExperimentConfig(Params):
     device: str = "auto"
     workers: int = 0
     client_threads: int | None = 1
+    server_threads: int | None = 1
     cache_dir: str | None = ".cache/oneshotfl"
     group: str = ""
 
@@ -224,8 +228,9 @@ class ExperimentConfig(Params):
             )
         if self.workers < 0:
             raise ConfigError(f"workers: expected >= 0 (0: one per core), got {self.workers}")
-        if self.client_threads is not None and self.client_threads < 1:
-            raise ConfigError(f"client_threads: expected >= 1 or None, got {self.client_threads}")
+        for name in ("client_threads", "server_threads"):
+            if (threads := getattr(self, name)) is not None and threads < 1:
+                raise ConfigError(f"{name}: expected >= 1 or None, got {threads}")
         if self.device not in DEVICE_CHOICES and not self.device.startswith("cuda:"):
             raise ConfigError(f"device: expected auto, cpu, cuda or cuda:N, got {self.device!r}")
         self.client_train_config()

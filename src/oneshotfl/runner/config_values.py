@@ -147,6 +147,7 @@ SECTIONS: dict[str, dict[str, str]] = {
         "lr": "server_lr",
         "optimizer": "server_optimizer",
         "min_clients": "min_clients",
+        "threads": "server_threads",
     },
     "security": {"malicious": "malicious", "attack": "attack"},
 }

@@ -26,7 +26,7 @@ from oneshotfl.runner.ledger import Ledger
 from oneshotfl.runner.plan import Plan
 from oneshotfl.runner.pool import open_transport
 from oneshotfl.runner.results import MethodResult, result_document
-from oneshotfl.runner.transport import Transport
+from oneshotfl.runner.transport import Transport, torch_threads
 from oneshotfl.training.memo import memoised_logits
 from oneshotfl.training.progress import Tracker
 
@@ -83,7 +83,8 @@ def run_methods(
         for key, method in plan.methods:
             log.info("running %s", key)
             try:
-                results.append(run_method(key, method, view, transport, ledger))
+                with torch_threads(plan.cfg.server_threads):  # client steps set their own
+                    results.append(run_method(key, method, view, transport, ledger))
             except Exception as exc:  # recorded; the run goes on with the next method
                 failed[key] = failure_reason(exc)
                 log.error("%s failed: %s", key, failed[key])

@@ -175,6 +175,7 @@ RECORDED_BEFORE: dict[str, Any] = {
     "server_steps": 0,
     "init": "torch",
     "client_threads": None,
+    "server_threads": None,
     "method_defaults": [
         f"{name}:accepted_votes=none:fgsm_step=0.002:fgsm_steps=15:fgsm_warmup_steps=5"
         for name in ("fedeov", "fedeov_pruned", "fedeov_distilled")
@@ -190,11 +191,11 @@ def recorded_config(
     values: Mapping[str, Any], environment: Mapping[str, Any] | None = None
 ) -> ExperimentConfig:
     """The config a ``result.json`` records: its keys, and for keys it predates the values
-    it ran with (:data:`RECORDED_BEFORE`; ``client_threads`` from its ``environment``), not
+    it ran with (:data:`RECORDED_BEFORE`; the thread counts from its ``environment``), not
     today's defaults."""
     before = dict(RECORDED_BEFORE)
     if environment and isinstance(environment.get("threads"), int):
-        before["client_threads"] = environment["threads"]
+        before["client_threads"] = before["server_threads"] = environment["threads"]
     before["method_defaults"] = run_defaults(values.get("methods") or [], before["method_defaults"])
     with names_unchecked():  # reading a result never imports (runs) its plugins
         return make_config({**before, **values})

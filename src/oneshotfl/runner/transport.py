@@ -49,11 +49,11 @@ log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
-def client_threads(threads: int | None) -> Iterator[None]:
-    """Run a client step with ``threads`` torch threads (``None``: leave them), restoring the
-    caller's afterwards. Float results depend on the thread count, so every transport — in
-    process, the worker pool, a Flower node — runs client steps at the config's
-    ``client_threads`` and a result is the same whatever runs it."""
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """Run with ``threads`` torch threads (``None``: leave them), restoring the caller's
+    afterwards. Float results depend on the thread count, so every transport — in process,
+    the worker pool, a Flower node — runs client steps at the config's ``client_threads``, and
+    the run the server side at ``server_threads``: a result is the same whatever runs it."""
     before = torch.get_num_threads()
     if threads is not None and threads != before:
         torch.set_num_threads(threads)
@@ -252,7 +252,7 @@ def update_on(
     ctx = fed.client_context(client_id).for_round(round_index, broadcast)
     report = fed.shard_report(client_id) if round_index == 0 else None  # round 0 only
     attack = fed.attack_of(client_id)
-    with client_threads(fed.cfg.client_threads):
+    with torch_threads(fed.cfg.client_threads):
         return client_step(method, ctx, fed.data.test, report, attack)
 
 
@@ -267,7 +267,7 @@ def receipt_on(
     transport runs for one receiver: its receiver context (with its encounter ``schedule``)
     at the config's ``client_threads``."""
     ctx = fed.receiver_context(receiver, schedule)
-    with client_threads(fed.cfg.client_threads):
+    with torch_threads(fed.cfg.client_threads):
         return peer_step(method, ctx, deliveries, fed.data.test)
 
 
