@@ -15,7 +15,7 @@ from oneshotfl.methods import METHODS
 from oneshotfl.methods.base import register_method
 from oneshotfl.protocol.contract import Method, ServerContext
 from oneshotfl.runner import engine
-from oneshotfl.runner.checks import requirement_problems
+from oneshotfl.runner.checks import image_problems, requirement_problems
 from oneshotfl.runner.config import ExperimentConfig
 from oneshotfl.runner.errors import RequirementError
 from oneshotfl.runner.experiment import run_experiment
@@ -81,10 +81,11 @@ def run_over(key: str, method: Method[Any], fed: Federation, transport: Transpor
 
 def check(fed: Federation, methods: Sequence[tuple[str, Method[Any]]]) -> None:
     """What a run checks of ``methods`` on ``fed``: their requirements (as
-    :func:`~oneshotfl.runner.plan.preflight` does) and the attacks dealt out (as
-    :meth:`Federation.prepare` does)."""
+    :func:`~oneshotfl.runner.plan.preflight` does), the images they need and the attacks
+    dealt out (as :meth:`Federation.prepare` does)."""
     cfg = fed.cfg
     problems = requirement_problems(cfg, methods, fed.archs, cfg.public_size > 0, bool(cfg.encoder))
+    problems += image_problems(methods, fed.data.task)
     if problems:
         raise RequirementError("cannot run: " + "; ".join(problems))
     fed.check_attacks(methods)

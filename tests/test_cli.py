@@ -153,7 +153,7 @@ def test_describe_prints_paper_and_hyper_parameters() -> None:
     result = runner.invoke(app, ["describe", "fedol"])
     assert result.exit_code == 0, result.output
     assert "Ye et al." in result.output and "tau = 0.2" in result.output
-    assert "public_data=True" in result.output
+    assert "\n  public pool: an unlabelled one (public_size > 0)\n" in result.output
     assert runner.invoke(app, ["describe", "nope"]).exit_code == 2
 
 

@@ -21,6 +21,7 @@ from oneshotfl.cli.describe import (
     docstring_markdown,
     method_page,
     methods_table,
+    requirement_lines,
 )
 from oneshotfl.cli.main import app
 from oneshotfl.methods import METHODS
@@ -36,8 +37,12 @@ def test_describe_method_holds_the_docstring_requirements_and_every_field(name: 
     assert module is not None and module.__doc__
     text = describe_method(name)
     assert text.startswith(inspect.cleandoc(module.__doc__).splitlines()[0])
-    assert f"\n\nrequires: {cls.requires}\n" in text
     lines = text.splitlines()
+    words = [f"  {w}" for w in requirement_lines(cls.requires)]
+    start = lines.index("requires:") + 1
+    assert lines[start : start + len(words)] == words
+    assert lines[start + len(words)].startswith("hyper-parameters")
+    assert "Requires(" not in text  # in words, never the dataclass's repr
     for f in dataclasses.fields(cls.Config):
         assert any(line.startswith(f"  {f.name} = ") for line in lines), f.name
 
@@ -59,6 +64,7 @@ def test_the_method_page_is_the_described_text() -> None:
     page = method_page("fedavg")
     assert page.startswith("# fedavg\n") and d.summary in page
     assert "\n".join(d.settings) in page  # verbatim, in a preformatted block
+    assert "## Requirements\n\n- **topology**: star" in page and "Requires(" not in page
     assert d.doc.splitlines()[0] in page
     assert ":mod:" not in page and "`oneshotfl.robust`" in page
 

@@ -46,7 +46,7 @@ from oneshotfl.functional import kl_to_student, masked_disagreement, weighted_me
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.builders import client_models, shared_initial_model
 from oneshotfl.methods.common import DATA_FREE_LIMIT, SendsTrainedModel
-from oneshotfl.models.generator import ImageGenerator
+from oneshotfl.models.generator import SIDE_MULTIPLE, ImageGenerator
 from oneshotfl.params import require
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import Requires, ServerContext
@@ -203,7 +203,7 @@ class DataFreeDistillation(SendsTrainedModel[Any]):
 
     known_limits = (DATA_FREE_LIMIT,)
 
-    requires = Requires(data_free=True)
+    requires = Requires(data_free=True, images=SIDE_MULTIPLE, image_multiple=SIDE_MULTIPLE)
     problem: type[DistilFromEnsemble] = DistilFromEnsemble
 
     def generator(self, ctx: ServerContext) -> nn.Module:

@@ -71,13 +71,13 @@ from oneshotfl.methods.builders import client_models
 from oneshotfl.methods.common import IID_OPEN_SET_LIMIT, SendsTrainedModel
 from oneshotfl.params import Params, require
 from oneshotfl.payload import Payload
-from oneshotfl.protocol.contract import ClientContext, ServerContext
+from oneshotfl.protocol.contract import ClientContext, Requires, ServerContext
 from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import Ensemble, Outcome
 from oneshotfl.protocol.spec import ModelSpec, PayloadSpec, WireDims, n_examples_spec
 from oneshotfl.training.components import ComponentSpec
 from oneshotfl.training.loop import TrainConfig
-from oneshotfl.training.negatives import NegativesConfig
+from oneshotfl.training.negatives import LEAST_SIDE, NegativesConfig
 from oneshotfl.training.pruning import PruningSchedule
 from oneshotfl.training.recipe import ClientRecipe
 from oneshotfl.training.services import train_model
@@ -129,6 +129,11 @@ class FedEOVConfig(Params):
         require(self.epochs is None or self.epochs >= 1, "epochs", ">= 1 or None", self.epochs)
         votes = self.accepted_votes
         require(votes is None or votes >= 1, "accepted_votes", ">= 1 or None", votes)
+
+
+IMAGE_SIDE = max(LEAST_SIDE["fedeov"], FedEOVConfig.grid)
+"""The least image side FedEOV's negatives take (corruptions, and the default jigsaw grid;
+a larger ``grid`` needs a side of at least itself)."""
 
 
 def stage_negatives(cfg: FedEOVConfig, epoch: int, length: int) -> dict[str, Any] | None:
@@ -262,6 +267,7 @@ class FedEOV(OpenSetEnsemble):
     )
 
     Config = FedEOVConfig
+    requires = Requires(images=IMAGE_SIDE)
 
     def recipe(self, ctx: ClientContext) -> ClientRecipe:
         train = self.client_train(ctx)

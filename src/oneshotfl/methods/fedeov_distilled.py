@@ -26,7 +26,7 @@ from oneshotfl.functional import kl_to_student
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.builders import shared_initial_model
 from oneshotfl.methods.common import IID_OPEN_SET_LIMIT, STUDENT_LIMIT
-from oneshotfl.methods.fedeov import LATENCY_BATCH, FedEOV, FedEOVConfig
+from oneshotfl.methods.fedeov import IMAGE_SIDE, LATENCY_BATCH, FedEOV, FedEOVConfig
 from oneshotfl.params import require
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import Requires, ServerContext
@@ -63,7 +63,7 @@ class FedEOVDistilled(FedEOV):
     known_limits = (IID_OPEN_SET_LIMIT, STUDENT_LIMIT)
 
     Config = FedEOVDistilledConfig
-    requires = Requires(public_data=True)
+    requires = Requires(public_data=True, images=IMAGE_SIDE)
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         if ctx.public is None:

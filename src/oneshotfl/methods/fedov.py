@@ -34,13 +34,14 @@ from torch import nn
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.fedeov import OpenSetEnsemble
 from oneshotfl.params import Params, require
-from oneshotfl.protocol.contract import ClientContext
+from oneshotfl.protocol.contract import ClientContext, Requires
 from oneshotfl.training.components import (
     Component,
     ComponentSpec,
     register_component,
     require_unknown_output,
 )
+from oneshotfl.training.negatives import LEAST_SIDE
 from oneshotfl.training.recipe import ClientRecipe
 
 
@@ -100,6 +101,7 @@ class FedOVConfig(Params):
 class FedOV(OpenSetEnsemble):
     """FedOV (see the module docs)."""
 
+    requires = Requires(images=LEAST_SIDE["fedov"])  # its outliers blur, crop and cut images
     Config = FedOVConfig
 
     def recipe(self, ctx: ClientContext) -> ClientRecipe:

@@ -84,7 +84,7 @@ from oneshotfl.functional import (
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.builders import client_models
 from oneshotfl.methods.common import DATA_FREE_LIMIT, SendsTrainedModel
-from oneshotfl.models.generator import ImageGenerator, input_statistics
+from oneshotfl.models.generator import SIDE_MULTIPLE, ImageGenerator, input_statistics
 from oneshotfl.params import require
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import Requires, ServerContext
@@ -321,7 +321,7 @@ class IntactOFL(SendsTrainedModel[IntactOFLConfig]):
     known_limits = (DATA_FREE_LIMIT,)
 
     Config = IntactOFLConfig
-    requires = Requires(data_free=True)
+    requires = Requires(data_free=True, images=SIDE_MULTIPLE, image_multiple=SIDE_MULTIPLE)
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         cfg, task = self.config, ctx.task

@@ -48,7 +48,7 @@ from oneshotfl.methods.dense import DataFreeDistillation, DistilFromEnsemble
 from oneshotfl.models import ClassifierModel
 from oneshotfl.models.generator import ImageGenerator
 from oneshotfl.params import Params, require
-from oneshotfl.protocol.contract import ServerContext
+from oneshotfl.protocol.contract import Requires, ServerContext
 from oneshotfl.seeding import seeded_torch, torch_generator
 from oneshotfl.training.synthesis import SynthesisBudget, SynthesisConfig
 
@@ -116,6 +116,7 @@ class FADI(DataFreeDistillation):
 
     Config = FADIConfig
     problem = DeepInversion
+    requires = Requires(data_free=True, images=2)  # its image prior compares neighbour pixels
 
     def generator(self, ctx: ServerContext) -> nn.Module:
         task = ctx.task

@@ -17,6 +17,9 @@ from torch import nn
 from oneshotfl.data.feature_skew import Stats, dataset_stats
 from oneshotfl.data.types import TaskInfo
 
+SIDE_MULTIPLE = 4
+"""The image side :class:`ImageGenerator` needs a multiple of: it upsamples twice by 2."""
+
 
 def input_statistics(task: TaskInfo) -> Stats:
     """The per-channel normalisation of the task's inputs: the dataset's, or mean 0.5 and
@@ -40,11 +43,12 @@ class ImageGenerator(nn.Module):
 
     def __init__(self, noise_dim: int, width: int, task: TaskInfo, normalise: bool = True) -> None:
         super().__init__()
-        if task.image_size % 4:
+        if task.image_size % SIDE_MULTIPLE:
             raise ValueError(
-                f"ImageGenerator: expected an image size divisible by 4, got {task.image_size}"
+                f"ImageGenerator: expected an image size divisible by {SIDE_MULTIPLE}, got "
+                f"{task.image_size}"
             )
-        self.base = task.image_size // 4
+        self.base = task.image_size // SIDE_MULTIPLE
         self.width = width
         self.project = nn.Sequential(
             nn.Linear(noise_dim, 2 * width * self.base**2), nn.BatchNorm2d(2 * width)

@@ -100,10 +100,11 @@ class Requires:
     @property
     def image_need(self) -> str:
         """The images the method needs, in words ("" when it takes any input)."""
-        if self.images <= 1 and self.image_multiple == 1:
+        if self.takes_side(1):
             return ""
+        least = max(self.images, self.image_multiple)
         multiple = f", a multiple of {self.image_multiple}" if self.image_multiple > 1 else ""
-        return f"images of side >= {self.images}{multiple}"
+        return f"images of side >= {least}{multiple}"
 
 
 def wire_dims(

@@ -2,9 +2,11 @@
 
 :func:`checked_names` checks the names a run uses (models, partitioner, feature skew);
 :func:`requirement_problems` what each method's ``requires`` asks of the federation;
-:func:`check_models_fit` that every architecture takes the task's input (once the data is
-known). :func:`~oneshotfl.runner.plan.preflight` runs them once and returns the checked plan
-a run executes.
+:func:`check_models_fit` that every architecture takes the task's input and
+:func:`image_problems` that every method gets the images it needs (both once the data is
+known). :func:`~oneshotfl.runner.plan.preflight` runs the first two once and returns the
+checked plan a run executes; :meth:`~oneshotfl.runner.federation.Federation.prepare` the
+last two.
 """
 
 from __future__ import annotations
@@ -167,6 +169,20 @@ def requirement_problems(
         if req.topology is Topology.PEER and method.num_rounds() != 1:
             problems.append(f"{key}: peer methods run one round, got {method.num_rounds()}")
     return problems
+
+
+def image_problems(methods: Methods, task: TaskInfo) -> list[str]:
+    """Every method whose declared need of images (``Requires.images``, ``image_multiple``)
+    the task's inputs cannot meet — a table's are 1×1 — one sentence each."""
+    if task.image_size == 1:
+        got = f"a table of {task.in_channels} features (inputs of side 1)"
+    else:
+        got = f"images of side {task.image_size}"
+    return [
+        f"{key} needs {method.requires.image_need} (it transforms or generates images), got {got}"
+        for key, method in methods
+        if not method.requires.takes_side(task.image_size)
+    ]
 
 
 def writable_dir(path: Path) -> Path:

@@ -4,7 +4,8 @@
 :class:`Federation` — the federated data carved from the dataset, the client architectures,
 the device, the artefact cache, the shared encoder, the neighbour graph (when a peer method
 runs) and the simulated attacks — checking only what needs the data (that every
-architecture takes the task's input, that an attack can act on each method's payload).
+architecture takes the task's input, that every method gets the images it needs, that an
+attack can act on each method's payload).
 
 The value has three views, one per party:
 
@@ -36,7 +37,7 @@ from oneshotfl.environment import data_hash
 from oneshotfl.protocol.contract import ClientContext, Method, Requires, ServerContext, wire_dims
 from oneshotfl.protocol.graph import Graph
 from oneshotfl.protocol.spec import WireDims
-from oneshotfl.runner.checks import check_models_fit
+from oneshotfl.runner.checks import check_models_fit, image_problems
 from oneshotfl.runner.config import ConfigError, ExperimentConfig
 from oneshotfl.runner.errors import RequirementError
 from oneshotfl.runner.ledger import ShardReport
@@ -160,7 +161,9 @@ class Federation:
         Raises:
             ConfigError: for a model that cannot take the data, a bad encoder or device, or
                 a ``max_client_examples`` below the largest client.
-            RequirementError: for an attack that cannot act on a method's payload.
+            RequirementError: for a method that needs images the data does not have (a
+                table's inputs, or too small a side), or an attack that cannot act on a
+                method's payload.
         """
         cfg = plan.cfg
         if dataset is None:
@@ -177,6 +180,9 @@ class Federation:
             stats=dataset_stats(dataset.name),
         )
         check_models_fit(plan.archs, cfg.server_model, data.task)
+        problems = image_problems(plan.methods, data.task)  # before the encoder trains
+        if problems:
+            raise RequirementError("cannot run: " + "; ".join(problems))
         store = ArtefactStore(Path(cfg.cache_dir) if cfg.cache_dir else None)
         try:
             device = resolve_device(cfg.device)

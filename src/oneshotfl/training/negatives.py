@@ -46,6 +46,12 @@ from oneshotfl.training.components import (
 
 CORRUPTIONS = ("crop", "blur", "erase", "cut", "rot", "cut", "rot")
 
+LEAST_SIDE = {"fedov": 5, "fedeov": 4}
+"""The least image side each style's corruptions take: the blur pads by half its largest
+kernel in reflect mode, which needs the pad below the side (``fedov``: 9, pad 4; ``fedeov``:
+7, pad 3), and ``fedov``'s cut draws two strips at least a quarter side apart (on a side of 2
+or 3 it draws for ever). The jigsaw needs a side of at least its ``grid``."""
+
 
 def _uniform(n: int, lo: float, hi: float, g: torch.Generator) -> torch.Tensor:
     return lo + (hi - lo) * torch.rand(n, generator=g, dtype=torch.float64)
