@@ -51,3 +51,25 @@ def test_the_server_side_runs_at_server_threads(tiny_config: Any) -> None:
         assert seen == [1, 2] and torch.get_num_threads() == 2  # restored afterwards
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_requirement_error_names_the_flag_beside_the_key(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from oneshotfl.cli.main import app
+
+    out = CliRunner().invoke(
+        app, ["run", "--dataset", "digits", "--method", "fedol", "--out", str(tmp_path / "r")]
+    )
+    assert out.exit_code == 2
+    assert "set public_size (--public-size) > 0" in " ".join(out.output.split())
+
+
+def test_no_method_description_names_an_issue_number() -> None:
+    import re
+
+    from oneshotfl.cli.describe import describe_method
+    from oneshotfl.methods import METHODS
+
+    for name in METHODS.names():
+        assert not re.search(r"\bissue \d+", describe_method(name)), name

@@ -9,7 +9,7 @@ confidence-weighted functional average f*(x) = Σ_c α_c(x) f_c(x) / Σ_c α_c(x
 α_c(x) = 1 − p_⊥,c(x) (:func:`oneshotfl.functional.abstention_weighted_ensemble`).
 
 Readings (``schedule``), both built; ``code`` is the default because it is what the authors
-ran (the issue's reference run of their code gave 76.3% at n = 10 on Fashion-MNIST):
+ran (a reference run of their code gave 76.3% at n = 10 on Fashion-MNIST):
 
 * ``code`` — the repository's schedule, stage(e) = ⌊8e/E⌋: stage 0 corrupted-image
   negatives; stage 1 the same after ``fgsm_warmup_steps`` FGSM steps; stage 2 after
@@ -24,7 +24,8 @@ BatchNorm (``bn``): the authors' code attacks the negatives in training mode and
 real batch alone through the model once more per step (its accuracy bookkeeping), so the
 running statistics that evaluation uses are shaped by both; ``bn=code`` (default) does the
 same, ``bn=eval`` attacks with frozen statistics. It matters: at n = 10, seed 1, with three
-FGSM steps, ``code`` gave 76.09% and ``eval`` 72.85% (docs/benchmarks.md, issue 12).
+FGSM steps, ``code`` gave 76.09% and ``eval`` 72.85% (docs/benchmarks.md, FedEOV's BatchNorm
+reading).
 The FGSM direction (``fgsm``): the authors' "targeted" attack targets the ⊥ label with its
 sign flipped twice, so it ascends the ⊥ loss (``away_unknown``, default); ``toward_source``
 is the literal targeted reading (descend the loss of the class the negative came from).
@@ -41,8 +42,8 @@ FGSM budget: three steps of 0.01 after a one-step warm-up (default) reach as far
 code's fifteen steps of 0.002 after five (``fgsm_steps=15:fgsm_step=0.002:
 fgsm_warmup_steps=5``), at a third of the clients' training time; over three seeds at
 n = 5 / 10 / 20 it is within a point of the fifteen-step reading on average and above it at
-n = 10 and 20 (``make bench-fedeov-fgsm3``). Both changed with issue 27; the benchmarks recorded
-before pin the old values (``method_defaults`` in their YAML).
+n = 10 and 20 (``make bench-fedeov-fgsm3``). Both became the defaults in 0.2; the benchmarks
+recorded before pin the old values (``method_defaults`` in their YAML).
 
 ``fedeov_pruned`` (Algorithm 2) prunes inside the same budget E = S·e_p + e_f: ``stages``
 phases of ``epochs_per_stage`` epochs, each running the whole curriculum compressed into it

@@ -140,6 +140,12 @@ def check_models_fit(archs: Sequence[str], server: str | None, task: TaskInfo) -
             ) from None
 
 
+def _key(name: str) -> str:
+    """A config key as a user may set it: the key (YAML, ``key=value``, the Python API) and
+    the command line's flag."""
+    return f"{name} (--{name.replace('_', '-')})"
+
+
 def requirement_problems(
     cfg: ExperimentConfig,
     methods: Methods,
@@ -152,19 +158,25 @@ def requirement_problems(
     for key, method in methods:
         req = method.requires
         if req.public_data and not has_public:
-            problems.append(f"{key} needs a public unlabelled pool: set public_size > 0")
+            problems.append(f"{key} needs a public unlabelled pool: set {_key('public_size')} > 0")
         if req.same_architecture and len(set(archs)) > 1:
             problems.append(f"{key} needs identical client architectures, got {sorted(set(archs))}")
         if req.server_model and cfg.server_model is None:
-            problems.append(f"{key} needs a server architecture: set server_model")
+            problems.append(f"{key} needs a server architecture: set {_key('server_model')}")
         if req.shared_encoder and not has_encoder:
-            problems.append(f"{key} needs a shared frozen encoder: set encoder (e.g. random)")
+            problems.append(
+                f"{key} needs a shared frozen encoder: set {_key('encoder')} (e.g. random)"
+            )
         if req.validation and cfg.val_fraction <= 0:
             problems.append(
-                f"{key} needs a private validation split on every client: set val_fraction > 0"
+                f"{key} needs a private validation split on every client: set "
+                f"{_key('val_fraction')} > 0"
             )
         if cfg.clients < req.min_clients:
-            problems.append(f"{key} needs at least {req.min_clients} clients, got {cfg.clients}")
+            problems.append(
+                f"{key} needs at least {req.min_clients} clients, got {cfg.clients}: set "
+                f"{_key('clients')} >= {req.min_clients}"
+            )
         problems += [f"{key}: {p}" for p in method.setting_problems(cfg.client_train_config())]
         if req.topology is Topology.PEER and method.num_rounds() != 1:
             problems.append(f"{key}: peer methods run one round, got {method.num_rounds()}")
