@@ -73,3 +73,14 @@ def test_no_method_description_names_an_issue_number() -> None:
 
     for name in METHODS.names():
         assert not re.search(r"\bissue \d+", describe_method(name)), name
+
+
+def test_the_top_level_help_has_no_raw_markup_and_only_summaries() -> None:
+    from typer.testing import CliRunner
+
+    from oneshotfl.cli.main import app
+
+    text = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "120"}).output
+    assert "``" not in text
+    commands = text.split("Commands")[1]
+    assert "Every point to run" not in commands  # the summary line only

@@ -243,8 +243,9 @@ def list_(
     ],
     plugin: PluginOption = None,
 ) -> None:
-    """Print a registry: one name per line, then its description (installed plugins and
-    --plugin modules included)."""
+    """Print a registry: each name, then its description.
+
+    Installed plugins and --plugin modules are included."""
     _plugins(plugin)
     registry = REGISTRIES.get(what)
     if registry is None:
@@ -294,9 +295,10 @@ def sweep(
     save_models: SaveModelsOption = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
-    """Run every point of a sweep grid; finished runs are skipped (resume). Every point to run
-    is checked before the first one trains. With ``--track`` each point is one tracked run,
-    grouped under the sweep's name."""
+    """Run every point of a sweep grid; finished runs are skipped (resume).
+
+    Every point to run is checked before the first one trains. With --track each point is one
+    tracked run, grouped under the sweep's name."""
     setup_logging(verbose)
     try:
         spec = load_sweep(file)
@@ -366,8 +368,9 @@ def compare(
         typer.Option(help="a method whose results are meant to differ (repeatable)"),
     ] = None,
 ) -> None:
-    """Exit 1 unless two runs (or two folders of runs, paired by path) have identical
-    metrics, bytes and clients — e.g. a sweep before and after a change of the code."""
+    """Exit 1 unless two runs (or folders of runs) have identical metrics, bytes, clients.
+
+    Folders are paired by path — e.g. a sweep before and after a change of the code."""
     try:
         if reference.is_dir() and not (reference / "result.json").exists():
             report = compare_trees(reference, other, changed=changed or ())
