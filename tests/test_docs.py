@@ -128,3 +128,15 @@ def test_the_site_builds_strictly_with_a_page_per_method(tmp_path: Path) -> None
     for page in ("getting-started", "adding-a-method", "deploy", "benchmarks", "security"):
         assert (site / page / "index.html").is_file(), page
     assert "oneshotfl.protocol.contract.Method" in (site / "api/protocol/index.html").read_text()
+
+
+def test_the_documented_sweep_file_is_a_valid_sweep() -> None:
+    import yaml
+
+    from oneshotfl.runner.sweep import parse_sweep
+
+    page = (Path(__file__).resolve().parents[1] / "docs/getting-started.md").read_text()
+    block = page.split("<!-- sweep-example -->")[1].split("```yaml")[1].split("```")[0]
+    sweep = parse_sweep(yaml.safe_load(block))
+    assert sweep.name == "dirichlet-digits"
+    assert len(sweep.runs) == (2 + 1) * 3 * 2  # grid points × seeds × groups
