@@ -263,7 +263,10 @@ lane_insecure() {
   [ "$missing" = True ] || fail "dropout: expected client 2 named in no_reply: $(json_get "$WORK/dropout/result.json" "d['methods'][0].get('no_reply')")"
   log "dropout: aggregated clients $used; no_reply: $(json_get "$WORK/dropout/result.json" "d['methods'][0]['no_reply']")"
   [ "$(cat "$WORK/quorum-status")" = "finished:failed" ] || fail "quorum: expected finished:failed, got $(cat "$WORK/quorum-status")"
-  log "quorum: the run failed as it must"
+  local why
+  why=$(json_get "$WORK/quorum/result.json" "d['failed_methods']['fedavg']")
+  case "$why" in *"expected at least 3"*) ;; *) fail "quorum: expected result.json to name the failed quorum, got: $why" ;; esac
+  log "quorum: the run failed as it must, its result written: $why"
 
   # Own data: node 2 comes back with its own npz (40 digits of classes 1 and 4) instead of a
   # carved shard; the server books its size and labels from the node's report, never from

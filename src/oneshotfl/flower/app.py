@@ -33,10 +33,20 @@ def _quiet_logging() -> None:
 
 @server_app.main()
 def server_main(grid: Grid, context: Context) -> None:
-    """Run the configured experiment over the connected nodes and write its results."""
+    """Run the configured experiment over the connected nodes and write its results. When a
+    method failed the results are written first, then the run ends as failed (Flower's
+    status says so, as the command's exit status does), naming each failed method."""
     _quiet_logging()
     mode = "simulation" if type(grid).__name__ == "InMemoryGrid" else "deployment"
-    run_server(grid, context.run_config, mode)
+    doc = run_server(grid, context.run_config, mode)
+    failed = doc.get("failed_methods") or {}
+    if failed:
+        reasons = "; ".join(f"{key}: {why}" for key, why in failed.items())
+        raise MethodsFailedError(f"{len(failed)} method(s) failed (results written): {reasons}")
+
+
+class MethodsFailedError(RuntimeError):
+    """The ServerApp's end when a method failed: every result is written before it."""
 
 
 NODE_CACHE = NodeCache()
