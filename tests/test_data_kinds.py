@@ -21,6 +21,7 @@ from oneshotfl.models.generator import ImageGenerator
 from oneshotfl.protocol.contract import Requires
 from oneshotfl.runner import experiment
 from oneshotfl.runner.checks import image_problems
+from oneshotfl.runner.config import ConfigError
 from oneshotfl.runner.errors import RequirementError
 from oneshotfl.runner.federation import Federation
 from oneshotfl.runner.plan import preflight
@@ -194,3 +195,14 @@ def test_describe_says_which_images_a_method_needs() -> None:
     intact = describe_method("intactofl")
     assert "\n  input: images of side >= 4, a multiple of 4 (tables refused)\n" in intact
     assert "\n  input: any (images or a table)\n" in describe_method("fedavg")
+
+
+def test_an_encoder_that_cannot_take_the_data_is_refused_before_training(
+    tmp_path: Path,
+) -> None:
+    """A convolutional shared encoder on a table's 1×1 "images" is refused once the data is
+    loaded (it failed mid-run before); the ``identity`` encoder takes a table."""
+    table = write_table(tmp_path)
+    with pytest.raises(ConfigError, match=r"encoder 'random:dim=8' cannot take this data \(30 "):
+        prepare(config("fedage", table, encoder="random:dim=8"))
+    assert prepare(config("fedage", table)).encoder is not None  # identity

@@ -26,6 +26,7 @@ from oneshotfl.models import MODELS, create_model
 from oneshotfl.protocol.contract import Method, Topology
 from oneshotfl.registry import did_you_mean
 from oneshotfl.runner.config import ConfigError, ExperimentConfig, client_architectures
+from oneshotfl.training.encoder import Encoder
 
 Methods = Sequence[tuple[str, Method[Any]]]
 
@@ -144,6 +145,24 @@ def _key(name: str) -> str:
     """A config key as a user may set it: the key (YAML, ``key=value``, the Python API) and
     the command line's flag."""
     return f"{name} (--{name.replace('_', '-')})"
+
+
+def check_encoder_fits(encoder: Encoder, task: TaskInfo, device: torch.device) -> None:
+    """Embed one blank input of the task with the shared encoder: one that cannot take it (a
+    convolutional encoder on a table's 1×1 "images") is refused here, before any training.
+
+    Raises:
+        ConfigError: naming the encoder and why.
+    """
+    blank = torch.zeros(1, task.in_channels, task.image_size, task.image_size)
+    try:
+        encoder.embed(blank, device)
+    except (RuntimeError, ValueError) as exc:
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise ConfigError(
+            f"encoder {encoder.spec!r} cannot take this data ({task.in_channels} channel(s), "
+            f"side {task.image_size}): {first}"
+        ) from None
 
 
 def requirement_problems(

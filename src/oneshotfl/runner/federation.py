@@ -37,7 +37,7 @@ from oneshotfl.environment import data_hash
 from oneshotfl.protocol.contract import ClientContext, Method, Requires, ServerContext, wire_dims
 from oneshotfl.protocol.graph import Graph
 from oneshotfl.protocol.spec import WireDims
-from oneshotfl.runner.checks import check_models_fit, image_problems
+from oneshotfl.runner.checks import check_encoder_fits, check_models_fit, image_problems
 from oneshotfl.runner.config import ConfigError, ExperimentConfig
 from oneshotfl.runner.errors import RequirementError
 from oneshotfl.runner.ledger import ShardReport
@@ -197,6 +197,7 @@ class Federation:
                 )
             except EncoderError as exc:
                 raise ConfigError(str(exc)) from None
+            check_encoder_fits(encoder, data.task, device)
         sizes = [len(s.train) + (0 if s.val is None else len(s.val)) for s in data.clients]
         pool = cfg.max_client_examples or sum(sizes)
         if max(sizes) > pool:
