@@ -205,4 +205,6 @@ def test_an_encoder_that_cannot_take_the_data_is_refused_before_training(
     table = write_table(tmp_path)
     with pytest.raises(ConfigError, match=r"encoder 'random:dim=8' cannot take this data \(30 "):
         prepare(config("fedage", table, encoder="random:dim=8"))
+    with pytest.raises(ConfigError, match=r"encoder 'simclr:epochs=1' cannot be built on this"):
+        prepare(config("fedage", table, encoder="simclr:epochs=1", public_size=50))
     assert prepare(config("fedage", table)).encoder is not None  # identity

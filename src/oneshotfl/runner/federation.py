@@ -197,6 +197,12 @@ class Federation:
                 )
             except EncoderError as exc:
                 raise ConfigError(str(exc)) from None
+            except (RuntimeError, ValueError) as exc:  # a source that trains on the pool
+                first = (str(exc).strip().splitlines() or [""])[0]
+                raise ConfigError(
+                    f"encoder {cfg.encoder!r} cannot be built on this data "
+                    f"({data.task.in_channels} channel(s), side {data.task.image_size}): {first}"
+                ) from None
             check_encoder_fits(encoder, data.task, device)
         sizes = [len(s.train) + (0 if s.val is None else len(s.val)) for s in data.clients]
         pool = cfg.max_client_examples or sum(sizes)
