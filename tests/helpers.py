@@ -17,7 +17,7 @@ from oneshotfl.protocol.contract import Method, ServerContext
 from oneshotfl.runner import engine
 from oneshotfl.runner.checks import image_problems, requirement_problems
 from oneshotfl.runner.config import ExperimentConfig
-from oneshotfl.runner.errors import RequirementError
+from oneshotfl.runner.errors import refuse
 from oneshotfl.runner.experiment import run_experiment
 from oneshotfl.runner.federation import Federation
 from oneshotfl.runner.ledger import Ledger
@@ -85,9 +85,7 @@ def check(fed: Federation, methods: Sequence[tuple[str, Method[Any]]]) -> None:
     dealt out (as :meth:`Federation.prepare` does)."""
     cfg = fed.cfg
     problems = requirement_problems(cfg, methods, fed.archs, cfg.public_size > 0, bool(cfg.encoder))
-    problems += image_problems(methods, fed.data.task)
-    if problems:
-        raise RequirementError("cannot run: " + "; ".join(problems))
+    refuse(problems + image_problems(methods, fed.data.task))
     fed.check_attacks(methods)
 
 

@@ -26,6 +26,7 @@ from oneshotfl.models import MODELS, create_model
 from oneshotfl.protocol.contract import Method, Topology
 from oneshotfl.registry import did_you_mean
 from oneshotfl.runner.config import ConfigError, ExperimentConfig, client_architectures
+from oneshotfl.runner.errors import first_line
 from oneshotfl.training.encoder import Encoder
 
 Methods = Sequence[tuple[str, Method[Any]]]
@@ -158,10 +159,9 @@ def check_encoder_fits(encoder: Encoder, task: TaskInfo, device: torch.device) -
     try:
         encoder.embed(blank, device)
     except (RuntimeError, ValueError) as exc:
-        first = (str(exc).strip().splitlines() or [""])[0]
         raise ConfigError(
             f"encoder {encoder.spec!r} cannot take this data ({task.in_channels} channel(s), "
-            f"side {task.image_size}): {first}"
+            f"side {task.image_size}): {first_line(exc)}"
         ) from None
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from oneshotfl.data.types import Dataset
 from oneshotfl.runner.accounting import attribute_client_time
 from oneshotfl.runner.engine import run_method
+from oneshotfl.runner.errors import first_line
 from oneshotfl.runner.federation import Federation, ServerView
 from oneshotfl.runner.ledger import Ledger
 from oneshotfl.runner.plan import Plan
@@ -52,7 +53,7 @@ def warn_at_chance(result: MethodResult, classes: int) -> None:
 def failure_reason(exc: BaseException, limit: int = 400) -> str:
     """One line saying why a method failed: the error's type and the first line of its
     message (at most ``limit`` characters)."""
-    first = (str(exc).strip().splitlines() or [""])[0]
+    first = first_line(exc)
     text = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
     return text if len(text) <= limit else text[: limit - 1] + "…"
 

@@ -39,7 +39,7 @@ from oneshotfl.protocol.graph import Graph
 from oneshotfl.protocol.spec import WireDims
 from oneshotfl.runner.checks import check_encoder_fits, check_models_fit, image_problems
 from oneshotfl.runner.config import ConfigError, ExperimentConfig
-from oneshotfl.runner.errors import RequirementError
+from oneshotfl.runner.errors import first_line, refuse
 from oneshotfl.runner.ledger import ShardReport
 from oneshotfl.runner.plan import Plan, Schedules
 from oneshotfl.security.threats import Attack, build_attacks
@@ -180,9 +180,7 @@ class Federation:
             stats=dataset_stats(dataset.name),
         )
         check_models_fit(plan.archs, cfg.server_model, data.task)
-        problems = image_problems(plan.methods, data.task)  # before the encoder trains
-        if problems:
-            raise RequirementError("cannot run: " + "; ".join(problems))
+        refuse(image_problems(plan.methods, data.task))  # before the encoder trains
         store = ArtefactStore(Path(cfg.cache_dir) if cfg.cache_dir else None)
         try:
             device = resolve_device(cfg.device)
@@ -198,10 +196,9 @@ class Federation:
             except EncoderError as exc:
                 raise ConfigError(str(exc)) from None
             except (RuntimeError, ValueError) as exc:  # a source that trains on the pool
-                first = (str(exc).strip().splitlines() or [""])[0]
                 raise ConfigError(
-                    f"encoder {cfg.encoder!r} cannot be built on this data "
-                    f"({data.task.in_channels} channel(s), side {data.task.image_size}): {first}"
+                    f"encoder {cfg.encoder!r} cannot be built on this data ({data.task.in_channels}"
+                    f" channel(s), side {data.task.image_size}): {first_line(exc)}"
                 ) from None
             check_encoder_fits(encoder, data.task, device)
         sizes = [len(s.train) + (0 if s.val is None else len(s.val)) for s in data.clients]
@@ -231,8 +228,7 @@ class Federation:
                 misfit = attack.misfit(method.payload_spec(self.dims))
                 if misfit:
                     problems.append(f"{key}: attack {attack.spec!r} {misfit}")
-        if problems:
-            raise RequirementError("cannot run: " + "; ".join(problems))
+        refuse(problems)
 
     @property
     def dims(self) -> WireDims:

@@ -27,7 +27,7 @@ from oneshotfl.runner.checks import (
 )
 from oneshotfl.runner.config import ConfigError, ExperimentConfig
 from oneshotfl.runner.config_values import SECTIONS
-from oneshotfl.runner.errors import RequirementError
+from oneshotfl.runner.errors import refuse
 
 Schedules = Mapping[int, tuple[tuple[int, ...], ...]]
 """Receiver → its encounter schedule (the senders of each collection window)."""
@@ -118,7 +118,7 @@ def preflight(cfg: ExperimentConfig) -> Plan:
     archs, partitioner, skew = checked_names(cfg)
     problems = requirement_problems(cfg, methods, archs, cfg.public_size > 0, bool(cfg.encoder))
     if problems:
-        raise RequirementError("cannot run: " + "; ".join(problems))
+        refuse(problems)
     peer = any(m.requires.topology is Topology.PEER for _, m in methods)
     graph = build_run_graph(cfg) if peer else None
     specs = node_specs(cfg)
