@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
-.PHONY: setup data demo test test-fast test-cuda docs check-wheel lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
-	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-gpu check-kernels bench-membership bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed check-committed-avx2 \
+.PHONY: setup data demo test test-fast test-cuda docs check-site check-wheel lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
+	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-fol-defaults bench-user-datasets bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-gpu check-kernels bench-membership bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed check-committed-avx2 \
 	clean-cache
 VENV := .venv/bin
 
@@ -59,22 +59,30 @@ lint: setup data
 	$(LINT)
 
 ## The documentation site (mkdocs.yml) into site/; --strict: a broken link or reference fails.
+## Open site/index.html from disk, or serve it: python -m http.server -d site.
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(VENV)/mkdocs build --strict --site-dir site
+
+## The site in headless Chromium (apt-get install chromium): builds it, then opens every page of
+## the navigation from disk and served on localhost, searches, and counts tables that scroll
+## sideways; writes benchmarks/results/docs/site-check.txt.
+check-site: setup
+	$(VENV)/python scripts/check_site.py
 
 ## Packaging (issue 16): build the wheel; install it into clean venvs without extras and with
 ## the flower extra; `oneshotfl --version`, a tiny digits run, `import oneshotfl.flower.app`.
 check-wheel:
 	bash scripts/check_wheel.sh
 
-## The committed core benchmark (see docs/benchmarks.md).
+## The committed core benchmark (docs/benchmarks/core.md).
 bench-core: setup data
 	$(VENV)/oneshotfl sweep benchmarks/core-fmnist.yaml --out benchmarks/results/core-fmnist
 	$(VENV)/oneshotfl report benchmarks/results/core-fmnist --out docs/figures/core-fmnist \
-	  --markdown docs/benchmarks.md --section core-fmnist
+	  --markdown docs/benchmarks/core.md --section core-fmnist
 
-## The FedOL benchmark of issue 3 (see docs/benchmarks.md): two single-threaded shards of
-## the grid run in parallel, one per core (runs are deterministic at a fixed thread count).
+## The FedOL benchmark of issue 3 (docs/benchmarks/prediction-sharing.md): two single-threaded
+## shards of the grid run in parallel, one per core (runs are deterministic at a fixed thread
+## count).
 bench-fedol: setup data
 	VENV=$(VENV) bash scripts/sweep_shards.sh fedol-fmnist
 
@@ -82,7 +90,7 @@ bench-fedol: setup data
 bench-fedol-ablation: setup data
 	VENV=$(VENV) bash scripts/sweep_shards.sh fedol-ablation
 
-## The FedAGE benchmark of issue 4 (see docs/benchmarks.md): linear probes of the SimCLR
+## The FedAGE benchmark of issue 4 (docs/benchmarks/shared-encoder.md): linear probes of the SimCLR
 ## encoder (pretrained without labels on each seed's public pool, cached) and of the random
 ## control, the client cost in FLOPs, then the three sweeps and their reports.
 FEDAGE_DATA := max_train=20000 public_size=5000
@@ -99,7 +107,7 @@ bench-fedage: setup data
 	done
 	VENV=$(VENV) bash scripts/sweep_shards.sh fedage-fmnist fedage-clients fedage-knobs fedage-upper
 
-## The FedEOV benchmark of issue 12 (see docs/benchmarks.md): the Table 6 analogue, the label-
+## The FedEOV benchmark of issue 12 (docs/benchmarks/open-set.md): the Table 6 analogue, the label-
 ## and feature-skew tables and the stage ablation, two single-threaded shards each. The
 ## ablation runs after fedeov-fmnist, whose n = 10 client models it reuses from the cache.
 bench-fedeov: setup data
@@ -112,7 +120,8 @@ bench-fedeov-target: setup data
 	OMP_NUM_THREADS=2 $(VENV)/oneshotfl sweep benchmarks/fedeov-target.yaml \
 	  --out benchmarks/results/fedeov-target
 	$(VENV)/oneshotfl report benchmarks/results/fedeov-target \
-	  --out docs/figures/fedeov-target --markdown docs/benchmarks.md --section fedeov-target
+	  --out docs/figures/fedeov-target --markdown docs/benchmarks/open-set.md \
+	  --section fedeov-target
 	$(VENV)/python scripts/fedeov_report.py target
 
 ## Peak memory of FedEOV on the target federation (issue 27): one process, nothing cached.
@@ -124,21 +133,40 @@ bench-fedeov-fgsm3: setup data
 	VENV=$(VENV) bash scripts/sweep_shards.sh fedeov-fgsm3
 	$(VENV)/python scripts/fedeov_report.py fgsm3
 
-## The IntactOFL benchmark of issue 13 (see docs/benchmarks.md): the α table (parameter methods
-## on 10 resnet8 clients, MoE and data-free KD on a cnn/mlp/resnet8/vgg mix), the generator and
-## gate ablation (reuses the α = 0.5 mixed clients), the clients table; two shards each.
+## The IntactOFL benchmark of issue 13 (docs/benchmarks/data-free.md): the α table (parameter
+## methods on 10 resnet8 clients, MoE and data-free KD on a cnn/mlp/resnet8/vgg mix), the generator
+## and gate ablation (reuses the α = 0.5 mixed clients), the clients table; two shards each.
 bench-intactofl: setup data
 	VENV=$(VENV) bash scripts/sweep_shards.sh intactofl-fmnist intactofl-ablation intactofl-clients
 
-## FOL's Tables 1/2 analogue of issue 14 (docs/benchmarks.md): the server-free methods over ψ,
-## two graphs and E = 1..3, the global references on the same federations, the stage ablation;
-## two shards each, then the hand-made tables (per client, mean ± std, bytes, cost).
+## FOL's Tables 1/2 analogue of issue 14 (docs/benchmarks/personalisation.md): the server-free
+## methods over ψ, two graphs and E = 1..3, the global references on the same federations, the stage
+## ablation; two shards each, then the hand-made tables (per client, mean ± std, bytes, cost).
 bench-fol: setup data
 	VENV=$(VENV) bash scripts/sweep_shards.sh fol-fmnist fol-references fol-ablation
 	$(VENV)/python scripts/fol_report.py
 
-## The robust-aggregation benchmark of issue 15 (docs/security.md): 0–3 malicious clients of
-## each attack against each method with and without its robust mode.
+## FOL against local at the library's defaults (issue 36; docs/benchmarks/personalisation.md):
+## digits, a Fashion-MNIST subset and the breast-cancer table with and without the step floor,
+## and full Fashion-MNIST; about 20 minutes on two cores.
+bench-fol-defaults: setup data
+	$(VENV)/python scripts/make_user_datasets.py runs/data/user
+	REPORT=0 VENV=$(VENV) bash scripts/sweep_shards.sh fol-defaults fol-defaults-fmnist
+	$(VENV)/python scripts/fol_defaults_report.py
+
+## Every registered method on four datasets a user brings (issue 36): the breast-cancer table as
+## CSV, a make_classification npz table, a 32×32 RGB image folder, 20×28 grey images in an npz;
+## two datasets per core, then benchmarks/results/user-datasets/summary.md (about 40 minutes).
+bench-user-datasets: setup
+	$(VENV)/python scripts/make_user_datasets.py runs/data/user
+	OMP_NUM_THREADS=1 $(VENV)/python scripts/user_datasets.py \
+	  --only breast-cancer-csv,gratings32-folder & first=$$!; \
+	  OMP_NUM_THREADS=1 $(VENV)/python scripts/user_datasets.py \
+	  --only classification-npz,grey20x28-npz; rc=$$?; wait $$first && test $$rc -eq 0
+	$(VENV)/python scripts/user_datasets.py --summary
+
+## The robust-aggregation benchmark of issue 15 (docs/benchmarks/security.md): 0–3 malicious clients
+## of each attack against each method with and without its robust mode.
 bench-robust: setup data
 	VENV=$(VENV) bash scripts/sweep_shards.sh robust-models robust-predictions
 	$(VENV)/python scripts/robust_report.py
@@ -159,19 +187,19 @@ check-kernels: setup data
 bench-gpu: setup data
 	$(VENV)/python scripts/bench_gpu.py
 
-## The small-data study of issue 26 (docs/benchmarks.md): the initialisation and the step
+## The small-data study of issue 26 (docs/benchmarks/robustness.md): the initialisation and the step
 ## floors on and off, on digits with each small model and both optimisers; two shards.
 bench-small-data: setup data
 	$(VENV)/python scripts/make_shapes.py runs/data/shapes16.npz
 	VENV=$(VENV) REPORT=0 bash scripts/sweep_shards.sh small-data
 	$(VENV)/python scripts/small_data_report.py
 
-## The robustness matrix of issue 26 (docs/benchmarks.md): every registered method on digits,
-## a Fashion-MNIST subset and our synthetic shapes16 (scripts/make_shapes.py) × cnn, mlp,
-## simple_cnn2 × IID, Dirichlet 0.1, disjoint; two single-threaded processes claiming grid
-## points, then the reading, which fails for a cell below `local` or `ensemble` that no
-## documented known limit covers. bench-robustness runs the matrix's cut budgets (under an
-## hour on two cores); bench-robustness-full the library's default budgets (about two hours).
+## The robustness matrix of issue 26 (docs/benchmarks/robustness.md): every registered method on
+## digits, a Fashion-MNIST subset and our synthetic shapes16 (scripts/make_shapes.py) × cnn, mlp,
+## simple_cnn2 × IID, Dirichlet 0.1, disjoint; two single-threaded processes claiming grid points,
+## then the reading, which fails for a cell below `local` or `ensemble` that no documented known
+## limit covers. bench-robustness runs the matrix's cut budgets (under an hour on two cores);
+## bench-robustness-full the library's default budgets (about two hours).
 bench-robustness: setup data
 	@$(MAKE) --no-print-directory robustness-matrix MATRIX=robustness \
 	  REPORT_ARGS="--against benchmarks/results/robustness-full"
@@ -186,12 +214,12 @@ bench-robustness-floor: setup data
 	$(VENV)/python scripts/make_shapes.py runs/data/shapes16.npz
 	VENV=$(VENV) REPORT=0 bash scripts/sweep_shards.sh robustness-floor
 
-## The membership-inference audit of issue 15 (docs/benchmarks.md): loss-threshold, shadow-model
-## and nearest-latent attacks against each upload kind; AUC and TPR at 1% FPR.
+## The membership-inference audit of issue 15 (docs/benchmarks/security.md): loss-threshold,
+## shadow-model and nearest-latent attacks against each upload kind; AUC and TPR at 1% FPR.
 bench-membership: setup data
 	OMP_NUM_THREADS=1 $(VENV)/python scripts/membership_audit.py benchmarks/membership.yaml
 
-## The Flower figures of issue 5 (docs/benchmarks.md): bytes on the wire and wall time per
+## The Flower figures of issue 5 (docs/benchmarks/flower.md): bytes on the wire and wall time per
 ## method through 3 SuperNodes against the local simulation, then Flower's simulation engine at
 ## 10/50/100 clients against the local run at 1 thread (results must be identical; no cache,
 ## so both sides train every client).
@@ -202,7 +230,7 @@ FLOWER_BYTES := dataset=fashion_mnist clients=3 model=cnn local_epochs=1 max_tra
 FLOWER_SIM := dataset=fashion_mnist model=cnn local_epochs=1 local_steps=0 init=torch methods=fedavg \
   device=cpu cache_dir=
 bench-flower: bench-flower-deploy bench-flower-sim
-	$(VENV)/python scripts/flower_report.py $(FLOWER_OUT) docs/benchmarks.md
+	$(VENV)/python scripts/flower_report.py $(FLOWER_OUT) docs/benchmarks/flower.md
 
 bench-flower-deploy: setup data
 	mkdir -p $(FLOWER_OUT)

@@ -8,7 +8,7 @@ thread count), so it is timed, not compared. From the two wall times, Amdahl's l
 gives the serial fraction f — the part that does not shrink with workers (data loading, the
 server's aggregation, evaluation, starting the workers) — as f = 2·t₂/t₁ − 1, and the speedup
 on N cores as 1 / (f + (1 − f)/N). Writes ``benchmarks/results/workers/scaling.json`` and
-splices the table into ``docs/benchmarks.md`` (section ``workers``).
+splices the table into ``docs/benchmarks/speed.md`` (section ``workers``).
 
 Usage: ``python scripts/bench_workers.py [CONFIG.yaml] [key=value ...]`` (default: the
 federation below). Run it on an otherwise idle machine with at least two cores.
@@ -92,7 +92,7 @@ def main(argv: list[str]) -> None:
             + f" (CPU: {docs[1]['environment'].get('cpu')}).",
         ]
     )
-    splice_markdown(Path("docs/benchmarks.md"), "workers", table)
+    splice_markdown(Path("docs/benchmarks/speed.md"), "workers", table)
     print(table)
     if differences:
         raise SystemExit("bench_workers: the results differ between 1 and 2 workers")

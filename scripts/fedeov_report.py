@@ -2,8 +2,8 @@
 
 ``target`` reads ``benchmarks/results/fedeov-target/*/result.json`` (written by ``make
 bench-fedeov-target``) and splices, between the ``<!-- report:fedeov-target-time -->`` markers
-of ``docs/benchmarks.md``, per method its test accuracy, the minutes its clients spent training
-(``client_wall_s`` summed: the run is one process, clients one after another) plus the
+of ``docs/benchmarks/open-set.md``, per method its test accuracy, the minutes its clients spent
+training (``client_wall_s`` summed: the run is one process, clients one after another) plus the
 server's, the ratio to the reference's wall time, and the measured CPU inference latency. The
 reference figures are the issue's: the authors' code (AnonSubmitter135/FedEOV, unmodified,
 SimpleCNN2, 2 epochs, Adam 1e-3, batch 128, seed 1) run on this kind of machine.
@@ -187,7 +187,7 @@ def main() -> None:
         raise SystemExit(f"usage: fedeov_report.py {'|'.join(TABLES)} [RESULTS_DIR] [MARKDOWN]")
     default, section, render = TABLES[sys.argv[1]]
     results = Path(sys.argv[2] if len(sys.argv) > 2 else default)
-    markdown = Path(sys.argv[3] if len(sys.argv) > 3 else "docs/benchmarks.md")
+    markdown = Path(sys.argv[3] if len(sys.argv) > 3 else "docs/benchmarks/open-set.md")
     splice_markdown(markdown, section, render(results))
 
 

@@ -2,7 +2,7 @@
 
 Reads ``deployment.jsonl`` (scripts/flower_measure.sh), ``simulation.jsonl``
 (scripts/flower_simulation.sh) and ``local.jsonl`` (``/usr/bin/time`` of the local runs) from
-the results directory and splices the tables into ``docs/benchmarks.md`` between the
+the results directory and splices the tables into ``docs/benchmarks/flower.md`` between the
 ``<!-- report:flower -->`` markers, so no figure there is written by hand.
 
 Usage: python scripts/flower_report.py [RESULTS_DIR] [MARKDOWN]
@@ -65,7 +65,7 @@ def simulation_table(sim: list[dict[str, Any]], local: list[dict[str, Any]]) -> 
 
 def main(argv: list[str]) -> None:
     results = Path(argv[1] if len(argv) > 1 else "benchmarks/results/flower")
-    markdown = Path(argv[2] if len(argv) > 2 else "docs/benchmarks.md")
+    markdown = Path(argv[2] if len(argv) > 2 else "docs/benchmarks/flower.md")
     text = (
         "Deployment: one SuperLink and 3 SuperNodes on loopback, insecure "
         f"(`{results}/deployment.jsonl`):\n\n"

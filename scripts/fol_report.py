@@ -2,7 +2,7 @@
 
 Reads ``benchmarks/results/fol-fmnist`` (the server-free methods over ψ, two graphs and E),
 ``fol-references`` (the global references on the same federations) and ``fol-ablation``, and
-splices between markers of ``docs/benchmarks.md``:
+splices between markers of ``docs/benchmarks/personalisation.md``:
 
 * ``fol-table`` — the Tables 1/2 analogue, one table per graph: each method's personal
   accuracy (its model on the test split re-weighted to each client's own label distribution)
@@ -316,7 +316,7 @@ def ablation_table(docs: list[Doc], full: str = "fol-a:rounds=3") -> str:
 
 def main(argv: list[str]) -> None:
     root = Path(argv[1]) if len(argv) > 1 else Path("benchmarks/results")
-    markdown = Path(argv[2]) if len(argv) > 2 else Path("docs/benchmarks.md")
+    markdown = Path(argv[2]) if len(argv) > 2 else Path("docs/benchmarks/personalisation.md")
     peer, refs = load(root / "fol-fmnist"), load(root / "fol-references")
     if not peer:
         raise SystemExit(f"fol_report: expected results under {root / 'fol-fmnist'}")

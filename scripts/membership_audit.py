@@ -5,7 +5,7 @@ are audited, the audited ``clients`` and the audit's settings (``audit``: see
 :class:`oneshotfl.security.membership.AuditConfig`). Writes
 ``benchmarks/results/NAME/membership.json``
 (every client's AUC and TPR per attack) and splices the table, mean ± std over the audited
-clients, between the ``<!-- report:NAME -->`` markers of ``docs/benchmarks.md``.
+clients, between the ``<!-- report:NAME -->`` markers of ``docs/benchmarks/security.md``.
 
 Usage: python scripts/membership_audit.py [benchmarks/membership.yaml] [MARKDOWN]
 """
@@ -53,7 +53,7 @@ def table(rows: list[dict[str, Any]], fpr: float) -> str:
 
 def main(argv: list[str]) -> None:
     path = Path(argv[1]) if len(argv) > 1 else Path("benchmarks/membership.yaml")
-    markdown = Path(argv[2]) if len(argv) > 2 else Path("docs/benchmarks.md")
+    markdown = Path(argv[2]) if len(argv) > 2 else Path("docs/benchmarks/security.md")
     spec = yaml.safe_load(path.read_text())
     audit = coerce_params(AuditConfig, spec.get("audit", {}))
     exp = prepare(make_config({**spec["base"], "methods": spec["methods"]}))

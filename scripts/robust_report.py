@@ -2,7 +2,7 @@
 
 Reads ``benchmarks/results/robust-models`` and ``robust-predictions`` (one run per attack and
 number of malicious clients m ∈ {0, 1, 2, 3}) and splices, between the markers
-``robust-goal-models`` and ``robust-goal-predictions`` of ``docs/benchmarks.md``, one table
+``robust-goal-models`` and ``robust-goal-predictions`` of ``docs/benchmarks/security.md``, one table
 per sweep: for every method (plain and robust modes) and attack, the test accuracy at
 m = 0 / 1 / 2 / 3 and the gap at m = 2 to the same method's clean run (m = 0). The issue's
 goal is a gap of at most 3 points for the robust modes; a ✓ marks the cells that meet it.
@@ -59,7 +59,7 @@ def render(table: dict[tuple[str, str], dict[int, float]]) -> str:
 
 def main(argv: list[str]) -> None:
     root = Path(argv[1]) if len(argv) > 1 else Path("benchmarks/results")
-    markdown = Path(argv[2]) if len(argv) > 2 else Path("docs/benchmarks.md")
+    markdown = Path(argv[2]) if len(argv) > 2 else Path("docs/benchmarks/security.md")
     for name in ("models", "predictions"):
         table = load(root / f"robust-{name}")
         if not table:

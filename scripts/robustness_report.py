@@ -11,7 +11,7 @@ dataset × model × partition, every registered method in each) and:
   (``Method.known_limits``, printed by ``oneshotfl describe``); a cell that none covers is
   *unexplained*, and ``--check`` exits with status 1 naming it;
 * writes ``matrix.csv`` beside the runs, a heatmap of each method against the ensemble
-  (``docs/figures/NAME/matrix.png``) and splices the tables into ``docs/benchmarks.md``
+  (``docs/figures/NAME/matrix.png``) and splices the tables into ``docs/benchmarks/robustness.md``
   between the ``NAME`` markers, NAME being the results folder's name (``robustness``; the
   full-budget matrix of ``benchmarks/robustness-full.yaml``: ``robustness-full``).
 
@@ -41,8 +41,8 @@ from oneshotfl.runner.report import splice_markdown
 TOLERANCE = 1.0
 """Points below a reference that count as level with it (one seed: run-to-run noise)."""
 REFERENCES = ("local", "ensemble")
-FIGURE = "figures/{name}/matrix.png"
-"""The heatmap, relative to the markdown file's folder (docs/); ``name`` is the results
+FIGURE = "../figures/{name}/matrix.png"
+"""The heatmap, relative to the markdown file's folder (docs/benchmarks/); ``name`` is the results
 folder's (``robustness``, ``robustness-full``), which also names the markdown markers."""
 
 
@@ -367,7 +367,7 @@ def main(argv: list[str]) -> int:
         argv = argv[:at] + argv[at + 2 :]
     args = [a for a in argv if a != "--check"]
     root = Path(args[0]) if args else Path("benchmarks/results/robustness")
-    markdown = Path(args[1]) if len(args) > 1 else Path("docs/benchmarks.md")
+    markdown = Path(args[1]) if len(args) > 1 else Path("docs/benchmarks/robustness.md")
     table = load(root)
     missing = sorted(set(METHODS.names()) - {parse_method_spec(k).name for r in table.values()
                                              for k in r})  # fmt: skip

@@ -1,11 +1,11 @@
 """The small-data study's tables (issue 26): the initialisation and the step floor, on and off.
 
 Reads the runs of ``benchmarks/small-data.yaml`` (``make bench-small-data``) and splices into
-``docs/benchmarks.md`` between the ``small-data`` markers:
+``docs/benchmarks/robustness.md`` between the ``small-data`` markers:
 
 * the digits grid: a row per client model × optimiser, and for each ``init`` × ``local_steps``
   pair the test accuracy of FedOV, FedEOV and the plain ensemble (``centralized`` beside);
-* every other run (the README's example, the shapes16 floor rows) as one row each.
+* every other run (the Python API's example, the shapes16 floor rows) as one row each.
 
 Usage: ``python scripts/small_data_report.py [RESULTS_ROOT] [MARKDOWN]``.
 """
@@ -84,14 +84,14 @@ def other_runs(runs: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str]) -> int:
     root = Path(argv[0]) if argv else Path("benchmarks/results/small-data")
-    markdown = Path(argv[1]) if len(argv) > 1 else Path("docs/benchmarks.md")
+    markdown = Path(argv[1]) if len(argv) > 1 else Path("docs/benchmarks/robustness.md")
     runs = load(root)
     body = "\n\n".join(
         [
             f"Test accuracy (%), {len(runs)} runs, seed 0. Digits, disjoint, 5 clients, "
             "5 local epochs:",
             grid_table(runs),
-            "The other runs (the README's example; the floor on shapes16):",
+            "The other runs (the Python API's example; the floor on shapes16):",
             other_runs(runs),
         ]
     )

@@ -2,7 +2,8 @@
 # Runs each named benchmark (benchmarks/NAME.yaml) as two single-threaded processes, one per
 # core, that claim its grid points as they go (`--shard K/2 --claim`: balanced when points
 # differ in cost; runs are deterministic at a fixed thread count), then splices its report into
-# docs/benchmarks.md under the section NAME. Stops at the first shard or report that fails.
+# the page of docs/benchmarks/ that holds the markers <!-- report:NAME --> (one page must).
+# Stops at the first shard or report that fails.
 # Usage: scripts/sweep_shards.sh NAME [NAME ...]   (VENV: the virtualenv's bin, default .venv/bin;
 # REPORT=0: the sweeps alone, for a benchmark with a report script of its own)
 set -euo pipefail
@@ -17,6 +18,12 @@ for name in "$@"; do
   wait "$first" || rc=$?  # both shards finish before a failure stops the script
   [ "$rc" -eq 0 ] || exit "$rc"
   [ "$report" = 0 ] && continue
+  pages=$(grep -l -- "<!-- report:$name -->" docs/benchmarks/*.md || true)
+  if [ "$(printf '%s' "$pages" | grep -c .)" -ne 1 ]; then
+    echo "sweep_shards.sh: expected one page of docs/benchmarks/ with <!-- report:$name -->," \
+      "found: ${pages:-none}" >&2
+    exit 1
+  fi
   "$venv/oneshotfl" report "benchmarks/results/$name" --out "docs/figures/$name" \
-    --markdown docs/benchmarks.md --section "$name"
+    --markdown "$pages" --section "$name"
 done

@@ -165,7 +165,7 @@ def test_version() -> None:
 
 
 def test_option_help_keeps_continuation_lines_that_hold_a_colon() -> None:
-    from oneshotfl.cli.support import field_docs
+    from oneshotfl.cli.options import field_docs
     from oneshotfl.runner.config import ExperimentConfig
 
     docs = field_docs(ExperimentConfig)

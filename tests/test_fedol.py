@@ -139,7 +139,8 @@ def test_fedhkt_distils_the_entropy_weighted_mixture(tiny_config: Any) -> None:
 def test_negative_votes_never_change_the_pseudo_label() -> None:
     """Eq. (13) normalises each class by Σ_m C²_m,c, so G_c with ±1 votes is 2·A_c − 1 where
     A_c is the same sum with 0/1 votes: a monotone map per class, hence the same argmax.
-    (The ablation in docs/benchmarks.md shows identical accuracy with and without them.)"""
+    (The ablation in docs/benchmarks/prediction-sharing.md shows identical accuracy with and
+    without them.)"""
     g = torch.Generator().manual_seed(0)
     for _ in range(20):
         probs = torch.softmax(torch.randn(4, 50, 6, generator=g) * 2, dim=-1)

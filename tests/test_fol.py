@@ -234,3 +234,29 @@ def test_the_presets_are_fol_with_their_letters() -> None:
     assert build_method("fol").config == FolConfig()
     with pytest.raises(ValueError, match="contact"):
         build_method("fol:contact=0")
+
+
+def test_the_weight_split_reading_fits_the_teacher_weights_on_the_split_it_names(
+    tiny_config: Any, monkeypatch: Any
+) -> None:
+    import oneshotfl.methods.fol as fol_module
+
+    fitted: list[int] = []
+    original = fol_module.ensemble_weights
+
+    def spy(logits: torch.Tensor, y: torch.Tensor, steps: int, lr: float) -> torch.Tensor:
+        fitted.append(len(y))
+        return original(logits, y, steps, lr)
+
+    monkeypatch.setattr(fol_module, "ensemble_weights", spy)
+    base = "fol:kd_epochs=1:weight_steps=5:top_k=0"
+    cfg = tiny_config(methods=[base], graph="ring", clients=3, val_fraction=0.3)
+    exp = prepare(cfg)
+    train = {len(exp.data.shard(c).train) for c in range(3)}
+    val = {len(exp.data.shard(c).val) for c in range(3)}
+    assert train.isdisjoint(val)  # the two splits are told apart by their sizes
+    run_config(cfg)
+    assert fitted and set(fitted) <= train  # the paper's reading: D_train
+    fitted.clear()
+    run_config(dataclasses.replace(cfg, methods=(base + ":weight_split=val",)))
+    assert fitted and set(fitted) <= val

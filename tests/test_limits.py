@@ -79,7 +79,8 @@ def test_the_report_explains_flags_by_limits_and_bounds(
     assert ("centralized_head", "dirichlet", "ensemble") in by_cell
     marks = report.matrix_tables(table, found)
     assert "60.0 ✗" in marks  # the unexplained cell is marked as such
-    markdown = tmp_path / "bench.md"
+    markdown = tmp_path / "benchmarks" / "robustness.md"  # as docs/benchmarks/robustness.md
+    markdown.parent.mkdir()
     markdown.write_text("<!-- report:robustness -->\n<!-- /report:robustness -->\n")
     rc = report.main([str(runs), str(markdown), "--check"])
     assert rc == 1 and "fedage" in markdown.read_text()
@@ -123,7 +124,8 @@ def test_the_budget_comparison_lines_a_method_up_across_its_options(tmp_path: Pa
     assert "1 (method, cell) pairs change" in text  # fedkt: flagged here, not there
     assert "| `fedkt` | 60.0 | 90.0 | -30.0 | 30.0 | 1 | 0 |" in text
     assert "| `ensemble:combine=logits` | 70.0 | 70.0 | +0.0 | 0.0 | 1 | 1 |" in text
-    markdown = tmp_path / "bench.md"
+    markdown = tmp_path / "benchmarks" / "robustness.md"  # its heatmap goes to ../figures/
+    markdown.parent.mkdir()
     markdown.write_text("<!-- report:robustness -->\n<!-- /report:robustness -->\n")
     report.main([str(cut), str(markdown), "--against", str(full)])
     assert "| `fedkt` | 60.0 | 90.0 |" in markdown.read_text()

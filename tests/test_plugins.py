@@ -189,13 +189,13 @@ def test_an_entry_point_that_takes_a_registered_name_is_refused(
         plugins._scanned.clear()
 
 
-def test_the_readme_walkthrough_runs_as_written(tmp_path: Path) -> None:
-    """The README's "Your own method, end to end": a plugin file, run, saved, tracked."""
+def test_the_plugin_walkthrough_runs_as_written(tmp_path: Path) -> None:
+    """The plugins page's "Your own method, end to end": a plugin file, run, saved, tracked."""
     import re
     import subprocess
 
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    section = readme[readme.index("### Your own method, end to end") :]
+    page = (Path(__file__).parents[1] / "docs" / "plugins.md").read_text()
+    section = page[page.index("## Your own method, end to end") :]
     script = re.search(r"```bash\n(.*?)```", section, re.S)
     assert script is not None
     (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])

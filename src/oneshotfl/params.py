@@ -11,12 +11,16 @@ value); a class adds its range checks in :meth:`Params.validate` with :func:`req
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import re
 import types
 import typing
 from collections.abc import Mapping
 from typing import Any
 
 from oneshotfl.registry import did_you_mean
+
+_ENTRY = re.compile(r"^ {4}(\w[\w, ]*):\s*(.*)$")
 
 
 class Params:
@@ -85,6 +89,42 @@ def check_literals(config: object) -> None:
         if options is not None and value not in options:
             allowed = "|".join("None" if o is None else str(o) for o in options)
             raise ValueError(f"{f.name}: expected one of {allowed}, got {value!r}")
+
+
+def attribute_docs(cls: type) -> dict[str, str]:
+    """``field → description`` from the Google-style ``Attributes:`` sections of ``cls`` and
+    its bases (a subclass's entry wins), the text as written (literals keep their double
+    backticks; continuation lines joined). An entry ``a, b: text`` documents both fields.
+
+    This is where a hyper-parameter's words live: ``oneshotfl describe``, the method pages of
+    the documentation site and the command's option help all read them from here.
+    """
+    docs: dict[str, str] = {}
+    for klass in cls.__mro__:
+        for name, text in _own_attribute_docs(klass).items():
+            docs.setdefault(name, text)
+    return docs
+
+
+def _own_attribute_docs(cls: type) -> dict[str, str]:
+    doc = inspect.cleandoc(cls.__dict__.get("__doc__") or "")
+    lines = doc.splitlines()
+    if "Attributes:" not in lines:
+        return {}
+    docs: dict[str, str] = {}
+    names: list[str] = []
+    for line in lines[lines.index("Attributes:") + 1 :]:
+        if line and not line.startswith(" "):
+            break  # the section ends where unindented text resumes
+        match = _ENTRY.match(line)
+        if match:
+            names = [n.strip() for n in match.group(1).split(",")]
+            for name in names:
+                docs[name] = match.group(2).strip()
+        elif line.startswith(" " * 8) and names:
+            for name in names:
+                docs[name] = f"{docs[name]} {line.strip()}".strip()
+    return docs
 
 
 def coerce_params(config_cls: type, params: Mapping[str, Any]) -> Any:

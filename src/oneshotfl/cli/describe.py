@@ -3,7 +3,8 @@
 A method is described by its module's docstring (the paper, deviations and choices), its
 ``requires`` declaration in words (:func:`requirement_lines`, one line per field of
 :class:`~oneshotfl.protocol.contract.Requires`) and the hyper-parameters of its ``Config``
-with their defaults.
+with their defaults, each with the sentence its ``Config`` docstring's ``Attributes:`` section
+gives it (:func:`oneshotfl.params.attribute_docs`: the words live there once).
 :func:`describe_method` returns the text the command prints; :func:`method_page` renders the
 same text as the Markdown page of the documentation site (``scripts/mkdocs_hooks.py``
 generates one per registered method), and :func:`methods_table` the index of every method.
@@ -14,22 +15,64 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
+import textwrap
 from dataclasses import dataclass
+from typing import Any
 
 from oneshotfl.methods import METHODS
+from oneshotfl.params import attribute_docs
 from oneshotfl.protocol.contract import Requires, Topology
 
-LIMITS_HEADER = "known limits (the robustness matrix, docs/benchmarks.md):"
+LIMITS_HEADER = "known limits (the robustness matrix, docs/benchmarks/robustness.md):"
 
 __all__ = [
+    "Knob",
     "MethodDescription",
     "describe",
     "describe_method",
     "docstring_markdown",
     "method_page",
     "methods_table",
+    "needs",
     "requirement_lines",
 ]
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One hyper-parameter of a method, described.
+
+    Attributes:
+        name: the field of the method's ``Config`` (``--method NAME:name=value``).
+        default: its default as typed on the command line (``none``, ``true``, ``0.5``).
+        effective: what a ``None`` default resolves to in a run, where the config says.
+        words: what it does: the ``Attributes:`` entry of the ``Config`` docstring (or of
+            the base class that declares it), as written; empty when there is none.
+    """
+
+    name: str
+    default: str
+    effective: str | None
+    words: str
+
+    def lines(self, width: int = 92) -> list[str]:
+        """``  name = default`` and the words beneath it, for a terminal."""
+        effective = f"   (by default: {self.effective})" if self.effective is not None else ""
+        head = f"  {self.name} = {self.default}{effective}"
+        words = textwrap.wrap(plain(self.words), width, initial_indent=" " * 6,
+                              subsequent_indent=" " * 6)  # fmt: skip
+        return [head, *words]
+
+
+def typed(value: Any) -> str:
+    """A value as it is typed after ``NAME:key=`` (``none``, ``true``, ``a,b``)."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple | list):
+        return ",".join(typed(v) for v in value) or "none"
+    return str(value)
 
 
 @dataclass(frozen=True)
@@ -41,9 +84,9 @@ class MethodDescription:
         summary: the registry's one-line description (``oneshotfl list methods``).
         doc: the method module's docstring, cleaned (``inspect.cleandoc``).
         requirements: one line per ``Requires`` field, in words (:func:`requirement_lines`).
-        settings: the ``hyper-parameters ...`` header and one line per ``Config`` field,
+        settings: the ``hyper-parameters ...`` header, then per ``Config`` field
             ``  name = default`` (plus the effective value where the config resolves ``None``
-            defaults).
+            defaults) and what it does, indented beneath (:meth:`Knob.lines`).
         limits: one line per known limit (:mod:`oneshotfl.protocol.limits`): where the
             method is expected below training alone or the plain ensemble, and why.
     """
@@ -54,6 +97,7 @@ class MethodDescription:
     requirements: tuple[str, ...]
     settings: tuple[str, ...]
     limits: tuple[str, ...] = ()
+    knobs: tuple[Knob, ...] = ()
 
     def text(self) -> str:
         """The text ``oneshotfl describe NAME`` prints, without the final newline."""
@@ -117,16 +161,28 @@ def describe(name: str) -> MethodDescription:
     summary = next(e.description for e in METHODS.entries() if e.name == name)
     module = inspect.getmodule(cls)
     doc = inspect.cleandoc(module.__doc__ or "") if module else ""
+    knobs = method_knobs(cls.Config)
     settings = ["hyper-parameters (set as --method NAME:key=value):"]
-    config = cls.Config()
-    resolved = config.resolved() if hasattr(config, "resolved") else {}
-    for f in dataclasses.fields(cls.Config):
-        default = f.default if f.default is not dataclasses.MISSING else "(required)"
-        effective = f"   (by default: {resolved[f.name]!r})" if f.name in resolved else ""
-        settings.append(f"  {f.name} = {default!r}{effective}")
+    settings += [line for knob in knobs for line in knob.lines()]
     limits = tuple(f"  - {limit.scope()}: {limit.why}" for limit in cls.known_limits)
     requirements = requirement_lines(cls.requires)
-    return MethodDescription(name, summary, doc, requirements, tuple(settings), limits)
+    return MethodDescription(
+        name, summary, doc, requirements, tuple(settings), limits, tuple(knobs)
+    )
+
+
+def method_knobs(config_cls: type) -> list[Knob]:
+    """Every field of a method's ``Config``: its default, the value a ``None`` default
+    resolves to, and its words (:func:`oneshotfl.params.attribute_docs`)."""
+    config = config_cls()
+    resolved = config.resolved() if hasattr(config, "resolved") else {}
+    words = attribute_docs(config_cls)
+    knobs = []
+    for f in dataclasses.fields(config_cls):
+        default = typed(f.default) if f.default is not dataclasses.MISSING else "(required)"
+        effective = typed(resolved[f.name]) if f.name in resolved else None
+        knobs.append(Knob(f.name, default, effective, words.get(f.name, "")))
+    return knobs
 
 
 def describe_method(name: str) -> str:
@@ -152,6 +208,12 @@ _TABLE_RULE = re.compile(r"^=+(?:[ ]+=+)+[ ]*$")
 def _role(match: re.Match[str]) -> str:
     target = match.group(2)
     return f"`{target.rsplit('.', 1)[-1] if match.group(1) else target}`"
+
+
+def plain(text: str) -> str:
+    """Docstring prose for a terminal: roles become their target, literals lose their
+    backticks (``:class:`~a.B``` → ``B``)."""
+    return _ROLE.sub(_role, text).replace("``", "").replace("`", "")
 
 
 def docstring_markdown(doc: str) -> str:
@@ -186,12 +248,13 @@ def method_page(name: str) -> str:
     """The documentation page of one method: :func:`describe_method`'s text as Markdown.
 
     The docstring is rendered by :func:`docstring_markdown`; the requirements follow as a
-    list (``what``: words) and the hyper-parameters verbatim in a preformatted block.
+    list (``what``: words) and the hyper-parameters as a table: each one's default and what it
+    does.
     """
     d = describe(name)
-    settings = "\n".join(d.settings)
     limits = "".join(f"- {line.strip()[2:]}\n" for line in d.limits)
-    known = f"## Known limits\n\nFrom the robustness matrix (docs/benchmarks.md).\n\n{limits}\n"
+    matrix = "[robustness matrix](../benchmarks/robustness.md)"
+    known = f"## Known limits\n\nFrom the {matrix}.\n\n{limits}\n"
     requires = "".join(f"- **{what}**: {words}\n" for what, words in _split(d.requirements))
     return (
         f"# {d.name}\n\n"
@@ -200,9 +263,20 @@ def method_page(name: str) -> str:
         f"{docstring_markdown(d.doc)}\n\n"
         f"{known if limits else ''}"
         f"## Requirements\n\n{requires}\n"
-        "## Hyper-parameters\n\n"
-        f"```text\n{settings}\n```\n"
+        f"## Hyper-parameters\n\nSet as `--method {d.name}:key=value`.\n\n"
+        f"{knobs_table(d.knobs) if d.knobs else 'None.'}\n"
     )
+
+
+def knobs_table(knobs: tuple[Knob, ...]) -> str:
+    """A Markdown table of hyper-parameters: name, default (and what ``none`` resolves to),
+    what it does."""
+    rows = ["| knob | default | what it does |", "|---|---|---|"]
+    for k in knobs:
+        default = f"`{k.default}`" + (f" (by default `{k.effective}`)" if k.effective else "")
+        words = _cell(docstring_markdown(k.words)) if k.words else "—"
+        rows.append(f"| `{k.name}` | {_cell(default)} | {words} |")
+    return "\n".join(rows)
 
 
 def _split(lines: tuple[str, ...]) -> list[tuple[str, str]]:
@@ -213,14 +287,32 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def needs(req: Requires) -> str:
+    """What a method needs beyond clients with data, in a few words (``—``: nothing)."""
+    words = [
+        "graph neighbours (no server)" if req.topology is Topology.PEER else "",
+        "public pool" if req.public_data else "",
+        "server model" if req.server_model else "",
+        "shared encoder" if req.shared_encoder else "",
+        "identical client models" if req.same_architecture else "",
+        "validation split" if req.validation else "",
+        f"images (side ≥ {req.images})" if req.images else "",
+        f"≥ {req.min_clients} clients" if req.min_clients > 1 else "",
+        "(data-free: the server gets no data)" if req.data_free else "",
+    ]
+    return ", ".join(w for w in words if w) or "—"
+
+
 def methods_table(link: str = "{name}.md") -> str:
-    """A Markdown table of every registered method and its one-line description.
+    """A Markdown table of every registered method, what it needs (:func:`needs`) and its
+    one-line description.
 
     Args:
         link: the link target of each name, formatted with ``name``.
     """
     rows = [
-        f"| [`{e.name}`]({link.format(name=e.name)}) | {_cell(e.description)} |"
+        f"| [`{e.name}`]({link.format(name=e.name)}) | {_cell(needs(METHODS.get(e.name).requires))}"
+        f" | {_cell(e.description)} |"
         for e in METHODS.entries()
     ]
-    return "\n".join(["| method | description |", "|---|---|", *rows])
+    return "\n".join(["| method | needs | description |", "|---|---|---|", *rows])

@@ -18,17 +18,22 @@ import typer
 from oneshotfl import api
 from oneshotfl._version import __version__
 from oneshotfl.cli.describe import describe_method
-from oneshotfl.cli.support import (
-    USER_ERRORS,
+from oneshotfl.cli.options import (
+    RUN_HELP,
     PluginOption,
     SaveModelsOption,
     TrackDirOption,
     TrackExperimentOption,
     TrackOption,
     TrackRunOption,
+    VerboseOption,
+    config_options,
+    with_options,
+)
+from oneshotfl.cli.support import (
+    USER_ERRORS,
     cache_summary,
     compare_summary,
-    config_options,
     console,
     counts_table,
     err_console,
@@ -38,7 +43,6 @@ from oneshotfl.cli.support import (
     results_table,
     seeds_table,
     setup_logging,
-    with_options,
 )
 from oneshotfl.data.datasets import DATASETS, load_dataset
 from oneshotfl.data.federated import carve_federated_data
@@ -49,13 +53,7 @@ from oneshotfl.plots import partition_heatmap
 from oneshotfl.plugins import PluginError, load_plugins
 from oneshotfl.protocol.graph import GRAPHS
 from oneshotfl.registry import Registry, RegistryError
-from oneshotfl.runner.compare import (
-    compare_trees,
-    config_differences,
-    other_kernels,
-    read_result,
-    result_differences,
-)
+from oneshotfl.runner.compare import compare_paths
 from oneshotfl.runner.config import (
     ConfigError,
     ExperimentConfig,
@@ -102,7 +100,7 @@ RUN_OPTIONS = config_options(
 )
 
 
-@app.command()
+@app.command(help=RUN_HELP)
 @with_options(RUN_OPTIONS)
 def run(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file")] = None,
@@ -122,18 +120,14 @@ def run(
     seed: Annotated[
         str | None,
         typer.Option(
-            help="model/training seed root (default: 0); several, 0,1,2, run the same "
-            "config once per seed into OUT/seed=S"
+            help="the model seed root (default: 0); several (0,1,2): one run per seed, in "
+            "OUT/seed=S"
         ),
     ] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    verbose: VerboseOption = False,
     **options: Any,
 ) -> None:
-    """Run methods on one federation and write result.json, CSVs and a partition heatmap.
-
-    Settings come from the defaults, then the YAML file, then key=value overrides, then the
-    options below (one per experiment setting; see docs/architecture.md).
-    """
+    """Run methods on one federation (the command's help: :data:`RUN_HELP`)."""
     setup_logging(verbose)
     cli = {k: v for k, v in options.items() if v is not None}
     if cache_dir is not None:
@@ -293,12 +287,13 @@ def sweep(
     track_dir: TrackDirOption = None,
     track_experiment: TrackExperimentOption = None,
     save_models: SaveModelsOption = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    verbose: VerboseOption = False,
 ) -> None:
     """Run every point of a sweep grid; finished runs are skipped (resume).
 
-    Every point to run is checked before the first one trains. With --track each point is one
-    tracked run, grouped under the sweep's name."""
+    Every point to run is checked before the first one trains.
+
+    With --track each point is one tracked run, grouped under the sweep's name."""
     setup_logging(verbose)
     try:
         spec = load_sweep(file)
@@ -372,17 +367,7 @@ def compare(
 
     Folders are paired by path — e.g. a sweep before and after a change of the code."""
     try:
-        if reference.is_dir() and not (reference / "result.json").exists():
-            report = compare_trees(reference, other, changed=changed or ())
-        else:
-            a, b = read_result(reference), read_result(other)
-            diffs = result_differences(a, b)
-            report = {"runs": {str(other): diffs}, "summary": {"runs": 1}}
-            report["summary"]["runs_identical"] = int(not diffs)
-            if config_differences(a, b):
-                report["config_differences"] = {str(other): config_differences(a, b)}
-            if diffs and other_kernels(a, b):
-                report["other_kernels"] = {str(other): other_kernels(a, b)}
+        report = compare_paths(reference, other, changed or ())
     except ValueError as exc:
         fail(exc)
     if out is not None:
@@ -390,7 +375,7 @@ def compare(
     for run, lines in report.get("config_differences", {}).items():
         err_console.print(f"{run}: the configs differ in {'; '.join(lines)}", markup=False)
     for run, lines in report.get("other_kernels", {}).items():
-        note = "its numbers need not be bit-identical (docs/benchmarks.md: determinism)"
+        note = "its numbers need not be bit-identical (docs/benchmarks/reproducibility.md)"
         err_console.print(f"{run}: ran on other kernels ({'; '.join(lines)}): {note}", markup=False)
     bad = {run: diffs for run, diffs in report["runs"].items() if diffs}
     for run, diffs in bad.items():

@@ -1,17 +1,12 @@
 """What every ``oneshotfl`` command shares: consoles, logging, the user errors that end a
-command with one line instead of a traceback, and command options generated from a frozen
-config dataclass (so a field is declared once, in its dataclass, with its docs)."""
+command with one line instead of a traceback, and the tables commands print. The command
+options generated from a frozen config dataclass are in :mod:`oneshotfl.cli.options`."""
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
-import re
 import sys
-import typing
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn
 
 import numpy as np
 import typer
@@ -22,7 +17,6 @@ from rich.table import Table
 
 from oneshotfl.data.datasets import DatasetFormatError, DatasetNotFoundError
 from oneshotfl.data.partition import PartitionError
-from oneshotfl.params import literal_options
 from oneshotfl.registry import RegistryError
 from oneshotfl.runner.config import ConfigError
 from oneshotfl.runner.errors import QuorumError
@@ -61,101 +55,6 @@ def fail(exc: BaseException) -> NoReturn:
     """End the command with one red line naming the problem (exit code 2)."""
     err_console.print(f"[bold red]error:[/] {escape(str(exc))}")
     raise typer.Exit(2)
-
-
-def field_docs(cls: type) -> dict[str, str]:
-    """``name → description`` from a dataclass's Google-style ``Attributes:`` section
-    (an entry ``a, b, c: text`` documents several fields)."""
-    doc = inspect.cleandoc(cls.__doc__ or "")
-    section = doc.partition("Attributes:")[2]
-    docs: dict[str, str] = {}
-    names: list[str] = []
-    for line in section.splitlines():
-        match = re.match(r"^\s{4}(\w[\w, ]*):\s*(.*)$", line)
-        if match:
-            names = [n.strip() for n in match.group(1).split(",")]
-            for name in names:
-                docs[name] = match.group(2).replace("``", "")
-        elif line.startswith("        ") and names:
-            for name in names:
-                docs[name] += " " + line.strip().replace("``", "")
-    return docs
-
-
-_ROLE = re.compile(r":(?:mod|func|class|meth|attr|data|obj|exc):`~?([^`]+)`")
-
-
-def plain_text(doc: str) -> str:
-    """Docstring text for a terminal: ``:class:`~a.B``` becomes ``B``, literals lose their
-    backticks."""
-    return _ROLE.sub(lambda m: m.group(1).rsplit(".", 1)[-1], doc).replace("``", "")
-
-
-def default_text(f: dataclasses.Field[Any]) -> str:
-    """A field's default as a user would type it (lists comma-separated, None as none)."""
-    value = f.default if f.default is not dataclasses.MISSING else None
-    if f.default_factory is not dataclasses.MISSING:
-        value = f.default_factory()
-    if value is None:
-        return "none"
-    if isinstance(value, (tuple, list)):
-        return ",".join(str(v) for v in value) or "none"
-    return str(value)
-
-
-def _option_type(hint: Any) -> type:
-    """The CLI type of a config field: its scalar type; strings for lists and choices."""
-    options = literal_options(hint)
-    if options is not None:
-        return str
-    args = [a for a in typing.get_args(hint) if a is not type(None)]
-    base = args[0] if typing.get_origin(hint) in (typing.Union, type(int | None)) else hint
-    return base if base in (int, float, bool, str) else str
-
-
-def config_options(
-    cls: type, names: dict[str, tuple[str, ...]] | None = None, skip: tuple[str, ...] = ()
-) -> list[inspect.Parameter]:
-    """One ``--field-name`` option per field of the dataclass ``cls`` (default ``None``:
-    not given), with the field's documentation as help; ``names`` overrides option names."""
-    hints = typing.get_type_hints(cls)
-    docs = field_docs(cls)
-    params = []
-    for f in dataclasses.fields(cls):
-        if f.name in skip:
-            continue
-        kind = _option_type(hints[f.name])
-        choices = literal_options(hints[f.name])
-        help_text = plain_text(docs.get(f.name, ""))
-        if choices:
-            help_text += f" [{'|'.join(str(c) for c in choices if c is not None)}]"
-        help_text += f" (default: {default_text(f)})"
-        decls = (names or {}).get(f.name, ())
-        option = typer.Option(*decls, help=help_text, show_default=False)
-        annotation = Annotated[kind | None, option]  # type: ignore[valid-type]
-        params.append(
-            inspect.Parameter(
-                f.name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation
-            )
-        )
-    return params
-
-
-def with_options(params: list[inspect.Parameter]) -> Callable[[Callable[..., Any]], Any]:
-    """Decorator: append ``params`` (from :func:`config_options`) to a command's signature;
-    the command receives them in ``**options``."""
-
-    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
-        own = [
-            p
-            for p in inspect.signature(func, eval_str=True).parameters.values()
-            if p.kind is not inspect.Parameter.VAR_KEYWORD
-        ]
-        func.__signature__ = inspect.Signature([*own, *params])  # type: ignore[attr-defined]
-        func.__annotations__ = {}
-        return func
-
-    return decorate
 
 
 def results_table(doc: dict[str, Any]) -> Table:
@@ -294,37 +193,3 @@ def counts_table(counts: np.ndarray, title: str) -> Table:
     for cid, row in enumerate(counts):
         table.add_row(str(cid), *(str(v) for v in row), str(row.sum()))
     return table
-
-
-# Options several commands share.
-TrackOption = Annotated[
-    list[str] | None,
-    typer.Option(help="log the run to tensorboard or mlflow (repeatable; the track extra)"),
-]
-TrackDirOption = Annotated[
-    Path | None,
-    typer.Option(
-        help="tracking directory (default runs/tensorboard, runs/mlflow; MLflow: "
-        "$MLFLOW_TRACKING_URI when set)"
-    ),
-]
-TrackExperimentOption = Annotated[
-    str | None,
-    typer.Option(help="the tracking experiment (group) to log under (default oneshotfl, or the"
-                 " sweep's name)"),
-]  # fmt: skip
-SaveModelsOption = Annotated[
-    bool,
-    typer.Option(
-        "--save-models",
-        help="save every method's final model(s) as safetensors in OUT/models (load with "
-        "oneshotfl.Result.load_model)",
-    ),
-]
-TrackRunOption = Annotated[
-    str | None, typer.Option(help="the tracked run's name (default: the --out folder's)")
-]
-PluginOption = Annotated[
-    list[str] | None,
-    typer.Option("--plugin", help="a module or .py file that registers your own entries"),
-]

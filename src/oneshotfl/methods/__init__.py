@@ -19,6 +19,7 @@ from oneshotfl.methods import (  # noqa: F401  (importing registers)
     fedov,
     fedprox,
     fol,
+    fol_variants,
     heads,
     intactofl,
     inversion,

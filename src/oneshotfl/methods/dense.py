@@ -66,9 +66,11 @@ class DenseConfig(SynthesisBudget):
     """DENSE's weights (the sizes are :class:`SynthesisBudget`'s; see the module docs).
 
     Attributes:
-        bn: weight of the BN-statistics term.
-        adversarial: weight of the adversarial (teacher–student disagreement) term.
-        temperature: distillation temperature T.
+        bn: weight of the term that pulls a generated batch's BatchNorm statistics towards
+            the teachers' running statistics (0: off).
+        adversarial: weight of the adversarial term, which rewards generated inputs on which
+            teacher and student disagree (0: off).
+        temperature: distillation temperature T of the student's loss.
     """
 
     bn: float = 1.0
@@ -87,11 +89,14 @@ class CoBoostingConfig(DenseConfig):
     """Co-Boosting's knobs on top of DENSE's.
 
     Attributes:
-        hardness: exponent of the (1 − p_y) sample weight (0: plain CE).
-        ods_eps: ODS step of the student batches, normalised units (0: none).
-        ensemble_weights: ``fixed`` (uniform) or ``boosted`` (learnt on the pool).
-        weight_passes: passes over the pool per round of the weight update.
-        weight_step: μ of the weight update.
+        hardness: exponent of the (1 − p_y) weight that favours hard generated samples in
+            the generator's CE (0: plain CE).
+        ods_eps: size of the ODS perturbation of every student batch, in normalised units
+            (0: none).
+        ensemble_weights: the teachers' weights: ``fixed`` (uniform) or ``boosted`` (learnt
+            on the generated pool after every round).
+        weight_passes: passes over the pool per round of the ensemble-weight update.
+        weight_step: μ, the step of the ensemble-weight update (times 0.99 per round).
     """
 
     hardness: float = 1.0

@@ -33,12 +33,14 @@ class EnsembleConfig(Params):
     """Ensemble hyper-parameters.
 
     Attributes:
-        weighting: ``uniform`` (every member 1), ``size`` (members weighted by n_k) or
-            ``clipped`` (n_k capped at twice the median: one client cannot take the vote).
-        combine: ``probabilities`` (mean of softmaxes) or ``logits`` (softmax of the mean).
-        aggregation: ``mean`` (as ``combine`` says), ``median`` or ``trimmed_mean`` of the
-            members' probabilities.
-        trim: the fraction β dropped at each end by ``trimmed_mean``.
+        weighting: how much each client's model counts: ``uniform`` (every member 1),
+            ``size`` (weighted by n_k) or ``clipped`` (n_k capped at twice the median: one
+            client cannot take the vote).
+        combine: what is averaged: ``probabilities`` (the mean of the members' softmaxes) or
+            ``logits`` (the softmax of their mean logits).
+        aggregation: how the members are combined: ``mean`` (as ``combine`` says), or a
+            robust ``median`` or ``trimmed_mean`` of the members' probabilities.
+        trim: the fraction β of members dropped at each end by ``trimmed_mean``.
     """
 
     weighting: Weighting = "uniform"

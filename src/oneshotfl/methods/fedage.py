@@ -46,10 +46,10 @@ knob                       ``paper`` (the text)     ``authors`` (``pipeline.py``
 
 The default is ``authors``: it reproduces the paper's reported behaviour (accuracy close to
 supervised training on the latents), while the text's KL-only phase 2 collapses to the head
-ensemble under strong label skew — measured in docs/benchmarks.md, where both are tabled. The
-phase-2 CE term is what carries the difference: ŷ_own agrees with the clients' true labels at
-the heads' training accuracy, so **the server in effect holds labelled latents**; the privacy
-report lists the labels as disclosed (see ``label_epsilon``) and the runner records the
+ensemble under strong label skew — measured in docs/benchmarks/shared-encoder.md, where both are
+tabled. The phase-2 CE term is what carries the difference: ŷ_own agrees with the clients' true
+labels at the heads' training accuracy, so **the server in effect holds labelled latents**; the
+privacy report lists the labels as disclosed (see ``label_epsilon``) and the runner records the
 measured agreement per client (``client_facts.pseudo_label_agreement``).
 
 Choices where both leave room (``FedAGEConfig`` fields):

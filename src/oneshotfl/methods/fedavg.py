@@ -37,10 +37,13 @@ class FedAvgConfig(Params):
     """FedAvg hyper-parameters.
 
     Attributes:
-        weighting: ``size`` (n_k, the paper), ``clipped`` (n_k capped at twice the median)
-            or ``uniform``.
-        aggregation: ``mean`` (the paper), ``median``, ``trimmed_mean`` or ``norm_clip``.
-        trim: the fraction β dropped at each end by ``trimmed_mean``.
+        weighting: how much each client's model counts in the average: ``size`` (its n_k, the
+            paper), ``clipped`` (n_k capped at twice the median) or ``uniform``.
+        aggregation: how the models are combined: ``mean`` (the weighted average, the paper),
+            or a robust rule against malicious clients: ``median`` (per coordinate),
+            ``trimmed_mean`` or ``norm_clip`` (each update scaled to at most the median norm).
+        trim: the fraction β of clients dropped at each end, per coordinate, by
+            ``trimmed_mean``.
     """
 
     weighting: Weighting = "size"

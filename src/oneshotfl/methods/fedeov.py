@@ -24,8 +24,8 @@ BatchNorm (``bn``): the authors' code attacks the negatives in training mode and
 real batch alone through the model once more per step (its accuracy bookkeeping), so the
 running statistics that evaluation uses are shaped by both; ``bn=code`` (default) does the
 same, ``bn=eval`` attacks with frozen statistics. It matters: at n = 10, seed 1, with three
-FGSM steps, ``code`` gave 76.09% and ``eval`` 72.85% (docs/benchmarks.md, FedEOV's BatchNorm
-reading).
+FGSM steps, ``code`` gave 76.09% and ``eval`` 72.85% (docs/benchmarks/open-set.md, FedEOV's
+BatchNorm reading).
 The FGSM direction (``fgsm``): the authors' "targeted" attack targets the ⊥ label with its
 sign flipped twice, so it ascends the ⊥ loss (``away_unknown``, default); ``toward_source``
 is the literal targeted reading (descend the loss of the class the negative came from).
@@ -35,8 +35,8 @@ k = 5 members least sure of ⊥ vote; ``accepted_votes = None`` is Theorem 2 ove
 (the appendix's rule). The code's rule is the default because it reproduces the appendix's
 numbers where the two differ: at n = 20 (two clients per class) it gave 76.49% against 68.94%
 for Theorem 2 over all members, the appendix 76.42% (one seed; over three seeds with the
-three-step FGSM, 75.9 / 76.8 / 75.7% against 70.5 / 75.7 / 74.2%; docs/benchmarks.md). With
-five clients or fewer every member votes and the two rules agree.
+three-step FGSM, 75.9 / 76.8 / 75.7% against 70.5 / 75.7 / 74.2%;
+docs/benchmarks/open-set.md). With five clients or fewer every member votes and the two rules agree.
 
 FGSM budget: three steps of 0.01 after a one-step warm-up (default) reach as far in L∞ as the
 code's fifteen steps of 0.002 after five (``fgsm_steps=15:fgsm_step=0.002:
@@ -92,21 +92,28 @@ class FedEOVConfig(Params):
     """FedEOV hyper-parameters (see the module docs).
 
     Attributes:
-        schedule: ``code`` or ``paper`` curriculum.
-        corrupt: corrupted-image negatives on.
-        adversarial: FGSM on the negatives on.
-        jigsaw: shuffled-patch negatives on.
-        smooth: blur the jigsaw seams.
-        grid: jigsaw patches per side.
-        fgsm_warmup_steps: FGSM steps in the first adversarial stage.
-        fgsm_steps: FGSM steps afterwards.
-        fgsm_step: size of one FGSM step (normalised input units).
-        fgsm: ``away_unknown`` (the code) or ``toward_source``.
-        bn: ``eval`` or ``code`` (how BatchNorm sees the attack; see
+        schedule: the curriculum of negatives over the client's epochs: ``code`` (the
+            authors' stage(e) = ⌊8e/E⌋) or ``paper`` (Algorithm 1's three equal stages).
+        corrupt: train on corrupted copies of the client's images labelled "unknown" (off:
+            that stage is skipped).
+        adversarial: push the negatives further with FGSM before training on them (off: the
+            negatives stay as made).
+        jigsaw: train on shuffled-patch copies of the client's images labelled "unknown".
+        smooth: blur the seams between the jigsaw patches, so a negative cannot be told
+            apart by its edges alone.
+        grid: how many patches per side the jigsaw cuts an image into.
+        fgsm_warmup_steps: FGSM steps on each negative in the first adversarial stage.
+        fgsm_steps: FGSM steps on each negative in the later stages.
+        fgsm_step: the size of one FGSM step, in normalised input units.
+        fgsm: the attack's direction: ``away_unknown`` (the code: raise the loss of
+            "unknown") or ``toward_source`` (lower the loss of the class the negative came
+            from).
+        bn: how BatchNorm sees the attack: ``code`` (training mode, as the authors' code) or
+            ``eval`` (frozen running statistics; see
             :class:`~oneshotfl.training.negatives.NegativesConfig`).
         epochs: client epochs E (None = the federation's ``local_epochs``).
-        accepted_votes: members voting per input, those least sure of ⊥ (the code's
-            top-k; None = every member, Theorem 2).
+        accepted_votes: how many members vote on each input, those least sure of "unknown"
+            (the code's top-k); None = every member, Theorem 2.
     """
 
     schedule: Literal["code", "paper"] = "code"

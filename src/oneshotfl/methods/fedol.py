@@ -26,8 +26,9 @@ to the lowest class index. Ablation switches: ``rho_step=0`` (no curriculum),
 Note on Eq. (12)-(13) as read here: G is normalised per class by Σ_m C²_m,c, so with ±1 votes
 G_c = 2·A_c − 1 where A_c is the same weighted share with 0/1 votes — a monotone map of each
 class, hence the same argmax. The negative votes therefore never change a pseudo-label
-(tested, and the ablation in docs/benchmarks.md measures identical accuracy); they would
-matter only under a normalisation that is not per class, which the paper does not state.
+(tested, and the ablation in docs/benchmarks/prediction-sharing.md measures identical
+accuracy); they would matter only under a normalisation that is not per class, which the
+paper does not state.
 """
 
 from __future__ import annotations

@@ -38,7 +38,15 @@ pruning formula): one message per client (its pretrained model), so later rounds
 neighbours rather than receiving updated models; aligned models are kept across rounds;
 the ensemble combines logits, as the paper's softmax(A_w/T) says; λ_p's alignment is the
 response correlation of :func:`~oneshotfl.methods.fol_stages.alignment_scores`; KL without
-a T² factor, as written.
+a T² factor, as written. The teacher's weights are fitted on the training split, as the paper
+writes (``weight_split=train``); ``weight_split=val`` fits them on the validation split.
+
+At the library's default budget on small shards FOL ends where ``local`` ends: the 300-step
+floor lets a client with a few hundred examples fit its training split, the weight fit then
+puts nearly all the weight on the own model, and the student is the own model again. Where the
+client models do not fit their training split (more data per client, or no step floor) FOL
+gains over ``local``; neither other reading helps on small shards
+(docs/benchmarks/personalisation.md, "FOL against local at the library's defaults").
 """
 
 from __future__ import annotations
@@ -85,7 +93,40 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class FolConfig(Params):
-    """FOL's hyper-parameters (names as in the module docs)."""
+    """FOL's hyper-parameters (names as in the module docs).
+
+    Attributes:
+        rounds: E, the collection rounds; each meets new neighbours, aligns their models and
+            distils again, starting from the last round's student.
+        per_round: Q, the most neighbours met in one round (0: every neighbour in contact).
+        contact: the chance that a neighbour is in range in a round (1: always).
+        prune: prune each received model with the alignment-aware structured pruning
+            (false: fine-tune it only, FOL-N).
+        gamma: γ, the strength of the group-lasso sparsity term while pruning.
+        lambda_p: λ_p, the strength of the alignment term (the received model's responses
+            drawn towards the client's own) while pruning.
+        prune_ratio: the fraction of each layer's filters and neurons removed, smallest
+            group norms first.
+        finetune_epochs: epochs a received model is fine-tuned on the client's training
+            split before pruning.
+        prune_epochs: epochs of the sparsity- and alignment-regularised training.
+        post_epochs: epochs of fine-tuning after the pruning, to recover accuracy.
+        probe: training inputs used to measure the alignment of responses.
+        top_k: K, the candidates (own model and aligned ones, best validation accuracy
+            first) that form the ensemble teacher (0: all).
+        weights: how the teacher weighs its members: ``learned`` (on the simplex, by
+            minimising the ensemble's cross-entropy) or ``uniform``.
+        weight_split: the split the learned weights are fitted on: ``train`` (the paper's
+            D_train) or ``val`` (the private validation split, which no member trained on).
+        weight_steps: full-batch Adam steps of the weight fit.
+        weight_lr: the weight fit's learning rate.
+        distill: distil the teacher into the client's own model (false: the client keeps the
+            weighted ensemble as its model).
+        temperature: T, the softmax temperature of the distillation.
+        kd_lambda: λ, the pull of the student towards its starting weights θ^(e)- (an L2
+            penalty on the difference).
+        kd_epochs: epochs of distillation on the client's training inputs.
+    """
 
     rounds: int = 1
     per_round: int = 1
@@ -100,6 +141,7 @@ class FolConfig(Params):
     probe: int = 256
     top_k: int = 3
     weights: Literal["learned", "uniform"] = "learned"
+    weight_split: Literal["train", "val"] = "train"
     weight_steps: int = 200
     weight_lr: float = 0.05
     distill: bool = True
@@ -298,8 +340,9 @@ class Fol(PeerMethod[FolConfig], SendsTrainedModel[FolConfig]):
         chosen = (chosen if c.top_k == 0 else chosen[: c.top_k]) or [0]  # own model at least
         if c.weights == "uniform" or len(chosen) == 1:
             return chosen, torch.full((len(chosen),), 1.0 / len(chosen)), scores
-        train = torch.stack([predict_logits(models[i], ctx.data.x, ctx.device) for i in chosen])
-        return chosen, ensemble_weights(train, ctx.data.y, c.weight_steps, c.weight_lr), scores
+        fit = held if c.weight_split == "val" else ctx.data
+        logits = torch.stack([predict_logits(models[i], fit.x, ctx.device) for i in chosen])
+        return chosen, ensemble_weights(logits, fit.y, c.weight_steps, c.weight_lr), scores
 
     def _distil(
         self,
@@ -352,46 +395,3 @@ def _prunable(model: nn.Module) -> bool:
         return bool(channel_groups(model))
     except StructureError:
         return False
-
-
-@dataclass(frozen=True)
-class FolAConfig(FolConfig):
-    """FOL-A: every neighbour in contact is collected (no Q limit)."""
-
-    per_round: int = 0
-
-
-@dataclass(frozen=True)
-class FolNConfig(FolConfig):
-    """FOL-N: no alignment-aware pruning (received models are fine-tuned only)."""
-
-    prune: bool = False
-
-
-@dataclass(frozen=True)
-class FolANConfig(FolConfig):
-    """FOL-AN: no Q limit and no alignment-aware pruning."""
-
-    per_round: int = 0
-    prune: bool = False
-
-
-@register_method("fol-a", "FOL-A: FOL collecting every neighbour in contact (no Q limit)")
-class FolA(Fol):
-    """FOL with ``per_round=0``."""
-
-    Config = FolAConfig
-
-
-@register_method("fol-n", "FOL-N: FOL without alignment-aware pruning (fine-tuning only)")
-class FolN(Fol):
-    """FOL with ``prune=false``."""
-
-    Config = FolNConfig
-
-
-@register_method("fol-an", "FOL-AN: no Q limit and no alignment-aware pruning")
-class FolAN(Fol):
-    """FOL with ``per_round=0`` and ``prune=false``."""
-
-    Config = FolANConfig

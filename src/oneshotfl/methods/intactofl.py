@@ -26,7 +26,7 @@ something other than the paper's equations:
   default because it is what the code runs and it measured better: on a Fashion-MNIST probe
   (10 clients of cnn/mlp/resnet8/vgg, α = 0.5, seed 0) the MoE reached 73.65% with ε = 8 and
   58.07% with ``ods_eps=0.0314`` (8/255), against 72.02% for the logit ensemble it starts from
-  (docs/benchmarks.md).
+  (docs/benchmarks/data-free.md).
 * ``paper``: Eq. 6's softmax gate; the generator loss of Eq. 10, σ(f_M(x̂))·CE(f_M(x̂), y),
   with σ the per-sample variance across experts of their softmax outputs, mean over classes,
   as a stop-gradient weight (a differentiable σ would let the generator lower its loss by
@@ -48,7 +48,7 @@ which; the code mixes logits (``logits``, default), so a uniform gate is the log
 ensemble. ``probabilities`` mixes their softmax outputs, so a uniform gate is the
 probability-averaging ``ensemble``. The two part under strong label skew: at Dirichlet
 α = 0.05 and 0.1 (10 clients of cnn/mlp/resnet8/vgg, seed 0) the logit ensemble scored 10.1%
-and 35.4%, the probability ensemble 40.2% and 57.6% (docs/benchmarks.md).
+and 35.4%, the probability ensemble 40.2% and 57.6% (docs/benchmarks/data-free.md).
 
 Knobs beyond the readings: ``gate`` (``linear``, ``softmax``, ``noisy_topk`` with ``top_k`` K
 and ``gate_noise`` σ added to the scores in training only; Fig. 5; ``linear`` with ``top_k``

@@ -64,7 +64,20 @@ class KLAtOne(DistilFromEnsemble):
 
 @dataclass(frozen=True)
 class FADIConfig(Params):
-    """F-ADI (see the module docs)."""
+    """F-ADI (see the module docs).
+
+    Attributes:
+        images: how many inputs the server inverts from the ensemble (one batch, each with a
+            random target label).
+        steps: Adam steps that optimise those inputs.
+        lr: Adam learning rate of the inversion.
+        bn: the BatchNorm-statistics prior: ``code`` (none, as the authors' code ends up
+            with) or ``deepinversion`` (DeepInversion's weight 0.05).
+        distill_steps: SGD steps of the student on the inverted inputs.
+        distill_lr: the student's SGD learning rate.
+        distill_batch: inputs per student step (None = the whole batch every step, as the
+            code does).
+    """
 
     images: int = 128
     steps: int = 40
@@ -143,9 +156,12 @@ class FDAFLConfig(SynthesisBudget):
     """F-DAFL: the sizes of :class:`SynthesisBudget` and DAFL's weights.
 
     Attributes:
-        one_hot: weight of the pseudo-label CE.
-        information_entropy: weight of Σ p̄ log₁₀ p̄.
-        activation: weight of −mean|h̄|.
+        one_hot: weight of the CE between the teachers' output on a generated input and its
+            own argmax label (inputs the teachers classify confidently).
+        information_entropy: weight of Σ p̄ log₁₀ p̄ over the batch-mean softmax p̄ (batches
+            that cover every class evenly).
+        activation: weight of −mean|h̄| over the teachers' penultimate features (inputs
+            that activate them strongly).
         normalise: normalise the generator's output for the teachers and the student
             (the code does not; see the module docs).
     """

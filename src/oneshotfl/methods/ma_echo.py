@@ -59,7 +59,25 @@ from oneshotfl.training.services import train_model
 
 @dataclass(frozen=True)
 class MAEchoConfig(Params):
-    """MA-Echo (see the module docs)."""
+    """MA-Echo (see the module docs).
+
+    Attributes:
+        step: λ, how far each consensus step and each client's echo step move the weights.
+        iterations: how many times every layer's consensus and echo steps are repeated (0:
+            the class-split average alone).
+        normalise: row-normalise the echo step of each client's weights (the code's CIFAR
+            preset).
+        shrink: C, the factor of each recursive-least-squares update of a client's
+            projection (in (0, 1]).
+        alpha_linear: α of the projection updates of linear layers (regularises the
+            inverse; larger = a looser projection).
+        alpha_conv: α of the projection updates of convolutions.
+        patches: the input rows of a convolution: ``code`` (patches of the batch-mean
+            input map at stride 2, no padding) or ``layer`` (the layer's own stride and
+            padding).
+        bias: ``augment`` (a bias is an extra column of the weights and is projected with
+            them) or ``average`` (biases are averaged plainly).
+    """
 
     step: float = 1.6
     iterations: int = 60

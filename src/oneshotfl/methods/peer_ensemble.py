@@ -38,8 +38,8 @@ class PeerEnsembleConfig(Params):
     """Neighbourhood-ensemble hyper-parameters.
 
     Attributes:
-        weighting: ``uniform`` (every member 1), ``size`` (members weighted by n_k) or
-            ``clipped`` (n_k capped at twice the median).
+        weighting: how much each member counts: ``uniform`` (every member 1), ``size``
+            (weighted by n_k) or ``clipped`` (n_k capped at twice the median).
         include_own: the receiving client's own model is a member.
     """
 

@@ -229,3 +229,24 @@ def _is_changed(method: Mapping[str, Any], changed: Sequence[str]) -> bool:
 def _about(diff: str, doc: Mapping[str, Any], changed: Sequence[str]) -> bool:
     """Whether a difference line is about a method listed in ``changed``."""
     return any(diff.startswith(m["key"] + ".") and _is_changed(m, changed) for m in doc["methods"])
+
+
+def compare_paths(reference: Path, other: Path, changed: Sequence[str] = ()) -> dict[str, Any]:
+    """What ``oneshotfl compare`` reports: :func:`compare_trees` for two folders of runs, else
+    the differences of two results (``runs``, ``summary``, and ``config_differences`` and
+    ``other_kernels`` where there are any).
+
+    Raises:
+        ValueError: for a path that holds no readable result.
+    """
+    if reference.is_dir() and not (reference / "result.json").exists():
+        return compare_trees(reference, other, changed=changed)
+    a, b = read_result(reference), read_result(other)
+    diffs = result_differences(a, b)
+    report: dict[str, Any] = {"runs": {str(other): diffs}}
+    report["summary"] = {"runs": 1, "runs_identical": int(not diffs)}
+    if config_differences(a, b):
+        report["config_differences"] = {str(other): config_differences(a, b)}
+    if diffs and other_kernels(a, b):
+        report["other_kernels"] = {str(other): other_kernels(a, b)}
+    return report

@@ -45,8 +45,8 @@ class ExperimentConfig(Params):
 
     Attributes:
         methods: method specs to run on the same federation (they share client artefacts).
-        method_defaults: method specs (``fedeov:fgsm_steps=15``) whose knobs become that
-            method's defaults in this run, beneath what each spec in ``methods`` sets; the
+        method_defaults: knob values that become a method's defaults in this run, as method
+            specs (``fedeov:fgsm_steps=15``), beneath what each spec in ``methods`` sets; the
             keys results use stay the specs as written. A committed benchmark pins so the
             defaults it was recorded with when a later version changes them.
         plugins: modules (or .py files) imported before any name is resolved, which register
@@ -59,8 +59,8 @@ class ExperimentConfig(Params):
         max_train: keep a seeded random subset of this many training examples (tiny runs).
         public_size: examples carved from train as the unlabelled public pool (0 = none).
         val_fraction: fraction of each client's data held out as its validation split.
-        max_client_examples: ``N_max``, the most examples (train + validation) one client may
-            hold and report; 0: the federation's own pool (the clients' examples together).
+        max_client_examples: ``N_max``: the most examples one client may hold and report
+            (train + validation); 0: the federation's own pool (the clients' examples together).
             Set it where nodes bring their own data, which the server cannot count.
         partition: partitioner registry name, or a Flower Datasets partitioner
             ``flwr:ClassName[:key=value...]`` (the flwr-datasets extra).
@@ -113,7 +113,7 @@ class ExperimentConfig(Params):
         server_lr: server learning rate.
         server_optimizer: server optimiser.
         seed: model/training seed root.
-        partition_seed: data-split seed root (defaults to ``seed``).
+        partition_seed: data-split seed root (none: the same as ``seed``).
         min_clients: fewest valid payloads a method needs: at the server (star), or clients
             whose message arrived and no receiver refused (peer).
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.

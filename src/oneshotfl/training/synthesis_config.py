@@ -103,13 +103,14 @@ class SynthesisBudget(Params):
     """The sizes a data-free method exposes as knobs (its ``Config`` inherits them).
 
     Attributes:
-        rounds: outer epochs T.
+        rounds: outer epochs T: each round trains the generator, then the learner on what
+            it generated.
         generator_steps: generator updates per round.
-        batch_size: generated samples per round and learner batch size.
-        noise_dim: nz.
-        width: the generator's ngf (the authors' 64).
-        generator_lr: the generator's Adam rate.
-        learner_lr: the learner's SGD rate.
+        batch_size: samples the generator makes per round, and the learner's batch size.
+        noise_dim: nz, the length of the random vector the generator turns into an input.
+        width: ngf, the generator's base number of channels (the authors use 64).
+        generator_lr: the generator's Adam learning rate.
+        learner_lr: the learning rate of the learner (the student, or IntactOFL's gate).
     """
 
     rounds: int = 30
