@@ -20,8 +20,8 @@ from oneshotfl.encoders.base import Encoder
 from oneshotfl.registry import RegistryError
 from oneshotfl.runner.config import ConfigError, ExperimentConfig, load_config
 from oneshotfl.runner.federation import Federation
+from oneshotfl.runner.files import atomic_write_text
 from oneshotfl.runner.plan import federation_plan
-from oneshotfl.runner.results import atomic_write_text
 from oneshotfl.training.progress import RichTracker
 
 app = typer.Typer(help="Shared frozen encoders: pretrain, probe, price and audit one.")

@@ -61,8 +61,8 @@ from oneshotfl.runner.config import (
     make_config,
     parse_overrides,
 )
+from oneshotfl.runner.files import atomic_write_text
 from oneshotfl.runner.report import splice_markdown, write_report
-from oneshotfl.runner.results import atomic_write_text
 from oneshotfl.runner.sweep import load_sweep
 from oneshotfl.security.threats import ATTACKS
 from oneshotfl.training.components import COMPONENTS

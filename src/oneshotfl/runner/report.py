@@ -12,8 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from oneshotfl.runner.files import atomic_write_text, write_csv
 from oneshotfl.runner.report_plots import Cell, Report, human_bytes, natural_key, report_plots
-from oneshotfl.runner.results import atomic_write_text, iter_results, write_csv
+from oneshotfl.runner.results import iter_results
 
 __all__ = ["collect", "human_bytes", "natural_key", "splice_markdown", "write_report"]
 

@@ -3,13 +3,10 @@
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import logging
-import os
 import platform
-import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +20,7 @@ from oneshotfl.environment import git_commit, kernel_signature
 from oneshotfl.plots import partition_heatmap
 from oneshotfl.runner.config import ExperimentConfig, make_config, names_unchecked
 from oneshotfl.runner.config_values import run_defaults
+from oneshotfl.runner.files import atomic_write_text, write_csv
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -234,35 +232,6 @@ def local_rows(methods: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 }
             )
     return rows
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file, so a crash never leaves half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-
-
-def write_csv(path: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
-    """Rows as CSV with the given columns (missing values left empty)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(columns), extrasaction="ignore")
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({c: _cell(row.get(c)) for c in columns})
-    os.replace(tmp, path)
-
-
-def _cell(value: Any) -> Any:
-    if isinstance(value, list):
-        return " ".join(str(v) for v in value)
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return "" if value is None else value
 
 
 def write_result(out_dir: Path, doc: dict[str, Any], title_suffix: str = "") -> Path:

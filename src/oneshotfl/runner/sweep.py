@@ -44,7 +44,7 @@ from typing import Any
 import yaml
 
 from oneshotfl.runner.config import ConfigError, ExperimentConfig, make_config
-from oneshotfl.runner.results import atomic_write_text
+from oneshotfl.runner.files import atomic_write_text
 
 
 @dataclass(frozen=True)
