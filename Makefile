@@ -148,7 +148,7 @@ bench-fol: setup data
 
 ## FOL against local at the library's defaults (issue 36; docs/benchmarks/personalisation.md):
 ## digits, a Fashion-MNIST subset and the breast-cancer table with and without the step floor,
-## and full Fashion-MNIST; about 20 minutes on two cores.
+## and full Fashion-MNIST (the runs' recorded wall times: 21 min single-threaded in all).
 bench-fol-defaults: setup data
 	$(VENV)/python scripts/make_user_datasets.py runs/data/user
 	REPORT=0 VENV=$(VENV) bash scripts/sweep_shards.sh fol-defaults fol-defaults-fmnist
@@ -156,7 +156,8 @@ bench-fol-defaults: setup data
 
 ## Every registered method on four datasets a user brings (issue 36): the breast-cancer table as
 ## CSV, a make_classification npz table, a 32×32 RGB image folder, 20×28 grey images in an npz;
-## two datasets per core, then benchmarks/results/user-datasets/summary.md (about 40 minutes).
+## two datasets per core, then benchmarks/results/user-datasets/summary.md (recorded wall
+## times: 33 min single-threaded in all, the gratings run 19 min).
 bench-user-datasets: setup
 	$(VENV)/python scripts/make_user_datasets.py runs/data/user
 	OMP_NUM_THREADS=1 $(VENV)/python scripts/user_datasets.py \

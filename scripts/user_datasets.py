@@ -80,12 +80,12 @@ def split(spec: str) -> tuple[list[str], dict[str, str]]:
 
 def run_one(name: str, data: Path) -> None:
     template, model, encoder = DATASETS[name]
-    spec = template.format(data=data)
-    methods, refused = split(spec)
     out = OUT / name
     if (out / "result.json").exists():
         print(f"{name}: done already ({out}/result.json)")
         return
+    spec = template.format(data=data)
+    methods, refused = split(spec)
     result = oneshotfl.run(
         out=out,
         dataset=spec,

@@ -37,6 +37,7 @@ naming the spec and the file.
 
 from __future__ import annotations
 
+import functools
 import re
 import zipfile
 from pathlib import Path
@@ -155,10 +156,24 @@ def input_statistics(spec: str) -> tuple[np.ndarray, np.ndarray, bool]:
     Raises:
         UserDataNotFoundError, UserDataError: as :func:`load_user_dataset`.
     """
-    kind, opts = parse_user_spec(spec)
+    _, opts = parse_user_spec(spec)
     path = Path(opts.path).expanduser()
     if not path.exists():
         raise UserDataNotFoundError(f"dataset {spec!r}: expected a file at {path}, got nothing")
+    stat = path.stat()  # the file as it is now: a changed file is read again
+    mean, std, table = _input_statistics(spec, str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    return mean.copy(), std.copy(), table
+
+
+@functools.lru_cache(maxsize=8)
+def _input_statistics(
+    spec: str, where: str, mtime_ns: int, size: int
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    """:func:`input_statistics` for one state of one file (its resolved path ``where``,
+    ``mtime_ns`` and ``size``: the cache key), so that predicting batch by batch reads a
+    standardised table once."""
+    kind, opts = parse_user_spec(spec)
+    path = Path(where)
     table = kind == "csv" or (kind == "npz" and _npz_layout(spec, path)[0] == "ND")
     if kind == "csv" or (table and standardised(opts)):
         x = (read_csv if kind == "csv" else _read_npz)(spec, path, opts)[0]

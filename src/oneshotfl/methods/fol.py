@@ -340,8 +340,11 @@ class Fol(PeerMethod[FolConfig], SendsTrainedModel[FolConfig]):
         chosen = (chosen if c.top_k == 0 else chosen[: c.top_k]) or [0]  # own model at least
         if c.weights == "uniform" or len(chosen) == 1:
             return chosen, torch.full((len(chosen),), 1.0 / len(chosen)), scores
-        fit = held if c.weight_split == "val" else ctx.data
-        logits = torch.stack([predict_logits(models[i], fit.x, ctx.device) for i in chosen])
+        if c.weight_split == "val":  # the held-out logits are the ones scored above
+            fit, logits = held, val[chosen]
+        else:
+            fit = ctx.data
+            logits = torch.stack([predict_logits(models[i], fit.x, ctx.device) for i in chosen])
         return chosen, ensemble_weights(logits, fit.y, c.weight_steps, c.weight_lr), scores
 
     def _distil(
