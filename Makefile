@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
 .PHONY: setup data demo test test-fast test-cuda docs check-site check-wheel lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
-	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-fol-defaults bench-user-datasets bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-gpu check-kernels bench-membership bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed check-committed-avx2 \
+	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-fol-defaults bench-user-datasets bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-scale bench-gpu check-kernels bench-membership bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed check-committed-avx2 \
 	clean-cache
 VENV := .venv/bin
 
@@ -185,6 +185,14 @@ check-kernels: setup data
 ## What a GPU pays (issue 34; needs a CUDA device): the demo on this machine's CPUs and on its
 ## GPU (one process, then four clients in flight), and a 100-client Fashion-MNIST federation
 ## of every seed system on the GPU; writes benchmarks/results/gpu/<gpu>.json.
+## What a run costs as one dataset is split over 10 … 10,000 clients (issue 41,
+## docs/benchmarks/scale.md): benchmarks/scale.yaml, before and after, back to back.
+bench-scale: setup data
+	$(VENV)/python scripts/bench_scale.py benchmarks/scale.yaml
+	$(VENV)/python scripts/bench_client_batch.py cpu
+	OMP_NUM_THREADS=1 $(VENV)/oneshotfl sweep benchmarks/floor-bound.yaml --out benchmarks/results/floor-bound
+	$(VENV)/oneshotfl report benchmarks/results/floor-bound
+
 bench-gpu: setup data
 	$(VENV)/python scripts/bench_gpu.py
 

@@ -72,3 +72,15 @@ def test_every_registered_method_runs_on_cuda(name: str) -> None:
     result = run_over(name, contract_method(name), exp, LocalTransport(exp)).to_dict()
     assert result["clients_used"] == list(range(exp.cfg.clients)), result
     assert 0.0 <= result["accuracy"] <= 1.0
+
+
+def test_clients_trained_together_on_cuda_equal_one_at_a_time(tiny_config: Any) -> None:
+    """``client_batch`` on the GPU (issue 41): stacked training and evaluation give the
+    accuracies of one client at a time, up to floating-point order."""
+    settings = {"device": "cuda", "model": "cnn", "clients": 6, "cache_dir": None,
+                "methods": ["local", "fedavg", "ensemble"]}  # fmt: skip
+    one = run_config(tiny_config(**settings, local_epochs=3))
+    many = run_config(tiny_config(**settings, local_epochs=3, client_batch=4))
+    for a, b in zip(one["methods"], many["methods"], strict=True):
+        assert a["clients_used"] == b["clients_used"] == list(range(6))
+        assert abs(a["accuracy"] - b["accuracy"]) <= 0.02, a["key"]

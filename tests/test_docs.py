@@ -45,7 +45,8 @@ def test_describe_method_holds_the_docstring_requirements_and_every_field(name: 
     words = [f"  {w}" for w in requirement_lines(cls.requires)]
     start = lines.index("requires:") + 1
     assert lines[start : start + len(words)] == words
-    assert lines[start + len(words)].startswith("hyper-parameters")
+    assert lines[start + len(words)].startswith("cost in the number of clients n: ")
+    assert lines[start + len(words) + 1].startswith("hyper-parameters")
     assert "Requires(" not in text  # in words, never the dataclass's repr
     for f in dataclasses.fields(cls.Config):
         assert any(line.startswith(f"  {f.name} = ") for line in lines), f.name

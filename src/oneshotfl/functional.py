@@ -160,6 +160,10 @@ def noisy_argmax(counts: torch.Tensor, gamma: float, rng: np.random.Generator) -
     return counts.argmax(dim=-1)
 
 
+_BLOCK = 256
+"""States a weighted average stacks at once (up to 256 clients: one stack, as it always was)."""
+
+
 def weighted_average(
     states: Sequence[Mapping[str, np.ndarray]], weights: Sequence[float]
 ) -> dict[str, np.ndarray]:
@@ -179,8 +183,14 @@ def weighted_average(
         raise ValueError("weighted_average: expected states with the same keys, got different")
     out: dict[str, np.ndarray] = {}
     for key in keys:
-        stacked = np.stack([np.asarray(s[key], dtype=np.float64) for s in states])
-        mean = np.tensordot(w, stacked, axes=1)
+        mean = sum(  # in blocks of 256 states: the float64 copies stay bounded at any n
+            np.tensordot(
+                w[i : i + _BLOCK],
+                np.stack([np.asarray(s[key], dtype=np.float64) for s in states[i : i + _BLOCK]]),
+                axes=1,
+            )
+            for i in range(0, len(states), _BLOCK)
+        )
         dtype = states[0][key].dtype
         out[key] = np.asarray(np.rint(mean) if dtype.kind in "iub" else mean, dtype=dtype)
     return out

@@ -53,6 +53,9 @@ class Result:
             of them (``kind``, ``methods``, ``seconds_per_client``).
         failed_methods: the methods that failed, key → one-line reason (the run went on
             without them; their keys are not among :attr:`methods`).
+        diagnostics: how each client's own model was checked (``examples``: the size of the
+            stratified test sample; absent in results that predate it, which used the whole
+            test split).
         path: the ``result.json`` this result was read from or written to, if any (not part
             of the document).
     """
@@ -70,6 +73,7 @@ class Result:
     graph: dict[str, Any] | None = None
     shared_client_training: tuple[dict[str, Any], ...] = ()
     failed_methods: dict[str, str] = field(default_factory=dict)
+    diagnostics: dict[str, Any] | None = None
     path: Path | None = field(default=None, compare=False)
     _document: dict[str, Any] | None = field(default=None, init=False, compare=False, repr=False)
 
@@ -107,6 +111,7 @@ class Result:
             graph=copy.deepcopy(doc.get("graph")),
             shared_client_training=tuple(copy.deepcopy(doc.get("shared_client_training", []))),
             failed_methods=dict(doc.get("failed_methods") or {}),
+            diagnostics=copy.deepcopy(doc.get("diagnostics")),
             path=path,
         )
         object.__setattr__(result, "_document", copy.deepcopy(dict(doc)))
@@ -145,6 +150,8 @@ class Result:
             doc["graph"] = copy.deepcopy(self.graph)
         if self.failed_methods:
             doc["failed_methods"] = dict(self.failed_methods)
+        if self.diagnostics is not None:
+            doc["diagnostics"] = copy.deepcopy(self.diagnostics)
         return doc
 
     def save(self, out: str | Path) -> Path:

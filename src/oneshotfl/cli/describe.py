@@ -89,6 +89,8 @@ class MethodDescription:
             defaults) and what it does, indented beneath (:meth:`Knob.lines`).
         limits: one line per known limit (:mod:`oneshotfl.protocol.limits`): where the
             method is expected below training alone or the plain ensemble, and why.
+        knobs: every hyper-parameter with its default and words.
+        cost: what a run of it costs in the number of clients (``Method.cost``).
     """
 
     name: str
@@ -98,12 +100,14 @@ class MethodDescription:
     settings: tuple[str, ...]
     limits: tuple[str, ...] = ()
     knobs: tuple[Knob, ...] = ()
+    cost: str = ""
 
     def text(self) -> str:
         """The text ``oneshotfl describe NAME`` prints, without the final newline."""
         limits = (LIMITS_HEADER, *self.limits) if self.limits else ()
         requires = (REQUIRES_HEADER, *(f"  {line}" for line in self.requirements))
-        body = (*limits, *([""] if limits else []), *requires, *self.settings)
+        cost = (f"cost in the number of clients n: {self.cost}",) if self.cost else ()
+        body = (*limits, *([""] if limits else []), *requires, *cost, *self.settings)
         return "\n".join((self.doc, "", *body))
 
 
@@ -167,7 +171,7 @@ def describe(name: str) -> MethodDescription:
     limits = tuple(f"  - {limit.scope()}: {limit.why}" for limit in cls.known_limits)
     requirements = requirement_lines(cls.requires)
     return MethodDescription(
-        name, summary, doc, requirements, tuple(settings), limits, tuple(knobs)
+        name, summary, doc, requirements, tuple(settings), limits, tuple(knobs), cls.cost
     )
 
 
@@ -263,6 +267,7 @@ def method_page(name: str) -> str:
         f"{docstring_markdown(d.doc)}\n\n"
         f"{known if limits else ''}"
         f"## Requirements\n\n{requires}\n"
+        f"## Cost in the number of clients\n\n{d.cost}\n\n"
         f"## Hyper-parameters\n\nSet as `--method {d.name}:key=value`.\n\n"
         f"{knobs_table(d.knobs) if d.knobs else 'None.'}\n"
     )

@@ -155,8 +155,21 @@ def carve_federated_data(
     if max_train is not None and max_train < len(pool):
         pool = np.sort(numpy_rng(seed, "max_train").choice(pool, max_train, replace=False))
     public_idx, pool = _carve_public(pool, public_size, seed)
+    if clients > len(pool):
+        raise PartitionError(
+            f"clients: expected at most the {len(pool)} training examples left to split "
+            f"(one each), got {clients} clients"
+        )
     labels = dataset.train.y.numpy()[pool]
     parts = partitioner.split(labels, clients, numpy_rng(seed, "partition"))
+    empty = [cid for cid, part in enumerate(parts) if len(part) == 0]
+    if empty:
+        named = ", ".join(map(str, empty[:10])) + (", …" if len(empty) > 10 else "")
+        raise PartitionError(
+            f"partition: expected every client to hold at least one example, got {len(empty)} "
+            f"of {clients} clients with none (client {named}); use fewer clients or a "
+            "partition that gives each client some (min_samples >= 1)"
+        )
     shards = tuple(
         _make_shard(dataset.train, cid, pool[part], val_fraction, seed)
         for cid, part in enumerate(parts)
@@ -213,6 +226,33 @@ def _skewed(
         public = UnlabelledData(move(public.x, domains, "public"))
     domains = mixture_domains(len(test), clients, seed, "test")
     return moved, public, LabelledData(move(test.x, domains, "test"), test.y)
+
+
+def diagnostic_split(test: LabelledData, size: int, seed: int) -> LabelledData:
+    """A class-stratified sample of ``size`` test examples, drawn from the partition ``seed``'s
+    stream ``"diagnostics"`` — what each client's own model is checked on (its
+    ``local_test_accuracy``), so that this per-client diagnostic costs the same at any test
+    split's size; ``size`` 0 or at least the split: the whole split.
+
+    Each class keeps its share: ``⌊size·n_c/N⌋`` examples, and the remaining ones go to the
+    classes with the largest remainders (ties to the lower class); the sample keeps the
+    split's order.
+    """
+    n = len(test)
+    if size <= 0 or size >= n:
+        return test
+    labels = test.y.numpy()
+    classes, counts = np.unique(labels, return_counts=True)
+    exact = size * counts / n
+    take = np.floor(exact).astype(np.int64)
+    order = np.lexsort((classes, -(exact - take)))  # largest remainder first, then class
+    take[order[: size - int(take.sum())]] += 1
+    rng = numpy_rng(seed, "diagnostics")
+    chosen = [
+        rng.choice(np.flatnonzero(labels == c), k, replace=False)
+        for c, k in zip(classes, take, strict=True)
+    ]
+    return test.subset(torch.as_tensor(np.sort(np.concatenate(chosen))))
 
 
 def _carve_public(

@@ -72,6 +72,11 @@ def canonical_order(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, str]:
 class Centralized(Method[CentralizedConfig]):
     """Pooled-data training (not federated; the reference upper bound)."""
 
+    cost = (
+        "one model trained on the union (O(N), independent of n; the step floor scales with n "
+        "up to local_floor_epochs)"
+    )
+
     Config = CentralizedConfig
 
     def payload_spec(self, dims: WireDims) -> PayloadSpec:

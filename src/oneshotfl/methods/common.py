@@ -33,7 +33,7 @@ from oneshotfl.robust import (
 )
 from oneshotfl.seeding import torch_generator
 from oneshotfl.training.loop import TrainConfig, predict_logits, train_classifier
-from oneshotfl.training.recipe import initial_model
+from oneshotfl.training.recipe import ClientRecipe, initial_model
 from oneshotfl.training.services import client_artefact, train_model
 
 __all__ = [
@@ -98,6 +98,12 @@ class SharesPredictions(Method[ConfigT]):
     with the federation's recipe, send softmax(f(x)/T) on the public pool and nothing else.
     Override :meth:`prediction_format` to change T or the wire dtype."""
 
+    cost = (
+        "clients: one local training and one prediction on the public pool each (O(N + n·|P|) "
+        "for N examples split n ways); server: n soft labels per pool example to combine, "
+        "distillation O(|P|) an epoch"
+    )
+
     def prediction_format(self) -> tuple[float, str]:
         """``(temperature, dtype)`` of the predictions on the wire."""
         return 1.0, "float32"
@@ -112,17 +118,30 @@ class SharesPredictions(Method[ConfigT]):
     def local_model(self, ctx: ClientContext) -> nn.Module | None:
         return train_model(ctx, ctx.recipe())
 
+    def client_recipe(self, ctx: ClientContext) -> ClientRecipe | None:
+        return ctx.recipe()
+
 
 class SendsTrainedModel(Method[ConfigT]):
     """The client half shared by model-sharing methods (FedAvg, the ensemble, …): train
     locally with the federation's recipe, send the model and the example count n_k."""
+
+    cost = (
+        "clients: one local training each (O(N) at a fixed dataset of N examples, however "
+        "split); server: n models decoded (O(n·|θ|))"
+    )
 
     def payload_spec(self, dims: WireDims) -> PayloadSpec:
         return PayloadSpec(models=(ModelSpec(),), scalars=(n_examples_spec(),))
 
     def trained(self, ctx: ClientContext) -> nn.Module:
         """The model the client sends: its recipe's (default: the federation's plain one)."""
-        return train_model(ctx, ctx.recipe())
+        recipe = self.client_recipe(ctx)
+        assert recipe is not None
+        return train_model(ctx, recipe)
+
+    def client_recipe(self, ctx: ClientContext) -> ClientRecipe | None:
+        return ctx.recipe()
 
     def client_update(self, ctx: ClientContext) -> Payload:
         model = self.trained(ctx).cpu()
@@ -229,10 +248,13 @@ def client_embeddings(ctx: ClientContext) -> torch.Tensor:
     return torch.from_numpy(payload.arrays["z"].copy())
 
 
-def head_train_config(epochs: int, lr: float, batch_size: int, steps: int = 0) -> TrainConfig:
+def head_train_config(
+    epochs: int, lr: float, batch_size: int, steps: int = 0, floor_epochs: int = 0
+) -> TrainConfig:
     """Adam for heads and server heads (FedAGE's optimiser); ``steps``: a floor in
-    optimiser steps (``TrainConfig.min_steps``)."""
-    return TrainConfig(epochs, batch_size, lr, "adam", min_steps=steps)
+    optimiser steps (``TrainConfig.min_steps``), raising the epochs to at most
+    ``floor_epochs`` (0: unbounded)."""
+    return TrainConfig(epochs, batch_size, lr, "adam", min_steps=steps, floor_epochs=floor_epochs)
 
 
 def trained_client_head(
@@ -254,7 +276,8 @@ def trained_client_head(
     z = client_embeddings(ctx) if latents is None else latents
     y = ctx.data.y if labels is None else labels
     d = int(z.shape[1])
-    train = head_train_config(epochs, lr, batch or ctx.train_config.batch_size, steps)
+    client = ctx.train_config
+    train = head_train_config(epochs, lr, batch or client.batch_size, steps, client.floor_epochs)
 
     def make() -> Payload:
         head = seeded_head(ctx, arch, d, "fedage", "head", ctx.client_id)

@@ -206,6 +206,11 @@ class HardSamples(DistilFromEnsemble):
 class DataFreeDistillation(SendsTrainedModel[Any]):
     """The server half DENSE and Co-Boosting share (see the module docs)."""
 
+    cost = (
+        "clients: one local training each (O(N)); server: every synthesis and distillation step"
+        " runs the n-teacher ensemble (O(n) a step); evaluation: one model"
+    )
+
     known_limits = (DATA_FREE_LIMIT,)
 
     requires = Requires(data_free=True, images=SIDE_MULTIPLE, image_multiple=SIDE_MULTIPLE)

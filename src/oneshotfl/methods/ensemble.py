@@ -58,6 +58,11 @@ class EnsembleConfig(Params):
 class Ensemble(SendsTrainedModel[EnsembleConfig]):
     """Probability-averaging ensemble of the client models."""
 
+    cost = (
+        "clients: one local training each (O(N)); every prediction runs all n members, so "
+        "evaluation is O(n·|test|): the method's own cost"
+    )
+
     known_limits = (
         KnownLimit(
             "averaging logits rather than probabilities: under label skew a client's logits "

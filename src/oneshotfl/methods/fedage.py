@@ -109,6 +109,12 @@ from oneshotfl.seeding import torch_generator
 class FedAGE(Method[FedAGEConfig]):
     """FedAGE: clients send embeddings and a head; the server distils progressively."""
 
+    cost = (
+        "clients: embed their shard once and train a head (O(N)); server: progressive "
+        "distillation block by block over the n clients' latents (O(N) an epoch, n blocks in "
+        "sequence) and an ensemble phase over n heads"
+    )
+
     known_limits = (
         KnownLimit(
             "bounded by the shared encoder: heads learn on its embeddings only, and in the "

@@ -58,6 +58,11 @@ class FedAvgConfig(Params):
 class FedAvg(SendsTrainedModel[FedAvgConfig]):
     """One-shot FedAvg (McMahan et al. 2017)."""
 
+    cost = (
+        "clients: one local training each (O(N) for N examples split n ways); server: one "
+        "weighted average, O(n·|θ|); evaluation: one model"
+    )
+
     known_limits = (AVERAGING_LIMIT,)
 
     Config = FedAvgConfig

@@ -67,6 +67,8 @@ class FedAvgRoundsConfig(Params):
 class FedAvgRounds(SendsTrainedModel[FedAvgRoundsConfig]):
     """R rounds of FedAvg with full participation; every round's bytes are counted."""
 
+    cost = "R rounds of n local trainings (O(R·N)) and R averages (O(R·n·|θ|))"
+
     known_limits = (
         KnownLimit(
             "a few rounds of FedAvg (3 in the matrix) under label skew: each round's local "

@@ -141,6 +141,11 @@ def allocate(total: int, weights: np.ndarray) -> np.ndarray:
 class FedCVAE(Method[FedCVAEConfig]):
     """FedCVAE-Ens / FedCVAE-KD (Heinbaugh et al. 2023)."""
 
+    cost = (
+        "clients: one CVAE and classifier each (O(N)); server: samples from n decoders (O(n) "
+        "per synthetic batch)"
+    )
+
     known_limits = (
         KnownLimit(
             "trains the server's classifier on samples of CVAE decoders each client fits to "

@@ -145,6 +145,11 @@ def choose_student(
 class FedDF(SendsTrainedModel[FedDFConfig]):
     """Ensemble distillation of client models (or their predictions) into a server student."""
 
+    cost = (
+        "clients: one local training each (or a prediction on the pool); server: the n-member "
+        "ensemble on the public pool (O(n·|P|)), distillation O(|P|) an epoch"
+    )
+
     known_limits = (STUDENT_LIMIT,)
 
     Config = FedDFConfig

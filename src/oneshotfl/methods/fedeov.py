@@ -81,7 +81,6 @@ from oneshotfl.training.loop import TrainConfig
 from oneshotfl.training.negatives import LEAST_SIDE, NegativesConfig
 from oneshotfl.training.pruning import PruningSchedule
 from oneshotfl.training.recipe import ClientRecipe
-from oneshotfl.training.services import train_model
 
 LATENCY_BATCH = 256
 """Images per timed pass when the server measures its model's CPU inference latency."""
@@ -205,6 +204,12 @@ class OpenSetEnsemble(SendsTrainedModel[Any]):
     """Shared by FedOV and FedEOV: the client sends its (C+1)-way model; the server keeps
     every model and predicts with the abstention-weighted vote."""
 
+    cost = (
+        "clients: one open-set training each with generated outliers (O(N) times the "
+        "curriculum's extra examples); every prediction runs all n members: evaluation "
+        "O(n·|test|), the method's own cost"
+    )
+
     known_limits: ClassVar[tuple[KnownLimit, ...]] = (IID_OPEN_SET_LIMIT,)
 
     def accepted_votes(self) -> int | None:
@@ -228,8 +233,8 @@ class OpenSetEnsemble(SendsTrainedModel[Any]):
         epochs = ctx.epochs_for(self.config.epochs)
         return dataclasses.replace(ctx.train_config, epochs=epochs)
 
-    def trained(self, ctx: ClientContext) -> nn.Module:
-        return train_model(ctx, self.recipe(ctx))
+    def client_recipe(self, ctx: ClientContext) -> ClientRecipe:
+        return self.recipe(ctx)
 
     def payload_spec(self, dims: WireDims) -> PayloadSpec:
         return PayloadSpec(models=(ModelSpec(extra_outputs=1),), scalars=(n_examples_spec(),))

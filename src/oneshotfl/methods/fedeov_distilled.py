@@ -60,6 +60,11 @@ class FedEOVDistilledConfig(FedEOVConfig):
 class FedEOVDistilled(FedEOV):
     """FedEOV-Distilled (see the module docs)."""
 
+    cost = (
+        "clients: as FedEOV; server: the n-member vote on the public pool (O(n·|P|)), then one "
+        "student distilled; evaluation: one model"
+    )
+
     known_limits = (IID_OPEN_SET_LIMIT, STUDENT_LIMIT)
 
     Config = FedEOVDistilledConfig

@@ -144,6 +144,11 @@ def fedet_loss(
 class FedET(SendsTrainedModel[FedETConfig]):
     """Weighted-consensus distillation with diversity regularisation into a server model."""
 
+    cost = (
+        "clients: one local training each; server: the n-member consensus on the public pool "
+        "(O(n·|P|)), distillation O(|P|) an epoch"
+    )
+
     known_limits = (STUDENT_LIMIT,)
 
     Config = FedETConfig

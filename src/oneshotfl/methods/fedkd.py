@@ -58,6 +58,7 @@ from oneshotfl.protocol.spec import ArraySpec, PayloadSpec, WireDims
 from oneshotfl.seeding import torch_generator
 from oneshotfl.training.distill import distil
 from oneshotfl.training.loop import predict_logits
+from oneshotfl.training.recipe import ClientRecipe
 from oneshotfl.training.services import train_model
 
 Quantize = Literal["none", "onehot", "levels"]
@@ -151,6 +152,9 @@ class FedKD(Method[FedKDConfig]):
 
     def local_model(self, ctx: ClientContext) -> nn.Module:
         return train_model(ctx, ctx.recipe())
+
+    def client_recipe(self, ctx: ClientContext) -> ClientRecipe:
+        return ctx.recipe()
 
     def distribution(self, payload: Payload, num_classes: int) -> torch.Tensor:
         """One client's message as a ``[N, C]`` distribution."""

@@ -127,6 +127,11 @@ def query_indices(n: int, fraction: float, seed: int) -> torch.Tensor:
 class FedKT(Method[FedKTConfig]):
     """FedKT (Li, He, Song 2021): per-client teacher votes → students; server student vote."""
 
+    cost = (
+        "clients: s students each on their own shard (O(s·N)); server: the vote of n·s students"
+        " on the public pool (O(n·s·|P|))"
+    )
+
     known_limits = (STUDENT_LIMIT,)
 
     Config = FedKTConfig

@@ -29,8 +29,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from torch import nn
-
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import AVERAGING_LIMIT, SendsTrainedModel, average_models
 from oneshotfl.params import Params, require
@@ -38,7 +36,7 @@ from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, Requires, ServerContext
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
 from oneshotfl.training.components import ComponentSpec
-from oneshotfl.training.services import train_model
+from oneshotfl.training.recipe import ClientRecipe
 
 
 @dataclass(frozen=True)
@@ -60,14 +58,19 @@ class FedProx(SendsTrainedModel[FedProxConfig]):
     """One-shot FedProx (Li et al. 2020): the federation's recipe plus the ``proximal``
     training component (:mod:`oneshotfl.training.components`)."""
 
+    cost = (
+        "clients: one proximal local training each (O(N)); server: one weighted average, "
+        "O(n·|θ|); evaluation: one model"
+    )
+
     known_limits = (AVERAGING_LIMIT,)
 
     Config = FedProxConfig
     requires = Requires(same_architecture=True)
 
-    def trained(self, ctx: ClientContext) -> nn.Module:
+    def client_recipe(self, ctx: ClientContext) -> ClientRecipe:
         proximal = ComponentSpec.of("proximal", mu=self.config.mu)
-        return train_model(ctx, ctx.recipe(name="fedprox", components=(proximal,)))
+        return ctx.recipe(name="fedprox", components=(proximal,))
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         return GlobalModel(average_models(payloads, ctx.dims), {"mu": self.config.mu})

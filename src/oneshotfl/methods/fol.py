@@ -197,6 +197,11 @@ def _pruned_model(payload: Payload, dims: WireDims) -> nn.Module:
 class Fol(PeerMethod[FolConfig], SendsTrainedModel[FolConfig]):
     """Each client aligns, prunes and ensembles its neighbours' models, then distils."""
 
+    cost = (
+        "clients: one local training each (O(N)); each of n receivers fine-tunes, prunes and "
+        "distils its ≤ Q received models: O(n·Q) trainings"
+    )
+
     known_limits = (
         KnownLimit(
             "personalisation with nothing to personalise: on IID data each client's own "

@@ -90,6 +90,11 @@ class HeadConfig(Params):
 class SendsHead(Method[HeadConfig]):
     """Client half shared by the head baselines: train the head, send it and n_k."""
 
+    cost = (
+        "clients: embed their shard once and train a head (O(N)); server: n heads combined "
+        "(O(n·|head|)); evaluation of an ensemble of heads O(n·|test|)"
+    )
+
     Config = HeadConfig
     requires = Requires(shared_encoder=True)
 
@@ -175,6 +180,11 @@ class HeadEnsemble(SendsHead):
 class CentralizedHead(Method[HeadConfig]):
     """One head trained on the union of all clients' embeddings and labels."""
 
+    cost = (
+        "clients: embed their shard once (O(N)); server: one head on all N embeddings, "
+        "independent of n"
+    )
+
     known_limits = (
         KnownLimit(
             "the encoder's ceiling: one head on every client's embeddings and true labels is "
@@ -210,7 +220,7 @@ class CentralizedHead(Method[HeadConfig]):
         train_classifier(
             head,
             LabelledData(z, y),
-            head_train_config(cfg.epochs, cfg.lr, client.batch_size, steps),
+            head_train_config(cfg.epochs, cfg.lr, client.batch_size, steps, client.floor_epochs),
             torch_generator(ctx.seed, "centralized_head"),
             ctx.device,
             tracker=ctx.tracker,

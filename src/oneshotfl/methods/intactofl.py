@@ -318,6 +318,11 @@ def synthesis_config(cfg: IntactOFLConfig) -> SynthesisConfig:
 class IntactOFL(SendsTrainedModel[IntactOFLConfig]):
     """IntactOFL (see the module docs)."""
 
+    cost = (
+        "clients: one local training each (O(N)); server: every gate and generator step runs "
+        "all n frozen experts (O(n) a step) and so does every prediction (O(n·|test|))"
+    )
+
     known_limits = (DATA_FREE_LIMIT,)
 
     Config = IntactOFLConfig

@@ -19,12 +19,18 @@ from oneshotfl.protocol.contract import ClientContext, Method, NoConfig, ServerC
 from oneshotfl.protocol.fields import model_fields
 from oneshotfl.protocol.outcome import Outcome, Personalised
 from oneshotfl.protocol.spec import ModelSpec, PayloadSpec, WireDims
+from oneshotfl.training.recipe import ClientRecipe
 from oneshotfl.training.services import train_model
 
 
 @register_method("local", "each client's own model on the global test set (mean/best/worst)")
 class Local(Method[NoConfig]):
     """Local training without collaboration."""
+
+    cost = (
+        "clients: one local training each (O(N)); evaluation: n personal models on the test "
+        "split (O(n·|test|))"
+    )
 
     communicates = False
 
@@ -36,6 +42,9 @@ class Local(Method[NoConfig]):
 
     def local_model(self, ctx: ClientContext) -> nn.Module:
         return train_model(ctx, ctx.recipe())
+
+    def client_recipe(self, ctx: ClientContext) -> ClientRecipe:
+        return ctx.recipe()
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         models = client_models(payloads, ctx.dims)

@@ -187,6 +187,11 @@ def _class_split_average(
 class MAEcho(SendsTrainedModel[MAEchoConfig]):
     """MA-Echo (see the module docs)."""
 
+    cost = (
+        "clients: one local training and per-layer projections each (O(N)); server: null-space "
+        "projections over n models, O(n·|θ|) an iteration"
+    )
+
     known_limits = (
         KnownLimit(
             "parameter averaging with each head row averaged over the clients that hold its "

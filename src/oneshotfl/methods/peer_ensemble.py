@@ -51,6 +51,11 @@ class PeerEnsembleConfig(Params):
 class PeerEnsemble(PeerMethod[PeerEnsembleConfig], SendsTrainedModel[PeerEnsembleConfig]):
     """Each client predicts with the softmax ensemble of its own and its neighbours' models."""
 
+    cost = (
+        "clients: one local training each (O(N)); each of n receivers evaluates its own and its"
+        " ≤ Q neighbours' models: O(n·Q·|test|)"
+    )
+
     known_limits = (
         KnownLimit(
             "does not personalise: every client averages its neighbours' models with its own "

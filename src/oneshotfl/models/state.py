@@ -41,7 +41,7 @@ def model_from_state(
     """The ``arch`` model built for these inputs and outputs, with the state held by the
     ``<prefix>.``-keyed entries of ``arrays`` (other keys are ignored) loaded strictly; the
     global RNG is left as it was (the weights drawn when building are overwritten)."""
-    with torch.random.fork_rng(devices=[]):  # the weights are overwritten: leave no RNG trace
+    with torch.device("meta"):  # the weights are replaced: no memory, no init, no RNG draw
         model = create_model(arch, in_channels, num_classes, image_size)
     start = len(prefix) + 1
     state = {
@@ -49,5 +49,9 @@ def model_from_state(
         for k, v in arrays.items()
         if k.startswith(prefix + ".")
     }
-    model.load_state_dict(state, strict=True)
+    model.load_state_dict(state, strict=True, assign=True)  # the arrays' copies become it
+    if any(t.is_meta for t in model.buffers()):  # a buffer outside the state (non-persistent)
+        with torch.random.fork_rng(devices=[]):
+            model = create_model(arch, in_channels, num_classes, image_size)
+        model.load_state_dict(state, strict=True)
     return model

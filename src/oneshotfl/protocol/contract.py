@@ -271,6 +271,8 @@ class Method(ABC, Generic[ConfigT]):
             as zero upload bytes.
         known_limits: the settings where it is expected below training alone or the plain
             ensemble, and why (:mod:`oneshotfl.protocol.limits`; ``oneshotfl describe``).
+        cost: what a run of it costs in the number of clients n, in words (``oneshotfl
+            describe``): N is the examples the clients hold together, |P| the public pool.
 
     One-shot is the default: one call of ``client_update`` per client, one ``aggregate``.
     A multi-round reference method (``fedavg_rounds``, star only) overrides
@@ -284,6 +286,7 @@ class Method(ABC, Generic[ConfigT]):
     Config: ClassVar[type] = NoConfig
     communicates: ClassVar[bool] = True
     known_limits: ClassVar[tuple[KnownLimit, ...]] = ()
+    cost: ClassVar[str] = "clients: one update each on their own shard; server: not stated"
     _server_free: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -316,6 +319,13 @@ class Method(ABC, Generic[ConfigT]):
         """The model this method's client trained (for its local accuracy), or ``None``
         when it trains no classifier of its own. Called after :meth:`client_update` on the
         same context, so a recipe's model is a cache hit."""
+        return None
+
+    def client_recipe(self, ctx: ClientContext) -> ClientRecipe | None:
+        """The recipe :meth:`client_update` of round 0 trains through ``train_model`` on
+        ``ctx``, when it trains one (``None``: none, or not known beforehand). A runner with
+        ``client_batch > 1`` trains it for many clients together before their updates
+        (:mod:`oneshotfl.training.vectorised`), and the update then finds it trained."""
         return None
 
     def setting_problems(self, client_train: TrainConfig) -> list[str]:

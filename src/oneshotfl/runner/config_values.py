@@ -8,7 +8,10 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Collection, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 
 class ConfigError(ValueError):
@@ -130,6 +133,9 @@ SECTIONS: dict[str, dict[str, str]] = {
         "max_examples": "max_client_examples",
         "epochs": "local_epochs",
         "steps": "local_steps",
+        "floor_epochs": "local_floor_epochs",
+        "batch": "client_batch",
+        "diagnostic_examples": "diagnostic_examples",
         "init": "init",
         "batch_size": "batch_size",
         "lr": "lr",
@@ -189,3 +195,29 @@ def flatten_sections(values: Mapping[str, Any], known: Collection[str]) -> dict[
                 )
             flat[flat_key], origin[flat_key] = flat_value, written
     return flat
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    """``key=value`` strings (values parsed as YAML scalars/lists) into a mapping."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r}: expected key=value")
+        out[key.strip()] = yaml.safe_load(value) if value.strip() else None
+    return out
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The mapping of settings in a YAML config file."""
+    try:
+        loaded = yaml.safe_load(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+    if loaded is not None and not isinstance(loaded, Mapping):
+        raise ConfigError(
+            f"config file {path}: expected a mapping of settings, got {type(loaded).__name__}"
+        )
+    return dict(loaded or {})

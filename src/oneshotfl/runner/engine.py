@@ -132,7 +132,9 @@ def collect_round(
 ) -> RoundTraffic:
     """The server side of one star round: count, decode and validate every reply in
     client-id order, record rejections, and check the quorum. ``reported``: the clients of
-    this method whose round-0 shard report was admitted (see :func:`screen_shards`).
+    this method whose round-0 shard report was admitted (see :func:`screen_shards`). A list
+    of ``replies`` is consumed (emptied), so each reply's wire bytes are released as soon as
+    they are decoded: a thousand models are not held twice.
 
     Raises:
         QuorumError: fewer valid payloads than ``max(min_clients, requires.min_clients)``.
@@ -147,7 +149,10 @@ def collect_round(
         traffic.upload_bytes[cid] = len(reply.data) if method.communicates else 0
     reported = set() if reported is None else reported
     traffic.rejected.update(screen_shards(key, view, ledger, admitted, reported, round_index))
-    for cid, reply in admitted.items():
+    if isinstance(replies, list):
+        replies.clear()  # the admitted dict holds the only references now
+    for cid in list(admitted):
+        reply = admitted.pop(cid)  # released once decoded
         if reply.facts:
             traffic.facts[cid] = reply.facts
         try:
@@ -226,8 +231,10 @@ def _run_star(
     """A star method's rounds: broadcast, the clients' updates, the server's aggregate."""
     n, test = view.cfg.clients, view.test
     rounds = method.num_rounds()
+    stacked = view.cfg.client_batch > 1  # members evaluated together
     upload = np.zeros(n, dtype=np.int64)
     client_wall = np.zeros(n)
+    checked, evaluating = 0.0, 0.0  # seconds: the clients' diagnostics, the evaluation
     download, server_wall = 0, 0.0
     outcome: Outcome | None = None
     history: list[dict[str, Any]] = []
@@ -240,6 +247,7 @@ def _run_star(
     for r in range(rounds):
         broadcast = encode_broadcast(key, method, view, r, outcome)
         replies, silent = transport.upload(key, method, r, broadcast)
+        checked += sum(reply.diagnostics_s for reply in replies)
         size = 0 if broadcast is None else len(broadcast)
         traffic = collect_round(key, method, view, ledger, r, replies, size, silent, reported)
         upload += np.asarray(traffic.upload_bytes, dtype=np.int64)
@@ -255,9 +263,13 @@ def _run_star(
         start = time.perf_counter()
         outcome = method.aggregate(traffic.received, view.server_context(method.requires))
         server_wall += time.perf_counter() - start
+        clients_used = sorted(traffic.received)
+        traffic.received.clear()  # the payloads, aggregated now: released
         histograms = ledger.label_histograms()  # as the clients reported them in round 0
         if rounds > 1:
-            metrics = evaluate_outcome(outcome, test, histograms, view.device)
+            start = time.perf_counter()
+            metrics = evaluate_outcome(outcome, test, histograms, view.device, stacked)
+            evaluating += time.perf_counter() - start
             history.append(
                 {
                     "round": r + 1,
@@ -267,10 +279,12 @@ def _run_star(
                 }
             )
     assert outcome is not None  # rounds >= 1
-    metrics = evaluate_outcome(outcome, test, histograms, view.device)
+    start = time.perf_counter()
+    metrics = evaluate_outcome(outcome, test, histograms, view.device, stacked)
     saved = None
     if view.save_to is not None:
         saved = save_outcome(view.save_to, key, outcome, view.task.num_classes)
+    evaluating += time.perf_counter() - start
     inference = inference_cost(outcome, test.x, view.device)
     return MethodResult(
         key=key,
@@ -286,9 +300,10 @@ def _run_star(
         client_artefacts=artefacts,
         client_made_s=made.tolist(),
         model_file=saved,
-        clients_used=sorted(traffic.received),
+        clients_used=clients_used,
         diagnostics=getattr(outcome, "info", {}),
         inference=inference or None,
+        timings={"client_diagnostics_s": checked, "evaluation_s": evaluating},
         rejected=rejected,
         no_reply=missing,
         rounds_history=history,
@@ -368,5 +383,10 @@ def _run_peer(
         topology={"graph": graph.spec, "edges": edges},
         received_bytes_per_client=received,
         receiver_wall_s=receiver_wall,
+        # a receiver's evaluation of its own model is part of its receiver_wall_s
+        timings={
+            "client_diagnostics_s": sum(r.diagnostics_s for r in admitted.values()),
+            "evaluation_s": 0.0,
+        },
         **_facts({c: reply.facts for c, reply in admitted.items()}, n),
     )

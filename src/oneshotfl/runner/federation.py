@@ -29,7 +29,12 @@ import torch
 
 from oneshotfl.data.datasets import load_dataset
 from oneshotfl.data.feature_skew import dataset_stats
-from oneshotfl.data.federated import ClientShard, FederatedData, carve_federated_data
+from oneshotfl.data.federated import (
+    ClientShard,
+    FederatedData,
+    carve_federated_data,
+    diagnostic_split,
+)
 from oneshotfl.data.types import Dataset, LabelledData, TaskInfo, UnlabelledData
 from oneshotfl.devices import resolve_device
 from oneshotfl.encoders import EncoderError, build_encoder
@@ -137,6 +142,8 @@ class Federation:
         graph: the neighbour graph, drawn with the partition seed when a peer method runs.
         schedules: per peer method (by key), every receiver's encounter schedule (the plan's).
         attacks: what the simulated malicious clients do (``malicious``/``attack``), in turn.
+        diagnostic_test: the test examples each client's own model is checked on (the
+            config's ``diagnostic_examples``, a stratified sample; ``None``: the whole split).
     """
 
     cfg: ExperimentConfig
@@ -150,6 +157,12 @@ class Federation:
     graph: Graph | None = None
     attacks: tuple[Attack, ...] = ()
     schedules: Mapping[str, Schedules] = field(default_factory=dict)
+    diagnostic_test: LabelledData | None = None
+
+    @property
+    def diagnostics(self) -> LabelledData:
+        """What each client's own model is checked on (see ``diagnostic_test``)."""
+        return self.data.test if self.diagnostic_test is None else self.diagnostic_test
 
     @classmethod
     def prepare(
@@ -212,6 +225,7 @@ class Federation:
         fed = cls(
             cfg, data, plan.archs, device, store, tracker or NullTracker(), encoder, pool,
             plan.graph, attacks, plan.schedules,
+            diagnostic_split(data.test, cfg.diagnostic_size, cfg.data_seed),
         )  # fmt: skip
         fed.check_attacks(plan.methods)
         return fed

@@ -48,6 +48,7 @@ import torch
 
 from oneshotfl.plugins import load_plugins
 from oneshotfl.protocol.contract import Method, PeerMethod
+from oneshotfl.runner.batched import BatchedTransport
 from oneshotfl.runner.transport import (
     ClientReply,
     LocalTransport,
@@ -319,6 +320,9 @@ def open_transport(exp: Federation) -> Iterator[tuple[Transport, int]]:
     workers = resolve_workers(
         cfg.workers, len(exp.data.clients), cfg.client_threads, exp.device.type == "cuda"
     )
+    if cfg.client_batch > 1:  # clients handled together, in this process
+        yield BatchedTransport(exp), 1
+        return
     if workers == 1:
         yield LocalTransport(exp), 1
         return

@@ -86,6 +86,9 @@ class MethodResult:
         rounds_history: multi-round methods only: accuracy and bytes after each round.
         inference: what the final global model or ensemble costs to use: ``parameters``
             and forward ``flops_per_image`` (:func:`~oneshotfl.runner.evaluate.inference_cost`).
+        timings: where the run's time went besides ``client_wall_s`` and ``server_wall_s``:
+            ``client_diagnostics_s`` (every client's local-model check, summed) and
+            ``evaluation_s`` (the outcome on the test split, and its inference cost).
     """
 
     key: str
@@ -121,6 +124,7 @@ class MethodResult:
     local_val_accuracy: list[float | None] | None = None
     client_facts: dict[str, list[float | None]] | None = None
     inference: dict[str, float] | None = None
+    timings: dict[str, float] | None = None
 
     @property
     def upload_bytes_mean(self) -> float:
@@ -170,6 +174,9 @@ class MethodResult:
 
 RECORDED_BEFORE: dict[str, Any] = {
     "local_steps": 0,
+    "local_floor_epochs": 0,
+    "client_batch": 1,
+    "diagnostic_examples": 0,
     "server_steps": 0,
     "init": "torch",
     "client_threads": None,
@@ -182,7 +189,8 @@ RECORDED_BEFORE: dict[str, Any] = {
 """Config keys added after results were first written, with the value every result written
 without them ran with (0.1: no step floors, PyTorch's initialisation, client steps at the
 process's own thread count — which its ``environment.threads`` records; before issue 27, FedEOV's
-fifteen FGSM steps and Theorem 2 over every member)."""
+fifteen FGSM steps and Theorem 2 over every member; before issue 41, an unbounded step floor,
+one client trained at a time and local models checked on the whole test split)."""
 
 
 def recorded_config(
@@ -338,6 +346,10 @@ def result_document(
             "client_examples": view.client_examples,
             "public_size": 0 if view.public is None else len(view.public),
             "test_size": len(view.test),
+        },
+        # each client's own model is checked on this many test examples (stratified sample)
+        "diagnostics": {
+            "examples": min(view.cfg.diagnostic_size or len(view.test), len(view.test)),
         },
         "clients": client_rows(view, ledger),
         "methods": [r.to_dict() for r in results],

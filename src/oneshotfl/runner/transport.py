@@ -80,6 +80,8 @@ class ClientReply:
             make, cached or made now), for the time columns: a model two methods share is
             charged to neither (:func:`oneshotfl.runner.results.attribute_client_time`).
         made_s: seconds of ``wall_s`` spent making artefacts now (not cached before).
+        diagnostics_s: seconds spent checking the local model (round 0's accuracies, which
+            no method asks for; not part of ``wall_s``).
     """
 
     client_id: int
@@ -89,6 +91,7 @@ class ClientReply:
     shard: ShardReport | None = None
     artefacts: dict[str, float | None] = field(default_factory=dict)
     made_s: float = 0.0
+    diagnostics_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -110,28 +113,51 @@ class PeerReport:
     diagnostics: dict[str, Any] = field(default_factory=dict)
 
 
+def local_stats_key(model: nn.Module, ctx: ClientContext, test: LabelledData) -> dict[str, Any]:
+    """The memo key of a client's local-model diagnostics (within one run: one test split)."""
+    return {
+        "model": tensor_fingerprint(*model.state_dict().values()),
+        "test": [len(test), tensor_fingerprint(test.y)],
+        "val": None if ctx.val is None else tensor_fingerprint(ctx.val.x, ctx.val.y),
+    }
+
+
+def _stats(
+    model: nn.Module, ctx: ClientContext, test: LabelledData, logits: torch.Tensor | None = None
+) -> Payload:
+    """Test accuracy (of ``logits`` when given, the model's on ``test``) and validation
+    accuracy of a client's local model."""
+    if logits is None:
+        logits = predict_logits(model, test.x, ctx.device)
+    stats = {"local_test_accuracy": accuracy(logits, test.y)}
+    if ctx.val is not None:
+        stats["local_val_accuracy"] = accuracy(
+            predict_logits(model, ctx.val.x, ctx.device), ctx.val.y
+        )
+    return Payload({}, stats)
+
+
 def local_stats(
     model: nn.Module | None, ctx: ClientContext, test: LabelledData | None
 ) -> dict[str, float]:
     """Test and validation accuracy of a client's local model (empty without one); memoised
-    per model content, so methods that share a model evaluate it once."""
+    per model content, so methods that share a model evaluate it once. ``test`` is the
+    federation's diagnostic sample of the test split (``diagnostic_examples``)."""
     if model is None or test is None:
         return {}
-    key = {  # the store is this client's own view, within one run (one test split)
-        "model": tensor_fingerprint(*model.state_dict().values()),
-        "test": len(test),
-        "val": None if ctx.val is None else tensor_fingerprint(ctx.val.x, ctx.val.y),
-    }
-
-    def evaluate() -> Payload:
-        stats = {"local_test_accuracy": accuracy(predict_logits(model, test.x, ctx.device), test.y)}
-        if ctx.val is not None:
-            val = predict_logits(model, ctx.val.x, ctx.device)
-            stats["local_val_accuracy"] = accuracy(val, ctx.val.y)
-        return Payload({}, stats)
-
-    payload, _ = ctx.store.memo("local_accuracy", key, evaluate)
+    payload, _ = ctx.store.memo(
+        "local_accuracy", local_stats_key(model, ctx, test), lambda: _stats(model, ctx, test)
+    )
     return {k: float(v) for k, v in payload.scalars.items()}
+
+
+def offer_stats(
+    model: nn.Module, ctx: ClientContext, test: LabelledData, logits: torch.Tensor
+) -> None:
+    """Put the diagnostics of ``model`` — its ``logits`` on ``test`` computed elsewhere (with
+    other clients' models at once) — into ``ctx``'s memo, where :func:`local_stats` finds them."""
+    stats = _stats(model, ctx, test, logits)
+    ctx.store.memo("local_accuracy", local_stats_key(model, ctx, test), lambda: stats)
 
 
 def client_step(
@@ -157,8 +183,10 @@ def client_step(
     data = encode(payload)  # what crosses the network; counted even if rejected
     if ctx.round > 0:
         return ClientReply(ctx.client_id, data, wall, artefacts=artefacts, made_s=made)
+    start = time.perf_counter()
     facts = {**local_stats(method.local_model(ctx), ctx, test), **method.client_facts(ctx)}
-    return ClientReply(ctx.client_id, data, wall, facts, shard, artefacts, made)
+    checked = time.perf_counter() - start
+    return ClientReply(ctx.client_id, data, wall, facts, shard, artefacts, made, checked)
 
 
 def peer_step(
@@ -253,7 +281,7 @@ def update_on(
     report = fed.shard_report(client_id) if round_index == 0 else None  # round 0 only
     attack = fed.attack_of(client_id)
     with torch_threads(fed.cfg.client_threads):
-        return client_step(method, ctx, fed.data.test, report, attack)
+        return client_step(method, ctx, fed.diagnostics, report, attack)
 
 
 def receipt_on(

@@ -74,6 +74,7 @@ class ArtefactStore:
     _memo: dict[str, Payload] = field(default_factory=dict, repr=False)
     _seconds: dict[str, float] = field(default_factory=dict, repr=False)
     _views: dict[str, ArtefactStore] = field(default_factory=dict, repr=False)
+    _offered: dict[str, tuple[Payload, float]] = field(default_factory=dict, repr=False)
 
     @property
     def hits(self) -> int:
@@ -116,13 +117,32 @@ class ArtefactStore:
             self.counts.used.append(Use(use, self._seconds[key], False))
             return cached, True
         self.counts.misses += 1
-        start = time.perf_counter()
-        payload = make()
-        self._seconds[key] = time.perf_counter() - start
+        if key in self._offered:  # made beforehand for this party (several clients at once)
+            payload, self._seconds[key] = self._offered.pop(key)
+        else:
+            start = time.perf_counter()
+            payload = make()
+            self._seconds[key] = time.perf_counter() - start
         self._write(kind, key, payload)
         self._memo[key] = payload
         self.counts.used.append(Use(use, self._seconds[key], True))
         return payload, False
+
+    def has(self, kind: str, parts: Mapping[str, object]) -> bool:
+        """Whether :meth:`get_or_make` would find the artefact (in memory, on disk or
+        offered) without making it."""
+        key = cache_key({"kind": kind, "scope": self.scope, **parts})
+        path = self._path(kind, key)
+        return key in self._memo or key in self._offered or (path is not None and path.exists())
+
+    def offer(
+        self, kind: str, parts: Mapping[str, object], payload: Payload, seconds: float
+    ) -> None:
+        """Hand in an artefact made elsewhere for this party (a model trained together with
+        other clients' models): the next :meth:`get_or_make` of it takes it as made now, in
+        ``seconds`` — the party's share of the work — instead of calling ``make``."""
+        key = cache_key({"kind": kind, "scope": self.scope, **parts})
+        self._offered[key] = (payload, seconds)
 
     def memo(
         self, kind: str, parts: Mapping[str, object], make: Callable[[], Payload]

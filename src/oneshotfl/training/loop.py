@@ -21,6 +21,7 @@ from torch.nn.utils import clip_grad_norm_
 
 from oneshotfl.data.types import LabelledData
 from oneshotfl.models.base import INITS, Init
+from oneshotfl.models.stacked import stacked_logits
 from oneshotfl.params import Params, require
 from oneshotfl.training import memo
 from oneshotfl.training.progress import NullTracker, Tracker, report_scalar
@@ -47,6 +48,9 @@ class TrainConfig(Params):
             is unnormalised (:func:`oneshotfl.models.base.init_weights`). A run-wide
             setting: every model a method builds for the run starts this way.
         grad_clip: clip every step's gradients to this global L2 norm (0: no clipping).
+        floor_epochs: the most epochs the ``min_steps`` floor may raise training to (0: no
+            bound), so that what the floor costs is at most this many passes over the data
+            however the data are split.
 
     This is the one object run-wide training settings reach methods through (a context's
     ``train_config``); adding a setting touches the config that fills it, this class and
@@ -62,12 +66,14 @@ class TrainConfig(Params):
     min_steps: int = 0
     init: Init = "he"
     grad_clip: float = 0.0
+    floor_epochs: int = 0
 
     def validate(self) -> None:
         require(self.grad_clip >= 0, "grad_clip", ">= 0 (0: no clipping)", self.grad_clip)
         require(self.init in INITS, "init", f"one of {', '.join(INITS)}", self.init)
         require(self.epochs >= 0, "epochs", ">= 0", self.epochs)
         require(self.min_steps >= 0, "min_steps", ">= 0", self.min_steps)
+        require(self.floor_epochs >= 0, "floor_epochs", ">= 0 (0: no bound)", self.floor_epochs)
         require(self.batch_size >= 1, "batch_size", ">= 1", self.batch_size)
         require(self.lr > 0, "lr", "> 0", self.lr)
         require(0 <= self.momentum < 1, "momentum", "in [0, 1)", self.momentum)
@@ -123,14 +129,19 @@ def steps_per_epoch(n: int, batch_size: int) -> int:
 
 
 def budget_epochs(cfg: TrainConfig, n: int) -> int:
-    """The epochs ``cfg`` trains over ``n`` examples: ``max(epochs, ⌈min_steps / steps per
-    epoch⌉)`` — whole epochs, so epoch-windowed schedules (curricula, pruning) keep their
-    meaning; ``epochs`` alone when ``min_steps`` is 0 or there are no examples (and 0 epochs
+    """The epochs ``cfg`` trains over ``n`` examples: ``max(epochs, min(⌈min_steps / steps per
+    epoch⌉, floor_epochs))`` — whole epochs, so epoch-windowed schedules (curricula, pruning)
+    keep their meaning; the floor's epochs bounded by ``floor_epochs`` (0: unbounded), so the
+    floor never costs more than that many passes over the data, however finely they are
+    split; ``epochs`` alone when ``min_steps`` is 0 or there are no examples (and 0 epochs
     stay 0: a switched-off training)."""
     per_epoch = steps_per_epoch(n, cfg.batch_size)
     if cfg.min_steps == 0 or per_epoch == 0 or cfg.epochs == 0:
         return cfg.epochs
-    return max(cfg.epochs, -(-cfg.min_steps // per_epoch))
+    floor = -(-cfg.min_steps // per_epoch)
+    if cfg.floor_epochs > 0:
+        floor = min(floor, cfg.floor_epochs)
+    return max(cfg.epochs, floor)
 
 
 def resolve_budget(cfg: TrainConfig, n: int) -> TrainConfig:
@@ -297,6 +308,20 @@ def predict_logits(
         return torch.cat(outs)
 
     return memo.lookup(model, x, f"{device}/{batch_size}", compute)
+
+
+def many_logits(
+    models: Sequence[nn.Module], x: torch.Tensor, device: torch.device, batch_size: int = 1024
+) -> list[torch.Tensor]:
+    """Each model's logits on ``x`` (eval mode, on the CPU), the models of one architecture in
+    shared vectorised passes (:func:`oneshotfl.models.stacked.stacked_logits`; memoised as
+    :func:`predict_logits` is). Equal to :func:`predict_logits` per model up to the
+    floating-point order of a batched kernel."""
+
+    def compute(some: list[nn.Module]) -> list[torch.Tensor]:
+        return stacked_logits(some, x, device, batch_size)
+
+    return memo.lookup_many(list(models), x, f"{device}/{batch_size}/stacked", compute)
 
 
 def accuracy(probs_or_logits: torch.Tensor, y: torch.Tensor) -> float:

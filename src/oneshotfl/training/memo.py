@@ -101,4 +101,25 @@ def lookup(
     return memo.logits[key].clone()
 
 
-__all__ = ["MemoStats", "activate", "fingerprint", "lookup", "memoised_logits"]
+def lookup_many(
+    models: list[nn.Module],
+    x: torch.Tensor,
+    how: str,
+    compute: Callable[[list[nn.Module]], list[torch.Tensor]],
+) -> list[torch.Tensor]:
+    """:func:`lookup` for several models at once: ``compute`` runs once, on the models the
+    memo does not hold (all of them when no memo over ``x`` is active)."""
+    memo = _ACTIVE.get()
+    if memo is None or memo.x is not x:
+        return compute(models)
+    keys = [(fingerprint(m), how) for m in models]
+    missing = [i for i, k in enumerate(keys) if k not in memo.logits]
+    if missing:
+        for i, logits in zip(missing, compute([models[i] for i in missing]), strict=True):
+            memo.logits[keys[i]] = logits
+    memo.misses += len(missing)
+    memo.hits += len(models) - len(missing)
+    return [memo.logits[k].clone() for k in keys]
+
+
+__all__ = ["MemoStats", "activate", "fingerprint", "lookup", "lookup_many", "memoised_logits"]

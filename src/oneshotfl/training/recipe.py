@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from oneshotfl.data.types import LabelledData, TaskInfo
-from oneshotfl.models import create_model
+from oneshotfl.models import MODELS, create_model
 from oneshotfl.models.base import Init
 from oneshotfl.params import Params, require
 from oneshotfl.seeding import seeded_torch, torch_generator
@@ -107,10 +107,28 @@ def initial_model(
     from the model seed and the architecture name gives every party the same weights
     (``init``: see :func:`oneshotfl.models.base.init_weights`).
     """
-    with seeded_torch(seed, "init", arch, extra_outputs):
-        return create_model(
-            arch, task.in_channels, task.num_classes + extra_outputs, task.image_size, init
-        )
+    classes = task.num_classes + extra_outputs
+    key = (arch, MODELS.get(arch), task.in_channels, classes, extra_outputs, task.image_size,
+           seed, init)  # fmt: skip
+    state = _INITIAL.get(key)
+    if state is None:  # drawn once per run's architecture: thousands of clients share it
+        with seeded_torch(seed, "init", arch, extra_outputs):
+            model = create_model(arch, task.in_channels, classes, task.image_size, init)
+        state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        if len(_INITIAL) >= 64:
+            _INITIAL.pop(next(iter(_INITIAL)))
+        _INITIAL[key] = state
+    with torch.device("meta"):  # built without drawing weights, then given the drawn ones
+        model = create_model(arch, task.in_channels, classes, task.image_size, init)
+    model.load_state_dict({k: v.clone() for k, v in state.items()}, strict=True, assign=True)
+    if any(t.is_meta for t in model.buffers()):  # a buffer outside the state: build it whole
+        with seeded_torch(seed, "init", arch, extra_outputs):
+            model = create_model(arch, task.in_channels, classes, task.image_size, init)
+    return model
+
+
+_INITIAL: dict[tuple[object, ...], dict[str, torch.Tensor]] = {}
+"""The initial states :func:`initial_model` drew, by architecture, task, seed and init."""
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,19 @@ class ClientSide(Protocol):
     def data_fingerprint(self) -> str: ...
 
 
+def artefact_key(ctx: ClientSide, parts: Mapping[str, object]) -> dict[str, object]:
+    """The key of client ``ctx``'s artefact: ``parts`` plus everything client-specific (data,
+    task, seed, id, initialisation)."""
+    return {
+        "parts": dict(parts),  # nested: a part can never shadow the client's own keys
+        "data": ctx.data_fingerprint,
+        "task": [ctx.task.num_classes, ctx.task.in_channels, ctx.task.image_size],
+        "seed": ctx.seed,
+        "client": ctx.client_id,
+        "init": ctx.train_config.init,  # a model trained here starts from it (heads, students)
+    }
+
+
 def client_artefact(
     ctx: ClientSide,
     kind: str,
@@ -77,17 +90,33 @@ def client_artefact(
     label: str,
 ) -> Payload:
     """Client ``ctx``'s artefact ``kind`` keyed by ``parts`` plus everything client-specific
-    (data, task, seed, id, initialisation): computed by ``make()`` once, then a cache hit."""
-    key = {
-        "parts": dict(parts),  # nested: a part can never shadow the client's own keys
-        "data": ctx.data_fingerprint,
-        "task": [ctx.task.num_classes, ctx.task.in_channels, ctx.task.image_size],
-        "seed": ctx.seed,
-        "client": ctx.client_id,
-        "init": ctx.train_config.init,  # a model trained here starts from it (heads, students)
-    }
+    (:func:`artefact_key`): computed by ``make()`` once, then a cache hit."""
+    key = artefact_key(ctx, parts)
     payload, _ = ctx.store.get_or_make(kind, key, make, f"client {ctx.client_id} {label}")
     return payload
+
+
+def _model_payload(
+    model: nn.Module, seconds: float, steps: int, facts: Mapping[str, float]
+) -> Payload:
+    arrays, arch = model_state(model.cpu())
+    info = {"train_seconds": seconds, "steps": steps}
+    return Payload(arrays, {"model.arch": arch, **info, **facts})
+
+
+def model_ready(ctx: ClientSide, recipe: ClientRecipe) -> bool:
+    """Whether :func:`train_model` of ``recipe`` on ``ctx`` would train nothing now."""
+    return ctx.store.has("local_model", artefact_key(ctx, {"recipe": recipe.key()}))
+
+
+def offer_model(
+    ctx: ClientSide, recipe: ClientRecipe, model: nn.Module, steps: int, seconds: float
+) -> None:
+    """Hand ``ctx``'s store the model ``recipe`` trained elsewhere (with other clients, in
+    ``seconds`` of this client's share): :func:`train_model` then takes it instead of
+    training."""
+    key = artefact_key(ctx, {"recipe": recipe.key()})
+    ctx.store.offer("local_model", key, _model_payload(model, seconds, steps, {}), seconds)
 
 
 def train_model(ctx: ClientSide, recipe: ClientRecipe) -> nn.Module:
@@ -104,9 +133,7 @@ def train_model(ctx: ClientSide, recipe: ClientRecipe) -> nn.Module:
             device=ctx.device,
             tracker=ctx.tracker,
         )
-        arrays, arch = model_state(done.model.cpu())
-        info = {"train_seconds": done.stats.seconds, "steps": done.stats.steps}
-        return Payload(arrays, {"model.arch": arch, **info, **done.facts})
+        return _model_payload(done.model, done.stats.seconds, done.stats.steps, done.facts)
 
     payload = client_artefact(ctx, "local_model", {"recipe": recipe.key()}, make, recipe.name)
     task = ctx.task
@@ -126,6 +153,9 @@ __all__ = [
     "Encoder",
     "NullTracker",
     "Tracker",
+    "artefact_key",
     "client_artefact",
+    "model_ready",
+    "offer_model",
     "train_model",
 ]
