@@ -162,16 +162,18 @@ wait_local() {
 }
 
 # run_status NAME CONNECTION RUN-ID: `flwr ls` of the run into $WORK/NAME-ls.json. A SuperLink
-# busy with other runs may not answer in time: up to 3 tries, then fail with what it said.
+# busy with other runs may not answer in time (three federations share two cores; on a slower
+# CPU one `flwr ls` was seen to wait past 60 s three times in a row while the runs still
+# finished): up to 6 tries, then fail with what it said.
 run_status() {
   local try
-  for try in 1 2 3; do
+  for try in 1 2 3 4 5 6; do
     timeout 60 "$BIN/flwr" ls "$2" --run-id "$3" --format json >"$WORK/$1-ls.json" \
       2>>"$WORK/logs/$1-submit.log" && return 0
     echo "flwr ls, try $try: $(head -c 400 "$WORK/$1-ls.json")" >>"$WORK/logs/$1-submit.log"
     sleep 2
   done
-  fail "$1: flwr ls failed 3 times; the last said: $(head -c 400 "$WORK/$1-ls.json")"
+  fail "$1: flwr ls failed 6 times; the last said: $(head -c 400 "$WORK/$1-ls.json")"
 }
 
 # submit NAME CONNECTION RUN-CONFIG: submit the app and wait until it finishes; the final
