@@ -22,9 +22,11 @@ demo: setup data
 	  && echo "demo: $$(( $$(date +%s) - start )) s after set-up"
 
 ## The whole test suite (one pytest worker per core; it builds the docs site strictly too; on
-## the CPU whatever the machine has: GPUs are hidden, `make test-cuda` checks them),
-## and beside it lint + type-check and Flower end to end on loopback (scripts/flower_e2e.sh:
-## three SuperLinks with their SuperNodes, insecure and with TLS + node auth). Their logs go to
+## the CPU whatever the machine has: GPUs are hidden, `make test-cuda` checks them), lint +
+## type-check beside it, and after both Flower end to end on loopback (scripts/flower_e2e.sh:
+## three SuperLinks with their SuperNodes, insecure and with TLS + node auth). The end-to-end
+## script runs after pytest, not beside it: its SuperLinks, SuperNodes and app processes on
+## two cores shared with two pytest workers ran a tiny run 70x slower than alone. Logs go to
 ## runs/lint.log and runs/flower-e2e.log and are printed after pytest's, so the end of the
 ## output says how all three went.
 E2E_LOG := runs/flower-e2e.log
@@ -33,13 +35,14 @@ LINT = $(VENV)/ruff check src tests examples scripts \
 	&& $(VENV)/ruff format --check src tests examples scripts \
 	&& $(VENV)/mypy
 test: setup data
-	@echo "pytest, and beside it lint ($(LINT_LOG)) and the Flower end-to-end script ($(E2E_LOG))"
+	@echo "pytest with lint beside it ($(LINT_LOG)), then the Flower end-to-end script ($(E2E_LOG))"
 	@mkdir -p runs; ( $(LINT) ) >$(LINT_LOG) 2>&1 & lint=$$!; \
-	  CUDA_VISIBLE_DEVICES= bash scripts/flower_e2e.sh >$(E2E_LOG) 2>&1 & e2e=$$!; \
 	  CUDA_VISIBLE_DEVICES= OMP_NUM_THREADS=1 $(VENV)/python -m pytest -q -n auto; tests=$$?; \
-	  wait $$lint; lint=$$?; wait $$e2e; flower=$$?; \
+	  wait $$lint; lint=$$?; \
 	  echo "--- lint and type-check ($(LINT_LOG))"; cat $(LINT_LOG); \
-	  echo "--- Flower end to end ($(E2E_LOG))"; cat $(E2E_LOG); \
+	  echo "--- Flower end to end ($(E2E_LOG))"; \
+	  CUDA_VISIBLE_DEVICES= bash scripts/flower_e2e.sh >$(E2E_LOG) 2>&1; flower=$$?; \
+	  cat $(E2E_LOG); \
 	  test $$flower -eq 0 || grep "FAILED" $(E2E_LOG) | tail -n 5; \
 	  echo "pytest: exit $$tests; lint: exit $$lint; Flower end to end: exit $$flower"; \
 	  test $$tests -eq 0 && test $$lint -eq 0 && test $$flower -eq 0

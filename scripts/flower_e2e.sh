@@ -25,7 +25,8 @@
 # Exits non-zero on any failure, with the tail of every log. Needs the flower extra
 # (scripts/bootstrap.sh with ONESHOTFL_EXTRAS=dev,flower). Environment knobs: PYTHON_BIN
 # (default .venv/bin), E2E_PORT (first of 16 ports, default 19180), E2E_TIMEOUT (seconds per
-# run, default 300), DROP_TIMEOUT (seconds the dropout runs wait for a node's reply, default
+# run, default 480), E2E_PROC_TIMEOUT (seconds a SuperLink or SuperNode may live, default
+# 1800: a lane's processes outlive all of its runs on a slow machine), DROP_TIMEOUT (seconds the dropout runs wait for a node's reply, default
 # 90: the nodes that are up must answer within it, under whatever load the machine has; the
 # SuperLink itself gives up on a stopped node once it misses two heartbeats, 30 s apart,
 # which usually ends the wait sooner), KEEP=1 keeps the work directory.
@@ -33,7 +34,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${PYTHON_BIN:-$PWD/.venv/bin}
 PORT=${E2E_PORT:-19180}
-RUN_TIMEOUT=${E2E_TIMEOUT:-300}
+RUN_TIMEOUT=${E2E_TIMEOUT:-480}
+PROC_TIMEOUT=${E2E_PROC_TIMEOUT:-1800}
 DROP_TIMEOUT=${DROP_TIMEOUT:-90}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/oneshotfl-flower-e2e.XXXXXX")
 export PATH="$BIN:$PATH" FLWR_HOME="$WORK/flwr-home" FLWR_TELEMETRY_ENABLED=0 \
@@ -148,7 +150,7 @@ EOF
 # the calling lane (wait_local waits for it there).
 declare -A LOCAL_PIDS=()
 reference() {
-  timeout 300 "$BIN/oneshotfl" run --config "$2" "cache_dir=$WORK/cache-$1" --out "$WORK/$1" \
+  timeout "$RUN_TIMEOUT" "$BIN/oneshotfl" run --config "$2" "cache_dir=$WORK/cache-$1" --out "$WORK/$1" \
     >"$WORK/logs/$1.log" 2>&1 &
   LOCAL_PIDS[$WORK/$1]=$!
 }
@@ -231,11 +233,11 @@ node_config() { echo "partition-id=$1 num-partitions=${2:-3} cache-dir='$WORK/ca
 lane_insecure() {
   reference local "$WORK/experiment.yaml"
   log "insecure: SuperLink on 127.0.0.1:$INSECURE_PORT and 3 SuperNodes"
-  start a-superlink 600 flower-superlink --insecure --disable-runtime-dependency-installation \
+  start a-superlink "$PROC_TIMEOUT" flower-superlink --insecure --disable-runtime-dependency-installation \
     --host 127.0.0.1 --port "$INSECURE_PORT" --database "$WORK/insecure.db"
   wait_port "$INSECURE_PORT"
   for i in 0 1 2; do
-    start "a-node-$i" 600 flower-supernode --insecure --superlink "127.0.0.1:$INSECURE_PORT" \
+    start "a-node-$i" "$PROC_TIMEOUT" flower-supernode --insecure --superlink "127.0.0.1:$INSECURE_PORT" \
       --port $((PORT + 3 + i)) --node-config "$(node_config "$i" 3 insecure)"
   done
   local pids=() used edges
@@ -283,7 +285,7 @@ d = load_digits()
 keep = np.concatenate([np.flatnonzero(d.target == c)[:20] for c in (1, 4)])
 np.savez(sys.argv[1], x=(d.images[keep] / 16).astype(np.float32), y=d.target[keep])
 PY
-  start a-node-2-own 600 flower-supernode --insecure --superlink "127.0.0.1:$INSECURE_PORT" \
+  start a-node-2-own "$PROC_TIMEOUT" flower-supernode --insecure --superlink "127.0.0.1:$INSECURE_PORT" \
     --port $((PORT + 6)) \
     --node-config "$(node_config 2 3 insecure) dataset='npz:path=$WORK/own.npz:classes=10:mean=0.3:std=0.38'"
   submit own-data insecure "config='$WORK/experiment.yaml' overrides='methods=fedavg min_clients=3 max_client_examples=900 cache_dir=$WORK/cache-own' out='$WORK/own-data' node-timeout=60.0 reply-timeout=240.0"
@@ -322,7 +324,7 @@ tls_node() {
 lane_tls() {
   reference tls-local "$WORK/tls.yaml"
   log "tls: SuperLink on 127.0.0.1:$TLS_PORT with TLS and --enable-supernode-auth"
-  start b-superlink 600 flower-superlink --disable-runtime-dependency-installation \
+  start b-superlink "$PROC_TIMEOUT" flower-superlink --disable-runtime-dependency-installation \
     --ssl-ca-certfile "$WORK/certs/ca.crt" --ssl-certfile "$WORK/certs/server.pem" \
     --ssl-keyfile "$WORK/certs/server.key" --enable-supernode-auth \
     --host 127.0.0.1 --port "$TLS_PORT" --database "$WORK/tls.db"
@@ -332,7 +334,7 @@ lane_tls() {
   together "${pids[@]}"
   for i in 0 1 2; do ids+=("$(cat "$WORK/node-id-$i")"); done
   log "tls: registered node ids ${ids[*]}"
-  for i in 0 1 2; do tls_node "b-node-$i" 600 "$i" $((PORT + 7 + i)) "$i"; done
+  for i in 0 1 2; do tls_node "b-node-$i" "$PROC_TIMEOUT" "$i" $((PORT + 7 + i)) "$i"; done
   # node-3 holds a key pair the SuperLink never registered: it must be refused.
   tls_node b-node-unregistered 60 3 $((PORT + 10)) 2
   submit tls tls "config='$WORK/tls.yaml' out='$WORK/tls' node-timeout=60.0 reply-timeout=240.0"
@@ -355,7 +357,7 @@ lane_tls() {
   # run completes with clients 0 and 1.
   ids+=("$(register 4)")
   local binding="${ids[0]}=0 ${ids[1]}=1 ${ids[3]}=2"
-  tls_node b-node-4-claims-1 600 4 $((PORT + 11)) 1
+  tls_node b-node-4-claims-1 "$PROC_TIMEOUT" 4 $((PORT + 11)) 1
   for _ in $(seq 60); do  # until node-4 is online beside the three
     online=$(online_nodes bind)
     [ "$online" -ge 4 ] && break
@@ -380,12 +382,12 @@ lane_tls() {
 lane_ring() {
   reference ring-local "$WORK/ring.yaml"
   log "ring: SuperLink on 127.0.0.1:$RING_PORT and 4 SuperNodes"
-  start c-superlink 600 flower-superlink --insecure --disable-runtime-dependency-installation \
+  start c-superlink "$PROC_TIMEOUT" flower-superlink --insecure --disable-runtime-dependency-installation \
     --host 127.0.0.1 --port "$RING_PORT" --database "$WORK/ring.db"
   wait_port "$RING_PORT"
   local i same pairs
   for i in 0 1 2 3; do
-    start "c-node-$i" 600 flower-supernode --insecure --superlink "127.0.0.1:$RING_PORT" \
+    start "c-node-$i" "$PROC_TIMEOUT" flower-supernode --insecure --superlink "127.0.0.1:$RING_PORT" \
       --port $((PORT + 12 + i)) --node-config "$(node_config "$i" 4 ring)"
   done
   # Beside FOL, on the same nodes, bad SuperNodes: nodes 0, 1 and 2 send what the wire must
