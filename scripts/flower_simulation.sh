@@ -7,8 +7,8 @@
 # group, killed by PID at the end), submits the Flower app with options.num-supernodes=N,
 # polls `flwr ls` until the run ends and requires finished:completed. Prints one JSON line:
 # clients, status, wall seconds (submit → finished), Flower's elapsed and network traffic, and
-# the peak total resident memory of the SuperLink's process tree (Ray included), sampled each
-# second. The results directory is OUT (default runs/flower-sim-N-<timestamp>).
+# the peak memory of the SuperLink's process tree (Ray included: summed RSS and PSS, sampled each
+# second, scripts/tree_memory.py), and the largest processes at the peak. The results directory is OUT (default runs/flower-sim-N-<timestamp>).
 # Environment knobs: PYTHON_BIN (default .venv/bin), SIM_PORT (default 19280), SIM_TIMEOUT
 # (seconds, default 3600), SIM_CPUS_PER_CLIENT (Ray CPUs per virtual node, default 1).
 set -euo pipefail
@@ -57,22 +57,9 @@ setsid timeout -k 5 "$LIMIT" flower-superlink --insecure --simulation \
   --database "$WORK/sim.db" >"$WORK/superlink.log" 2>&1 &
 LINK_PID=$!
 
-# Peak resident memory (MiB) of the SuperLink's process tree, written to $WORK/peak_mib.
-"$BIN/python" - "$LINK_PID" "$WORK/peak_mib" <<'PY' &
-import subprocess, sys, time
-root, out, peak = int(sys.argv[1]), sys.argv[2], 0
-while True:
-    rows = subprocess.run(["ps", "-eo", "pid=,ppid=,rss="], capture_output=True, text=True).stdout
-    table = [tuple(map(int, r.split())) for r in rows.splitlines() if r.strip()]
-    tree, grew = {root}, True
-    while grew:
-        new = {p for p, pp, _ in table if pp in tree} - tree
-        tree |= new
-        grew = bool(new)
-    peak = max(peak, sum(rss for p, _, rss in table if p in tree) // 1024)
-    open(out, "w").write(str(peak))
-    time.sleep(1)
-PY
+# Peak memory of the SuperLink's process tree (Ray included): summed RSS and PSS, and the
+# largest processes at the peak (scripts/tree_memory.py), written to $WORK/memory.json.
+"$BIN/python" scripts/tree_memory.py "$WORK/memory.json" --pid "$LINK_PID" --every 1 &
 SAMPLER_PID=$!
 
 for _ in $(seq 100); do
@@ -93,16 +80,20 @@ while :; do
   sleep 2
 done
 end=$(date +%s.%N)
-"$BIN/python" - "$WORK/ls.json" "$N" "$start" "$end" "$WORK/peak_mib" "$OUT" <<'PY'
+"$BIN/python" - "$WORK/ls.json" "$N" "$start" "$end" "$WORK/memory.json" "$OUT" <<'PY'
 import json, sys
 run = json.load(open(sys.argv[1]))["runs"][0]
+memory = json.load(open(sys.argv[5]))
 print(json.dumps({
     "clients": int(sys.argv[2]),
     "status": run["status"],
     "wall_s": round(float(sys.argv[4]) - float(sys.argv[3]), 1),
     "flower_elapsed_s": run["elapsed"],
     "network_traffic": run["network-traffic"],
-    "peak_rss_mib": int(open(sys.argv[5]).read() or 0),
+    "peak_rss_mib": memory["peak_rss_sum_mib"],
+    "peak_pss_mib": memory["peak_pss_sum_mib"],
+    "processes": memory["processes_at_peak"],
+    "largest": memory["largest_at_peak"],
     "results": sys.argv[6],
 }))
 PY

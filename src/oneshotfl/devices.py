@@ -58,7 +58,9 @@ _PLACING = frozenset({torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.copy_})
 _INDEXING = frozenset({torch.Tensor.__getitem__, torch.Tensor.__setitem__})
 """Indexing a device tensor with CPU indices is allowed on every device."""
 _PACKAGE = str(Path(__file__).resolve().parent)
-_TORCH = str(Path(torch.__file__).resolve().parent)
+_TORCH = (str(Path(torch.__file__).parent), str(Path(torch.__file__).resolve().parent))
+"""torch's folder as imported and as resolved (a virtual environment reached by a symlink
+names torch's frames by the link)."""
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,9 @@ A node learns which client it is from its node config (``--node-config``):
 * ``data-root`` (optional): where this node's copy of the dataset lies (else the config's
   ``data_root``, ``$ONESHOTFL_DATA`` and system paths);
 * ``cache-dir`` (optional): this node's artefact cache (else the config's ``cache_dir``);
+* ``shared-data`` (optional): the folder of the machine's memory-mapped copy of the
+  dataset, shared by every node process there (:mod:`oneshotfl.data.shared`; default
+  ``$ONESHOTFL_SHARED_DATA`` or the temp folder; ``off``: each process loads its own);
 * ``dataset`` (optional): the node's own data, ``npz:path=FILE`` or ``folder:path=DIR``
   (options in :mod:`oneshotfl.data.user`), used whole as its shard instead of a carved one.
 
@@ -37,8 +40,9 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from oneshotfl.data.datasets import DatasetFormatError, DatasetNotFoundError, load_dataset
+from oneshotfl.data.datasets import DatasetFormatError, DatasetNotFoundError
 from oneshotfl.data.federated import ClientShard, OwnDataError, own_shard
+from oneshotfl.data.shared import load_shared, shared_folder
 from oneshotfl.data.types import Dataset
 from oneshotfl.data.user import UserDataError, is_user_spec, load_user_dataset, parse_user_spec
 from oneshotfl.flower.messages import sender_id
@@ -68,6 +72,7 @@ class NodeIdentity:
     data_root: str | None = None
     cache_dir: str | None = None
     dataset: str | None = None
+    shared_data: str | None = None
 
 
 def node_identity(node_config: Mapping[str, Any]) -> NodeIdentity:
@@ -86,7 +91,8 @@ def node_identity(node_config: Mapping[str, Any]) -> NodeIdentity:
     if num is not None and (not isinstance(num, int) or isinstance(num, bool)):
         raise ConfigError(f"node config: num-partitions must be an integer, got {num!r}")
     root, cache = node_config.get("data-root"), node_config.get("cache-dir")
-    for name, value in (("data-root", root), ("cache-dir", cache)):
+    shared = node_config.get("shared-data")
+    for name, value in (("data-root", root), ("cache-dir", cache), ("shared-data", shared)):
         if value is not None and not isinstance(value, str):
             raise ConfigError(f"node config: {name} must be a path string, got {value!r}")
     own = node_config.get("dataset") or None
@@ -100,7 +106,7 @@ def node_identity(node_config: Mapping[str, Any]) -> NodeIdentity:
             parse_user_spec(own)
         except UserDataError as exc:
             raise ConfigError(f"node config: {exc}") from None
-    return NodeIdentity(pid, num, root or None, cache or None, own)
+    return NodeIdentity(pid, num, root or None, cache or None, own, shared or None)
 
 
 @dataclass(frozen=True)
@@ -132,12 +138,15 @@ class NodeCache:
     states: dict[tuple[str, int, int | None, str | None], NodeState] = field(default_factory=dict)
     methods: dict[str, Method[Any]] = field(default_factory=dict)
 
-    def dataset(self, name: str, root: str | None, download: bool) -> Dataset:
-        """The dataset from this node's disk, loaded once per process."""
+    def dataset(
+        self, name: str, root: str | None, download: bool, shared: str | None = None
+    ) -> Dataset:
+        """The dataset from this node's disk, loaded once per process (memory-mapped from the
+        machine's shared copy, :mod:`oneshotfl.data.shared`, unless ``shared`` is ``off``)."""
         key = (name, root, download)
         if key not in self.datasets:
             self.datasets.clear()
-            self.datasets[key] = load_dataset(name, root, download)
+            self.datasets[key] = load_shared(name, root, download, shared_folder(shared))
         return self.datasets[key]
 
     def method(self, spec: str) -> Method[Any]:
@@ -187,7 +196,7 @@ def node_state(config: Mapping[str, Any], identity: NodeIdentity, cache: NodeCac
     if key not in cache.federations:
         cache.federations.clear()
         cache.states.clear()
-        dataset = cache.dataset(cfg.dataset, cfg.data_root, cfg.download)
+        dataset = cache.dataset(cfg.dataset, cfg.data_root, cfg.download, identity.shared_data)
         cache.federations[key] = Federation.prepare(federation_plan(cfg), dataset=dataset)
     fed = cache.federations[key]
     shard = None if identity.dataset is None else _own_shard(fed, identity)

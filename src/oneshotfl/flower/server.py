@@ -26,7 +26,10 @@ Run config keys (``[tool.flwr.app.config]``, overridable with ``flwr run --run-c
   ``NODE=CLIENT`` ("" = none). With CLI-managed SuperNode authentication a node id is bound
   to the key it registered (``flwr supernode register`` prints it), so with a binding a
   registered node cannot claim another node's client id: a reply for any other client is
-  refused and named, and a node outside the binding is never addressed.
+  refused and named, and a node outside the binding is never addressed;
+* ``shared-data``: the folder of the machine's memory-mapped copy of the dataset
+  (:mod:`oneshotfl.data.shared`; "" = ``$ONESHOTFL_SHARED_DATA`` or the temp folder,
+  ``off`` = load into the process's own memory).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from typing import Any, Protocol
 
 from flwr.app import Message
 
+from oneshotfl.data.shared import load_shared, shared_folder
 from oneshotfl.flower.messages import (
     SERVER,
     Instruction,
@@ -108,6 +112,7 @@ class ServerSettings:
         node_timeout: seconds to wait for the nodes to connect.
         reply_timeout: seconds to wait for one round's replies.
         node_clients: node id → the client id it is bound to (empty: no binding).
+        shared_data: the shared copy's folder (``None``: the default; ``"off"``: none).
     """
 
     config: str | None
@@ -116,6 +121,7 @@ class ServerSettings:
     node_timeout: float = 60.0
     reply_timeout: float = 600.0
     node_clients: Mapping[int, int] = field(default_factory=dict)
+    shared_data: str | None = None
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> ServerSettings:
@@ -124,7 +130,10 @@ class ServerSettings:
         Raises:
             ConfigError: for a value of the wrong type or a non-positive timeout.
         """
-        text = {k: run_config.get(k, "") for k in ("config", "overrides", "out", "node-clients")}
+        text = {
+            k: run_config.get(k, "")
+            for k in ("config", "overrides", "out", "node-clients", "shared-data")
+        }
         for key, value in text.items():
             if not isinstance(value, str):
                 raise ConfigError(f"run config {key}: expected a string, got {value!r}")
@@ -142,6 +151,7 @@ class ServerSettings:
             node_timeout=timeouts["node-timeout"],
             reply_timeout=timeouts["reply-timeout"],
             node_clients=parse_binding(text["node-clients"]),
+            shared_data=text["shared-data"] or None,
         )
 
 
@@ -356,7 +366,10 @@ def run_server(grid: GridLike, run_config: Mapping[str, Any], mode: str) -> dict
         connected.append(transport)
         return transport
 
-    doc = run_experiment(preflight(cfg), connect=connect)
+    plan = preflight(cfg)
+    folder = shared_folder(settings.shared_data)
+    dataset = load_shared(cfg.dataset, cfg.data_root, cfg.download, folder)
+    doc = run_experiment(plan, connect=connect, dataset=dataset)
     (transport,) = connected
     doc["flower"] = {
         "mode": mode,
