@@ -10,7 +10,12 @@
 # the peak memory of the SuperLink's process tree (Ray included: summed RSS and PSS, sampled each
 # second, scripts/tree_memory.py), and the largest processes at the peak. The results directory is OUT (default runs/flower-sim-N-<timestamp>).
 # Environment knobs: PYTHON_BIN (default .venv/bin), SIM_PORT (default 19280), SIM_TIMEOUT
-# (seconds, default 3600), SIM_CPUS_PER_CLIENT (Ray CPUs per virtual node, default 1).
+# (seconds, default 3600), SIM_CPUS_PER_CLIENT (Ray CPUs per virtual node, default 1),
+# SIM_RAY_ADDRESS (HOST:PORT of a running Ray cluster's head — `ray start --head` — to run the
+# virtual clients on instead of a Ray instance of the SuperLink's own: Ray's own RAY_ADDRESS,
+# set for the SuperLink; an address that does not answer stops the script before anything
+# starts), SIM_MEMORY_ALSO (space-separated PIDs whose process trees count in the peak memory
+# too, e.g. the cluster's `raylet` processes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: $0 N [\"key=value ...\" [OUT]]" >&2; exit 2; }
@@ -20,6 +25,20 @@ OUT=$(realpath -m "${3:-runs/flower-sim-$N-$(date -u +%Y%m%d-%H%M%S)}")
 BIN=${PYTHON_BIN:-$PWD/.venv/bin}
 PORT=${SIM_PORT:-19280}
 LIMIT=${SIM_TIMEOUT:-3600}
+RAY_AT=${SIM_RAY_ADDRESS:-}
+if [ -n "$RAY_AT" ]; then
+  "$BIN/python" - "$RAY_AT" <<'PY' || exit 2
+import socket, sys
+address = sys.argv[1]
+host, _, port = address.rpartition(":")
+if not host or not port.isdigit():
+    sys.exit(f"error: SIM_RAY_ADDRESS: expected HOST:PORT of a Ray head node, got {address!r}")
+try:
+    socket.create_connection((host, int(port)), 5).close()
+except OSError as exc:
+    sys.exit(f"error: the Ray cluster at {address} does not answer ({exc}); nothing started")
+PY
+fi
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/oneshotfl-flower-sim.XXXXXX")
 export PATH="$BIN:$PATH" FLWR_HOME="$WORK/flwr-home" FLWR_TELEMETRY_ENABLED=0 \
   FLWR_DISABLE_UPDATE_CHECK=1 RAY_USAGE_STATS_ENABLED=0
@@ -52,6 +71,7 @@ options.num-supernodes = $N
 options.backend.client-resources.num-cpus = ${SIM_CPUS_PER_CLIENT:-1}
 EOF
 "$BIN/oneshotfl" flower app-dir "$WORK/app" >/dev/null
+[ -n "$RAY_AT" ] && export RAY_ADDRESS="$RAY_AT"
 setsid timeout -k 5 "$LIMIT" flower-superlink --insecure --simulation \
   --disable-runtime-dependency-installation --host 127.0.0.1 --port "$PORT" \
   --database "$WORK/sim.db" >"$WORK/superlink.log" 2>&1 &
@@ -59,7 +79,10 @@ LINK_PID=$!
 
 # Peak memory of the SuperLink's process tree (Ray included): summed RSS and PSS, and the
 # largest processes at the peak (scripts/tree_memory.py), written to $WORK/memory.json.
-"$BIN/python" scripts/tree_memory.py "$WORK/memory.json" --pid "$LINK_PID" --every 1 &
+also=()
+for pid in ${SIM_MEMORY_ALSO:-}; do also+=(--also "$pid"); done
+"$BIN/python" scripts/tree_memory.py "$WORK/memory.json" --pid "$LINK_PID" ${also[@]+"${also[@]}"} \
+  --every 1 &
 SAMPLER_PID=$!
 
 for _ in $(seq 100); do
@@ -80,10 +103,14 @@ while :; do
   sleep 2
 done
 end=$(date +%s.%N)
-"$BIN/python" - "$WORK/ls.json" "$N" "$start" "$end" "$WORK/memory.json" "$OUT" <<'PY'
+"$BIN/python" - "$WORK/ls.json" "$N" "$start" "$end" "$WORK/memory.json" "$OUT" "$RAY_AT" <<'PY'
 import json, sys
 run = json.load(open(sys.argv[1]))["runs"][0]
 memory = json.load(open(sys.argv[5]))
+try:
+    placed = json.load(open(f"{sys.argv[6]}/result.json"))["flower"].get("placement", {})
+except (OSError, KeyError, ValueError):
+    placed = {}
 print(json.dumps({
     "clients": int(sys.argv[2]),
     "status": run["status"],
@@ -95,6 +122,8 @@ print(json.dumps({
     "processes": memory["processes_at_peak"],
     "largest": memory["largest_at_peak"],
     "results": sys.argv[6],
+    "ray_address": sys.argv[7] or None,
+    "clients_per_place": {place: len(ids) for place, ids in placed.items()},
 }))
 PY
 [ "$status" = "finished:completed" ] || { echo "run $run_id ended '$status'" >&2; exit 1; }

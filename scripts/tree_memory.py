@@ -2,6 +2,9 @@
 
     python scripts/tree_memory.py OUT.json --pid PID      # watch PID's tree until it exits
     python scripts/tree_memory.py OUT.json -- CMD ARG...  # run CMD, watch its tree
+    python scripts/tree_memory.py OUT.json --pid PID --also PID2 --also PID3
+                                   # PID's tree and the trees of PID2, PID3 (e.g. the Ray
+                                   # nodes of a cluster), until PID exits
 
 Every ``--every`` seconds (default 0.5) it sums, over the root and all its descendants, the
 resident set (``/proc/PID/status`` VmRSS) and the proportional set (``/proc/PID/smaps_rollup``
@@ -78,17 +81,21 @@ def running(pid: int) -> bool:
 
 
 def watch(
-    root: int, every: float, proc: subprocess.Popen[bytes] | None = None, out: Path | None = None
+    root: int,
+    every: float,
+    proc: subprocess.Popen[bytes] | None = None,
+    out: Path | None = None,
+    also: tuple[int, ...] = (),
 ) -> dict[str, object]:
-    """Sample ``root``'s tree until ``root`` exits; the peaks (written to ``out`` as they
-    change, so a reader that stops the tree first still finds them)."""
+    """Sample the trees of ``root`` and ``also`` until ``root`` exits; the peaks (written to
+    ``out`` as they change, so a reader that stops the tree first still finds them)."""
     peak_rss = peak_pss = 0
     record: dict[str, object] = {}
     at_peak: list[dict[str, object]] = []
     processes = 0
     while (proc.poll() is None) if proc is not None else running(root):
         rows = []
-        for pid in tree(root):
+        for pid in dict.fromkeys(p for r in (root, *also) for p in tree(r)):
             rss, pss = kib(f"/proc/{pid}/status", "VmRSS"), kib(f"/proc/{pid}/smaps_rollup", "Pss")
             rows.append((pid, rss, pss))
         rss_sum, pss_sum = sum(r for _, r, _ in rows), sum(p for _, _, p in rows)
@@ -116,19 +123,19 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--pid", type=int)
+    parser.add_argument("--also", type=int, action="append", default=[])
     parser.add_argument("--every", type=float, default=0.5)
-    parser.add_argument("cmd", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
-    cmd = [c for c in args.cmd if c != "--"] if args.cmd else []
+    split = argv.index("--") if "--" in argv else len(argv)
+    args, cmd = parser.parse_args(argv[:split]), argv[split + 1 :]
     if (args.pid is None) == (not cmd):
         parser.error("give either --pid PID or -- CMD ARG...")
     start, rc = time.perf_counter(), None
     if cmd:
         proc = subprocess.Popen(cmd)
-        record = watch(proc.pid, args.every, proc, args.out)
+        record = watch(proc.pid, args.every, proc, args.out, tuple(args.also))
         rc = proc.wait()
     else:
-        record = watch(args.pid, args.every, None, args.out)
+        record = watch(args.pid, args.every, None, args.out, tuple(args.also))
     record |= {"wall_s": round(time.perf_counter() - start, 1), "exit_status": rc}
     args.out.write_text(json.dumps(record, indent=2) + "\n")
     return 0 if rc is None else rc

@@ -22,7 +22,7 @@ import torch
 
 from oneshotfl.data.feature_skew import Domains, FeatureSkew, Stats, mixture_domains
 from oneshotfl.data.partition_base import Partitioner, PartitionError
-from oneshotfl.data.types import Dataset, LabelledData, TaskInfo, UnlabelledData
+from oneshotfl.data.types import Dataset, IndexedData, LabelledData, TaskInfo, UnlabelledData
 from oneshotfl.seeding import numpy_rng
 
 
@@ -143,10 +143,13 @@ def carve_federated_data(
     val_fraction: float = 0.0,
     feature_skew: FeatureSkew | None = None,
     stats: Stats | None = None,
+    lazy: bool = False,
 ) -> FederatedData:
     """Carve the public pool, partition the rest, hold out validation splits (see the module
     docs for the order); every step draws from its own stream of the partition ``seed``.
     ``stats`` is the dataset's normalisation (a colour skew undoes it; default: none).
+    ``lazy``: the shards hold indices into ``dataset`` and gather their rows when read
+    (:class:`~oneshotfl.data.types.IndexedData`; the same values), not copies.
 
     Raises:
         PartitionError: when the pool leaves no examples or the partitioner cannot split.
@@ -171,7 +174,7 @@ def carve_federated_data(
             "partition that gives each client some (min_samples >= 1)"
         )
     shards = tuple(
-        _make_shard(dataset.train, cid, pool[part], val_fraction, seed)
+        _make_shard(dataset.train, cid, pool[part], val_fraction, seed, lazy)
         for cid, part in enumerate(parts)
     )
     public = None
@@ -270,17 +273,21 @@ def _carve_public(
 
 
 def _make_shard(
-    train: LabelledData, cid: int, indices: np.ndarray, val_fraction: float, seed: int
+    train: LabelledData,
+    cid: int,
+    indices: np.ndarray,
+    val_fraction: float,
+    seed: int,
+    lazy: bool = False,
 ) -> ClientShard:
+    def rows(index: np.ndarray) -> LabelledData:
+        idx = torch.as_tensor(index)
+        return IndexedData(train, idx) if lazy else train.subset(idx)
+
     indices = np.sort(indices)
     n_val = round(val_fraction * len(indices))
     if n_val == 0:
-        return ClientShard(cid, train.subset(torch.as_tensor(indices)), None, indices)
+        return ClientShard(cid, rows(indices), None, indices)
     perm = numpy_rng(seed, "val", cid).permutation(indices)
     val_idx, train_idx = np.sort(perm[:n_val]), np.sort(perm[n_val:])
-    return ClientShard(
-        cid,
-        train.subset(torch.as_tensor(train_idx)),
-        train.subset(torch.as_tensor(val_idx)),
-        train_idx,
-    )
+    return ClientShard(cid, rows(train_idx), rows(val_idx), train_idx)

@@ -59,6 +59,8 @@ def shared_key(name: str, root: str | None) -> str | None:
     if is_user_spec(name) or name not in DATASETS:
         return None
     spec = DATASETS.get(name)
+    if root and spec.files and not Path(root).expanduser().is_dir():
+        return None
     paths = locate(spec, search_dirs(spec, root))
     if paths is None:
         return None
@@ -80,7 +82,13 @@ def load_shared(
         return load_dataset(name, root, download)
     target = folder / key
     if not (target / "meta.json").is_file():
-        _write(load_dataset(name, root, download), target)
+        dataset = load_dataset(name, root, download)
+        try:
+            _write(dataset, target)
+        except OSError as exc:  # a folder that cannot be written: this process's own copy
+            log.warning("no shared copy of %s in %s (%s): loaded into this process", name,
+                        folder, exc)  # fmt: skip
+            return dataset
     return _open(target)
 
 

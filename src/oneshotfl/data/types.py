@@ -35,6 +35,36 @@ class LabelledData:
         return LabelledData(self.x[idx], self.y[idx])
 
 
+class IndexedData(LabelledData):
+    """The rows of ``source`` at ``index``, gathered each time ``x`` or ``y`` is read: what
+    a process that plays many clients holds (a node of Flower's simulation engine serves
+    hundreds of virtual clients from one carve), so a carve costs indices, not a second copy
+    of the training set. Reads give the same values as :meth:`LabelledData.subset`."""
+
+    source: LabelledData
+    index: torch.Tensor
+
+    def __init__(self, source: LabelledData, index: torch.Tensor) -> None:
+        object.__setattr__(self, "source", source)
+        object.__setattr__(self, "index", torch.as_tensor(index, dtype=torch.long))
+
+    @property
+    def x(self) -> torch.Tensor:
+        return self.source.x[self.index]
+
+    @property
+    def y(self) -> torch.Tensor:
+        return self.source.y[self.index]
+
+    def __len__(self) -> int:
+        return int(self.index.shape[0])
+
+    def subset(self, index: torch.Tensor | list[int]) -> LabelledData:
+        """The rows at ``index`` of these rows (a copy)."""
+        idx = self.index[torch.as_tensor(index, dtype=torch.long)]
+        return LabelledData(self.source.x[idx], self.source.y[idx])
+
+
 @dataclass(frozen=True)
 class UnlabelledData:
     """Inputs only. The server's view of the public pool: by type it has no labels to leak."""

@@ -11,12 +11,20 @@ SuperLink/SuperNode deployment load them alike. Both are thin: the ServerApp cal
 from __future__ import annotations
 
 import logging
+import socket
+import sys
 
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from oneshotfl.flower.messages import read_instruction, reply_content, report_content
+from oneshotfl.flower.messages import (
+    WHERE,
+    read_instruction,
+    reply_content,
+    report_content,
+    where_record,
+)
 from oneshotfl.flower.node import NodeCache, node_identity, node_state, run_receive, run_update
 from oneshotfl.flower.server import run_server
 
@@ -73,4 +81,15 @@ def client_main(message: Message, context: Context) -> Message:
         )
         return Message(report_content(report), reply_to=message)
     reply = run_update(state, method, instruction.method, instruction.round, instruction.payloads)
-    return Message(reply_content(reply), reply_to=message)
+    content = reply_content(reply)
+    content[WHERE] = where_record(socket.gethostname(), _ray_node())
+    return Message(content, reply_to=message)
+
+
+def _ray_node() -> str:
+    """The Ray node id of this process when a Ray worker plays the client (Flower's
+    simulation engine), else ""."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return ""
+    return str(ray.get_runtime_context().get_node_id())

@@ -46,6 +46,9 @@ PROTOCOL = 3
 INSTRUCTION = "oneshotfl.instruction"
 REPLY = "oneshotfl.reply"
 REPORT = "oneshotfl.report"
+WHERE = "oneshotfl.where"
+"""The optional record that says where a reply was computed (host, and the Ray node when
+Flower's simulation engine played the client): the result's placement of clients."""
 STEPS = ("update", "receive")
 PAYLOADS = "oneshotfl.payloads"
 BYTES_STYPE = "oneshotfl.safetensors"
@@ -371,3 +374,21 @@ def _fields(record: ConfigRecord, name: str, types: Mapping[str, type]) -> dict[
             )
         out[field_name] = value
     return out
+
+
+def where_record(host: str, worker: str = "") -> ConfigRecord:
+    """Where a node computed its reply: its host name and, under Flower's simulation engine,
+    the Ray node id of the worker that played it ("" otherwise)."""
+    return ConfigRecord({"host": host, "worker": worker})
+
+
+def read_where(content: RecordDict) -> str | None:
+    """``host`` or ``host/worker`` from a reply's :data:`WHERE` record (at most 200
+    characters); ``None`` when the record is absent or malformed (it is informative only)."""
+    record = content.config_records.get(WHERE)
+    if record is None:
+        return None
+    host, worker = record.get("host"), record.get("worker", "")
+    if not isinstance(host, str) or not isinstance(worker, str):
+        return None
+    return (f"{host}/{worker}" if worker else host)[:200]

@@ -125,18 +125,39 @@ class NodeState:
         return fed if fed.graph is not None else replace(fed, graph=build_run_graph(fed.cfg))
 
 
+MAX_CLIENTS_HELD = 256
+"""How many clients' states (and in-memory artefacts) one node process keeps by default."""
+
+
 @dataclass
 class NodeCache:
     """What one node process keeps between instructions: the dataset it loaded, the
-    federation of the config it last served (carved once), the node states of that
-    federation (Flower's simulation engine plays many virtual nodes in one process) and the
-    methods built from the specs it received. One entry per config: a new config clears it.
+    federation of the config it last served (carved once, as indices: the shards gather
+    their rows when read), the node states of that federation (Flower's simulation engine
+    plays many virtual nodes in one process) and the methods built from the specs it
+    received. One entry per config: a new config clears it.
+
+    At most ``max_clients`` node states are kept, the least recently used dropped first
+    with the artefacts its client made in memory (a client served again later makes them
+    again, or reads them from the node's disk cache, ``cache-dir``, when there is one: the
+    same bytes either way); the dataset is the machine's shared copy, so a process's memory
+    grows with the clients it holds, not with those it has served.
     """
 
     datasets: dict[tuple[str, str | None, bool], Dataset] = field(default_factory=dict)
     federations: dict[str, Federation] = field(default_factory=dict)
     states: dict[tuple[str, int, int | None, str | None], NodeState] = field(default_factory=dict)
     methods: dict[str, Method[Any]] = field(default_factory=dict)
+    max_clients: int = MAX_CLIENTS_HELD
+
+    def hold(self, key: tuple[str, int, int | None, str | None], state: NodeState) -> NodeState:
+        """Keep ``state`` under ``key``, dropping the least recently used beyond the bound."""
+        self.states[key] = state
+        while len(self.states) > self.max_clients:
+            old_key, old = next(iter(self.states.items()))
+            del self.states[old_key]
+            old.federation.store.forget(f"client {old.client_id}")
+        return state
 
     def dataset(
         self, name: str, root: str | None, download: bool, shared: str | None = None
@@ -181,7 +202,9 @@ def node_state(config: Mapping[str, Any], identity: NodeIdentity, cache: NodeCac
     key = json.dumps(values, sort_keys=True)
     state_key = (key, identity.partition_id, identity.num_partitions, identity.dataset)
     if state_key in cache.states:  # this config was read and this node checked before
-        return cache.states[state_key]
+        state = cache.states.pop(state_key)  # the most recently used again
+        cache.states[state_key] = state
+        return state
     cfg = make_config(values)
     if identity.num_partitions is not None and identity.num_partitions != cfg.clients:
         raise ConfigError(
@@ -197,12 +220,13 @@ def node_state(config: Mapping[str, Any], identity: NodeIdentity, cache: NodeCac
         cache.federations.clear()
         cache.states.clear()
         dataset = cache.dataset(cfg.dataset, cfg.data_root, cfg.download, identity.shared_data)
-        cache.federations[key] = Federation.prepare(federation_plan(cfg), dataset=dataset)
+        cache.federations[key] = Federation.prepare(
+            federation_plan(cfg), dataset=dataset, lazy=True
+        )
     fed = cache.federations[key]
     shard = None if identity.dataset is None else _own_shard(fed, identity)
     own = fed.only(identity.partition_id, shard)
-    cache.states[state_key] = NodeState(key, own, identity.partition_id)
-    return cache.states[state_key]
+    return cache.hold(state_key, NodeState(key, own, identity.partition_id))
 
 
 def _own_shard(fed: Federation, identity: NodeIdentity) -> ClientShard:

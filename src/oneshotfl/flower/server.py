@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 import shlex
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -53,6 +53,7 @@ from oneshotfl.flower.messages import (
     instruction_content,
     read_reply,
     read_report,
+    read_where,
     sender,
 )
 from oneshotfl.protocol.contract import Method, PeerMethod
@@ -172,6 +173,15 @@ def parse_binding(text: str) -> dict[int, int]:
     return binding
 
 
+def placement(where: Mapping[int, str]) -> dict[str, list[int]]:
+    """Where each client's replies were computed: place (``host`` or ``host/ray node``) →
+    its client ids, in order."""
+    out: dict[str, list[int]] = {}
+    for cid in sorted(where):
+        out.setdefault(where[cid], []).append(cid)
+    return out
+
+
 def wait_for_nodes(grid: GridLike, wanted: int, timeout: float, poll: float = 0.5) -> list[int]:
     """The connected node ids, once ``wanted`` are connected or ``timeout`` has passed."""
     deadline = time.monotonic() + timeout
@@ -201,6 +211,8 @@ class GridTransport:
             and to address a peer method's receivers).
         binding: the deployment's node id → client id (empty: none); a reply for another
             client than its node's is refused.
+        placement: client id → where its last update was computed (its node's host, and
+            the Ray node that played it under the simulation engine).
     """
 
     grid: GridLike
@@ -210,6 +222,7 @@ class GridTransport:
     specs: dict[str, str] = field(default_factory=dict)
     node_clients: dict[int, int] = field(default_factory=dict)
     binding: Mapping[int, int] = field(default_factory=dict)
+    placement: dict[int, str] = field(default_factory=dict)
 
     def upload(
         self, key: str, method: Method[Any], round_index: int, broadcast: bytes | None
@@ -232,6 +245,9 @@ class GridTransport:
                 )
                 continue
             self.node_clients.setdefault(node, reply.client_id)
+            where = read_where(answer.content)
+            if where is not None:
+                self.placement[reply.client_id] = where
             replies.append(reply)
         return replies, self._log(missing)
 
@@ -300,27 +316,30 @@ class GridTransport:
 
     def _answers(
         self, sent: tuple[list[Message], list[Message]], missing: Missing
-    ) -> list[tuple[int, Message]]:
-        """Each answer with its node; errors and silent nodes go into ``missing``.
+    ) -> Iterator[tuple[int, Message]]:
+        """Each answer with its node, taken out of the answers list as it is read (a round's
+        replies are not held twice while they are decoded); errors and silent nodes go into
+        ``missing`` (the silent ones once every answer was read).
 
         The Grid stamps each message with its id when pushing it. An answer names the
         message it answers; an error the SuperLink writes itself (an unavailable node) comes
         from the SuperLink's id, not the node's, so answers are attributed by message id."""
         messages, answers = sent
         to = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
-        out, heard = [], set()
-        for answer in answers:
+        heard = set()
+        answers.reverse()
+        while answers:
+            answer = answers.pop()
             meta = answer.metadata
             node = to.get(meta.reply_to_message_id, meta.src_node_id)
             heard.add(node)
             if answer.has_error():
                 missing[self._name(node)] = f"failed: {answer.error.reason}"
             else:
-                out.append((node, answer))
+                yield node, answer
         for node in to.values():
             if node not in heard:
                 missing[self._name(node)] = f"no reply within {self.timeout:g} s"
-        return out
 
     def _log(self, missing: Missing) -> Missing:
         for name, why in missing.items():
@@ -369,7 +388,7 @@ def run_server(grid: GridLike, run_config: Mapping[str, Any], mode: str) -> dict
     plan = preflight(cfg)
     folder = shared_folder(settings.shared_data)
     dataset = load_shared(cfg.dataset, cfg.data_root, cfg.download, folder)
-    doc = run_experiment(plan, connect=connect, dataset=dataset)
+    doc = run_experiment(plan, connect=connect, dataset=dataset, lazy=True)
     (transport,) = connected
     doc["flower"] = {
         "mode": mode,
@@ -378,6 +397,7 @@ def run_server(grid: GridLike, run_config: Mapping[str, Any], mode: str) -> dict
         "no_reply": {m["key"]: m["no_reply"] for m in doc["methods"] if m.get("no_reply")},
         "reply_timeout_s": settings.reply_timeout,
         "binding": {str(n): c for n, c in sorted(settings.node_clients.items())},
+        "placement": placement(transport.placement),
     }
     write_result(settings.out, doc, title_suffix=" (Flower)")
     log.info("results: %s", settings.out / "result.json")

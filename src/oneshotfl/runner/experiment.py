@@ -103,15 +103,18 @@ def run_experiment(
     connect: Connect | None = None,
     save_to: Path | None = None,
     dataset: Dataset | None = None,
+    lazy: bool = False,
 ) -> dict[str, Any]:
     """Run every method of ``plan`` on one federation; return the result document.
+    ``lazy``: the clients' shards are held as indices (the ServerApp, which never trains
+    on them; :meth:`Federation.prepare`).
 
     The sequence is the same everywhere: prepare the federation, connect a transport
     (``connect``; default: in process or the worker pool), run, document. The plan was
     checked by :func:`~oneshotfl.runner.plan.preflight`; nothing is checked twice.
     """
     started, t0 = datetime.now(UTC), time.perf_counter()
-    federation = Federation.prepare(plan, tracker, dataset)
+    federation = Federation.prepare(plan, tracker, dataset, lazy)
     if connect is not None:
         ran, workers = run_methods(plan, federation, connect(federation, plan), save_to), 1
     else:

@@ -166,10 +166,16 @@ class Federation:
 
     @classmethod
     def prepare(
-        cls, plan: Plan, tracker: Tracker | None = None, dataset: Dataset | None = None
+        cls,
+        plan: Plan,
+        tracker: Tracker | None = None,
+        dataset: Dataset | None = None,
+        lazy: bool = False,
     ) -> Federation:
         """Load the data (unless ``dataset`` is given), carve the federation, build the
-        encoder; check what needs the data (see the module docs).
+        encoder; check what needs the data (see the module docs). ``lazy``: the shards hold
+        indices into ``dataset`` and gather their rows when read (a Flower process: see
+        :func:`~oneshotfl.data.federated.carve_federated_data`).
 
         Raises:
             ConfigError: for a model that cannot take the data, a bad encoder or device, or
@@ -191,6 +197,7 @@ class Federation:
             val_fraction=cfg.val_fraction,
             feature_skew=plan.feature_skew,
             stats=dataset_stats(dataset.name),
+            lazy=lazy,
         )
         check_models_fit(plan.archs, cfg.server_model, data.task)
         refuse(image_problems(plan.methods, data.task))  # before the encoder trains

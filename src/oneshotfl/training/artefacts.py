@@ -93,6 +93,11 @@ class ArtefactStore:
             self._views[scope] = ArtefactStore(self.root, scope, self.counts)
         return self._views[scope]
 
+    def forget(self, scope: str) -> None:
+        """Drop party ``scope``'s view and its memo (what it made stays on disk, when there
+        is a disk cache): a process that plays many clients holds a bounded number."""
+        self._views.pop(scope, None)
+
     def get_or_make(
         self, kind: str, parts: Mapping[str, object], make: Callable[[], Payload], label: str
     ) -> tuple[Payload, bool]:
