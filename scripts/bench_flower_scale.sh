@@ -2,13 +2,15 @@
 # Flower's simulation engine at 10, 100 and 1,000 virtual clients, and on a two-node Ray
 # cluster, each against the local run measured back to back on this machine (issue 42).
 #
-#   scripts/bench_flower_scale.sh OUT_DIR "key=value ..." [CLIENT COUNTS...] [cluster:N ...]
+#   scripts/bench_flower_scale.sh OUT_DIR "key=value ..." [N | one-worker:N | cluster:N ...]
 #
 # For each count N: scripts/flower_simulation.sh N (one CPU per virtual client; the peak
 # memory of the SuperLink's process tree, Ray included), then `oneshotfl run` at one thread
 # under scripts/tree_memory.py (the same sampler), then `oneshotfl compare` (must be equal).
 # For each cluster:N: scripts/flower_ray_cluster.sh N (two Ray nodes on this host, one CPU
-# each), compared with the local run of N made before in this script (or made now). Writes
+# each), compared with the local run of N made before in this script (or made now). For each
+# one-worker:N: the simulation with 2 CPUs per virtual client (one Ray worker on two cores, so
+# one more torch process instead of two). Writes
 # simulation.jsonl, local.jsonl, cluster.jsonl and machine.json to OUT_DIR; results under
 # runs/flower-scale-*. Run it on an otherwise idle machine.
 set -euo pipefail
@@ -17,7 +19,7 @@ cd "$(dirname "$0")/.."
 OUT=$1
 SETTINGS=$2
 shift 2
-COUNTS=(10 100 1000 cluster:100)
+COUNTS=(10 100 1000 one-worker:1000 cluster:100)
 [ $# -ge 1 ] && COUNTS=("$@")
 BIN=${PYTHON_BIN:-$PWD/.venv/bin}
 mkdir -p "$OUT"
@@ -50,6 +52,15 @@ for item in "${COUNTS[@]}"; do
       dir=$PWD/runs/flower-scale-cluster-$n
       rm -rf "$dir"
       bash scripts/flower_ray_cluster.sh "$n" "$SETTINGS" "$dir" >>"$OUT/cluster.jsonl"
+      local_run "$n"
+      "$BIN/oneshotfl" compare "runs/flower-scale-local-$n/result.json" "$dir/result.json"
+      ;;
+    one-worker:*)
+      n=${item#one-worker:}
+      dir=$PWD/runs/flower-scale-one-worker-$n
+      rm -rf "$dir"
+      SIM_CPUS_PER_CLIENT=2 bash scripts/flower_simulation.sh "$n" "$SETTINGS" "$dir" \
+        | sed 's/^{/{"cpus_per_client": 2, /' >>"$OUT/simulation.jsonl"
       local_run "$n"
       "$BIN/oneshotfl" compare "runs/flower-scale-local-$n/result.json" "$dir/result.json"
       ;;

@@ -53,8 +53,9 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-# node PREFIX OFFSET ARGS...: `ray start` with its own temp dir and ports (two nodes share a host)
-node() {
+# ray_node DIR BASE ARGS...: `ray start` with its own temp dir and ports from BASE (two nodes
+# share a host)
+ray_node() {
   local dir=$1 base=$2
   shift 2
   ray start --num-cpus 1 --temp-dir "$dir" --node-ip-address 127.0.0.1 --disable-usage-stats \
@@ -83,13 +84,15 @@ PY
   DATA_ENV=(ONESHOTFL_DATA="$WORK/data")
 fi
 
-env ${DATA_ENV[@]+"${DATA_ENV[@]}"} ONESHOTFL_SHARED_DATA="$WORK/shared-a" \
-  node "$WORK/ray-a" $((PORT + 10)) --head --port "$PORT" --include-dashboard false \
-  >"$WORK/ray-a.log" 2>&1 || { cat "$WORK/ray-a.log" >&2; exit 1; }
-second=(ONESHOTFL_SHARED_DATA="$WORK/shared-b")
-[ "${LACKING:-0}" = 1 ] && second+=(ONESHOTFL_DATA="$WORK/empty")
-env "${second[@]}" node "$WORK/ray-b" $((PORT + 60)) --address "$HEAD" \
-  >"$WORK/ray-b.log" 2>&1 || { cat "$WORK/ray-b.log" >&2; exit 1; }
+(
+  export ONESHOTFL_SHARED_DATA="$WORK/shared-a" ${DATA_ENV[@]+"${DATA_ENV[@]}"}
+  ray_node "$WORK/ray-a" $((PORT + 10)) --head --port "$PORT" --include-dashboard false
+) >"$WORK/ray-a.log" 2>&1 || { cat "$WORK/ray-a.log" >&2; exit 1; }
+(
+  export ONESHOTFL_SHARED_DATA="$WORK/shared-b"
+  [ "${LACKING:-0}" = 1 ] && export ONESHOTFL_DATA="$WORK/empty"
+  ray_node "$WORK/ray-b" $((PORT + 60)) --address "$HEAD"
+) >"$WORK/ray-b.log" 2>&1 || { cat "$WORK/ray-b.log" >&2; exit 1; }
 "$BIN/python" - "$HEAD" <<'PY'
 import sys, time
 import ray
@@ -104,7 +107,7 @@ print(f"ray cluster: {len(alive)} nodes, {cpus:g} CPUs", file=sys.stderr)
 sys.exit(0 if len(alive) == 2 and cpus == 2 else 1)
 PY
 
-raylets=$(pgrep -f -- "raylet.*$WORK/ray-" | tr '\n' ' ')
+raylets=$(pgrep -f -- "$WORK/ray-" | tr "\n" " ")
 env ${DATA_ENV[@]+"${DATA_ENV[@]}"} SIM_RAY_ADDRESS="$HEAD" SIM_MEMORY_ALSO="$raylets" \
   bash scripts/flower_simulation.sh "$N" "$OVERRIDES" "$OUT" >"$WORK/sim.json" || {
   # a run that ended failed still wrote its result: show what it says, then fail

@@ -20,7 +20,7 @@ from oneshotfl.data.types import IndexedData, LabelledData
 from oneshotfl.environment import data_hash
 from oneshotfl.flower.messages import WHERE, read_where, reply_content, where_record
 from oneshotfl.flower.node import NodeCache, NodeIdentity, node_identity, node_state
-from oneshotfl.flower.server import placement
+from oneshotfl.flower.server import error_line, placement
 from oneshotfl.runner.config import make_config
 from oneshotfl.runner.transport import ClientReply
 from test_datasets import write_mnist_like
@@ -159,3 +159,15 @@ def test_a_folder_that_cannot_be_written_loads_the_data_as_before(tmp_path: Path
     (tmp_path / "file").write_text("not a folder")
     data = load_shared("digits", folder=tmp_path / "file" / "shared")
     assert torch.equal(data.train.x, load_dataset("digits").train.x)
+
+
+def test_a_node_error_is_named_in_one_line() -> None:
+    wrapped = (
+        "<class 'ray.exceptions.RayTaskError(ClientAppException)'>:<'ray::ClientAppActor.run()\n"
+        '  File "x.py", line 3, in run\n    raise ClientAppException(str(ex)) from ex\n'
+        "flwr.clientapp.client_app.ClientAppException: \nException ClientAppException "
+        "occurred. Message: dataset 'mnist' not found: looked in /empty'>"
+    )
+    assert error_line(wrapped) == "dataset 'mnist' not found: looked in /empty"
+    assert error_line("Error: Node Unavailable\n") == "Error: Node Unavailable"
+    assert len(error_line("x" * 1000)) == 400

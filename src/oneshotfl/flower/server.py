@@ -173,6 +173,17 @@ def parse_binding(text: str) -> dict[int, int]:
     return binding
 
 
+def error_line(reason: str, limit: int = 400) -> str:
+    """A node's error as one line: the message of the exception its ClientApp raised (Flower
+    wraps it in the worker's traceback, ``... Message: <the message>'>``), else the reason's
+    last line; at most ``limit`` characters."""
+    text = reason.rsplit("Message: ", 1)[-1] if "Message: " in reason else reason
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    line = (lines[0] if "Message: " in reason else lines[-1]) if lines else reason.strip()
+    line = line.removesuffix("'>").strip()
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
 def placement(where: Mapping[int, str]) -> dict[str, list[int]]:
     """Where each client's replies were computed: place (``host`` or ``host/ray node``) →
     its client ids, in order."""
@@ -334,7 +345,7 @@ class GridTransport:
             node = to.get(meta.reply_to_message_id, meta.src_node_id)
             heard.add(node)
             if answer.has_error():
-                missing[self._name(node)] = f"failed: {answer.error.reason}"
+                missing[self._name(node)] = f"failed: {error_line(answer.error.reason)}"
             else:
                 yield node, answer
         for node in to.values():
