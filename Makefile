@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
 .PHONY: setup data demo test test-fast test-cuda docs check-site check-wheel lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
-	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-fol-defaults bench-user-datasets bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-scale bench-gpu check-kernels bench-membership bench-flower bench-flower-deploy bench-flower-sim check-reproduce check-committed check-committed-avx2 \
+	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-fol-defaults bench-user-datasets bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-scale bench-gpu check-kernels bench-membership bench-flower bench-flower-deploy bench-flower-sim bench-flower-scale check-reproduce check-committed check-committed-avx2 \
 	clean-cache
 VENV := .venv/bin
 
@@ -262,6 +262,16 @@ bench-flower-sim: setup data
 	  $(VENV)/oneshotfl compare runs/local-sim-$$n/result.json \
 	    runs/flower-sim-$$n/result.json || exit 1; \
 	done
+
+## Flower's simulation engine past one machine (issue 42, docs/benchmarks/flower.md): 10, 100
+## and 1,000 virtual clients (and 1,000 with one Ray worker), and 100 on a two-node Ray
+## cluster started on this host, each against the local run at one thread measured back to
+## back (peak PSS and summed RSS of the whole process tree; results must be identical).
+## About 15 minutes on 2 cores; run it on an otherwise idle machine.
+FLOWER_SCALE_OUT := benchmarks/results/flower-scale
+bench-flower-scale: setup data
+	bash scripts/bench_flower_scale.sh $(FLOWER_SCALE_OUT) "$(FLOWER_SIM)"
+	$(VENV)/python scripts/flower_scale_report.py $(FLOWER_SCALE_OUT) docs/benchmarks/flower.md
 
 ## Before/after check of a change to the core: the committed benchmark sweeps (SWEEP@SEEDS
 ## runs only those seeds) run with the code of BASE and of AFTER, each in a clean worktree with

@@ -3,8 +3,10 @@ indices, node processes that hold a bounded number of clients, and where clients
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -22,6 +24,9 @@ from oneshotfl.flower.messages import WHERE, read_where, reply_content, where_re
 from oneshotfl.flower.node import NodeCache, NodeIdentity, node_identity, node_state
 from oneshotfl.flower.server import error_line, placement
 from oneshotfl.runner.config import make_config
+from oneshotfl.runner.experiment import run_experiment
+from oneshotfl.runner.plan import preflight
+from oneshotfl.runner.results import PARTIAL_FILE, write_partial, write_result
 from oneshotfl.runner.transport import ClientReply
 from test_datasets import write_mnist_like
 
@@ -171,3 +176,22 @@ def test_a_node_error_is_named_in_one_line() -> None:
     assert error_line(wrapped) == "dataset 'mnist' not found: looked in /empty"
     assert error_line("Error: Node Unavailable\n") == "Error: Node Unavailable"
     assert len(error_line("x" * 1000)) == 400
+
+
+def test_a_run_cut_short_keeps_what_finished(tmp_path: Path) -> None:
+    cfg = make_config({"dataset": "digits", "clients": 3, "model": "mlp", "local_epochs": 1,
+                       "local_steps": 0, "min_samples": 5,
+                       "methods": ["local", "fedavg", "ensemble"]})  # fmt: skip
+    seen: list[dict[str, Any]] = []
+
+    def partial(doc: dict[str, Any]) -> None:
+        seen.append(doc)
+        write_partial(tmp_path, doc)
+        assert json.loads((tmp_path / PARTIAL_FILE).read_text())["partial"] == doc["partial"]
+
+    doc = run_experiment(preflight(cfg), partial=partial)
+    assert [d["partial"]["pending"] for d in seen] == [["fedavg", "ensemble"], ["ensemble"]]
+    assert [m["key"] for m in seen[1]["methods"]] == ["local", "fedavg"]
+    assert seen[1]["methods"][1]["accuracy"] == doc["methods"][1]["accuracy"]
+    write_result(tmp_path, doc)
+    assert not (tmp_path / PARTIAL_FILE).exists()  # the whole run is in result.json

@@ -61,7 +61,7 @@ from oneshotfl.runner.config import ConfigError, load_config
 from oneshotfl.runner.experiment import run_experiment
 from oneshotfl.runner.federation import Federation
 from oneshotfl.runner.plan import Plan, Schedules, preflight
-from oneshotfl.runner.results import write_result
+from oneshotfl.runner.results import write_partial, write_result
 from oneshotfl.runner.transport import ClientReply, Missing, PeerReport
 
 log = logging.getLogger(__name__)
@@ -173,10 +173,11 @@ def parse_binding(text: str) -> dict[int, int]:
     return binding
 
 
-def error_line(reason: str, limit: int = 400) -> str:
+def error_line(reason: str | None, limit: int = 400) -> str:
     """A node's error as one line: the message of the exception its ClientApp raised (Flower
     wraps it in the worker's traceback, ``... Message: <the message>'>``), else the reason's
     last line; at most ``limit`` characters."""
+    reason = reason or "(no reason given)"
     text = reason.rsplit("Message: ", 1)[-1] if "Message: " in reason else reason
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     line = (lines[0] if "Message: " in reason else lines[-1]) if lines else reason.strip()
@@ -399,7 +400,11 @@ def run_server(grid: GridLike, run_config: Mapping[str, Any], mode: str) -> dict
     plan = preflight(cfg)
     folder = shared_folder(settings.shared_data)
     dataset = load_shared(cfg.dataset, cfg.data_root, cfg.download, folder)
-    doc = run_experiment(plan, connect=connect, dataset=dataset, lazy=True)
+
+    def partial(doc: dict[str, Any]) -> None:  # a run cut short keeps what finished
+        write_partial(settings.out, doc | {"flower": {"mode": mode, "partial": True}})
+
+    doc = run_experiment(plan, connect=connect, dataset=dataset, lazy=True, partial=partial)
     (transport,) = connected
     doc["flower"] = {
         "mode": mode,

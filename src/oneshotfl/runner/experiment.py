@@ -70,12 +70,17 @@ class Ran:
 
 
 def run_methods(
-    plan: Plan, federation: Federation, transport: Transport, save_to: Path | None = None
+    plan: Plan,
+    federation: Federation,
+    transport: Transport,
+    save_to: Path | None = None,
+    after_each: Callable[[Ran], None] | None = None,
 ) -> Ran:
     """Run the plan's methods in order over ``transport`` (they share trained client
     artefacts). A method that fails — too few valid answers, an error in its server step or
     its evaluation — is recorded with its one-line reason (the traceback goes to the debug
-    log) and the others go on: one failing method never costs the others' results."""
+    log) and the others go on: one failing method never costs the others' results.
+    ``after_each`` sees what ran so far after each method (finished or failed)."""
     view = federation.server_view(save_to)
     ledger = Ledger(plan.cfg.clients, view.task.num_classes)
     results: list[MethodResult] = []
@@ -90,8 +95,10 @@ def run_methods(
                 failed[key] = failure_reason(exc)
                 log.error("%s failed: %s", key, failed[key])
                 log.debug("%s failed", key, exc_info=True)
-                continue
-            warn_at_chance(results[-1], view.task.num_classes)
+            else:
+                warn_at_chance(results[-1], view.task.num_classes)
+            if after_each is not None:
+                after_each(Ran(results, failed, view, ledger))
     stats = memo()
     log.debug("test logits: %d models run, %d answers memoised", stats.misses, stats.hits)
     return Ran(results, failed, view, ledger)
@@ -104,10 +111,13 @@ def run_experiment(
     save_to: Path | None = None,
     dataset: Dataset | None = None,
     lazy: bool = False,
+    partial: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Run every method of ``plan`` on one federation; return the result document.
     ``lazy``: the clients' shards are held as indices (the ServerApp, which never trains
-    on them; :meth:`Federation.prepare`).
+    on them; :meth:`Federation.prepare`). ``partial``: given, after each method but the
+    last, the document of what ran so far, with ``partial.pending`` naming the methods still
+    to run (the ServerApp writes it, so that a run cut short keeps what finished).
 
     The sequence is the same everywhere: prepare the federation, connect a transport
     (``connect``; default: in process or the worker pool), run, document. The plan was
@@ -115,11 +125,24 @@ def run_experiment(
     """
     started, t0 = datetime.now(UTC), time.perf_counter()
     federation = Federation.prepare(plan, tracker, dataset, lazy)
+    keys = [key for key, _ in plan.methods]
+
+    def so_far(ran: Ran) -> None:
+        done = len(ran.results) + len(ran.failed)
+        if partial is None or done >= len(keys):
+            return
+        attributed, shared = attribute_client_time(ran.results)
+        doc = result_document(
+            ran.view, ran.ledger, attributed, started, t0, 1, shared, failed=ran.failed
+        )
+        partial(doc | {"partial": {"pending": keys[done:]}})
+
     if connect is not None:
-        ran, workers = run_methods(plan, federation, connect(federation, plan), save_to), 1
+        transport = connect(federation, plan)
+        ran, workers = run_methods(plan, federation, transport, save_to, so_far), 1
     else:
         with open_transport(federation) as (transport, workers):  # in process, or workers
-            ran = run_methods(plan, federation, transport, save_to)
+            ran = run_methods(plan, federation, transport, save_to, so_far)
     attributed, shared = attribute_client_time(ran.results)
     return result_document(
         ran.view, ran.ledger, attributed, started, t0, workers, shared, failed=ran.failed

@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RESULT_FILE = "result.json"
+PARTIAL_FILE = "partial.json"
+"""What a run cut short keeps: the result document of the methods that finished (and failed)
+so far, with ``partial.pending`` naming the rest; replaced by ``result.json`` at the end."""
 METHOD_COLUMNS = (
     "key",
     "method",
@@ -266,6 +269,15 @@ def write_result(out_dir: Path, doc: dict[str, Any], title_suffix: str = "") -> 
         partition_heatmap(counts, out_dir / "partition.png", title)
     except Exception as exc:  # a picture is not worth the results: say so and go on
         log.warning("could not draw %s: %s: %s", out_dir / "partition.png", type(exc).__name__, exc)
+    atomic_write_text(path, json.dumps(doc, indent=2, default=_json_default) + "\n")
+    (out_dir / PARTIAL_FILE).unlink(missing_ok=True)  # the whole run is in result.json
+    return path
+
+
+def write_partial(out_dir: Path, doc: Mapping[str, Any]) -> Path:
+    """Write ``doc`` (a document of the methods so far) as ``out_dir/partial.json``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / PARTIAL_FILE
     atomic_write_text(path, json.dumps(doc, indent=2, default=_json_default) + "\n")
     return path
 
