@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
 .PHONY: setup data demo test test-fast test-cuda docs check-site check-wheel lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
-	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-fol-defaults bench-user-datasets bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-scale bench-gpu check-kernels bench-membership bench-flower bench-flower-deploy bench-flower-sim bench-flower-scale check-reproduce check-committed check-committed-avx2 \
+	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-fol-defaults bench-user-datasets bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-scale bench-gpu check-kernels bench-membership bench-flower bench-flower-deploy bench-flower-sim bench-flower-scale check-flower-chaos check-reproduce check-committed check-committed-avx2 \
 	clean-cache
 VENV := .venv/bin
 
@@ -272,6 +272,13 @@ FLOWER_SCALE_OUT := benchmarks/results/flower-scale
 bench-flower-scale: setup data
 	bash scripts/bench_flower_scale.sh $(FLOWER_SCALE_OUT) "$(FLOWER_SIM)"
 	$(VENV)/python scripts/flower_scale_report.py $(FLOWER_SCALE_OUT) docs/benchmarks/flower.md
+
+## A Flower deployment under faults (issue 42, docs/deploy.md "Faults at scale"): CHAOS_NODES
+## SuperNodes (default 50) with TLS and node auth; garbage, a frozen node and a killed node
+## under the quorum rule, the quorum enforced, a SuperLink restart, its state lost. Each
+## SuperNode runs its ClientApp as a torch process: about 0.4 GB of memory per node.
+check-flower-chaos: setup data
+	bash scripts/flower_chaos.sh
 
 ## Before/after check of a change to the core: the committed benchmark sweeps (SWEEP@SEEDS
 ## runs only those seeds) run with the code of BASE and of AFTER, each in a clean worktree with

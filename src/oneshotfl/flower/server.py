@@ -36,16 +36,22 @@ from __future__ import annotations
 
 import logging
 import shlex
-import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from flwr.app import Message
 
 from oneshotfl.data.shared import load_shared, shared_folder
+from oneshotfl.flower.grid import (
+    GridLike,
+    error_line,
+    placement,
+    send_and_receive,
+    wait_for_nodes,
+)
 from oneshotfl.flower.messages import (
     SERVER,
     Instruction,
@@ -67,39 +73,6 @@ from oneshotfl.runner.transport import ClientReply, Missing, PeerReport
 log = logging.getLogger(__name__)
 
 MESSAGE_TYPE = "train.oneshotfl"
-
-
-REPLY_POLL_S = 0.2
-"""Seconds between two pulls of a round's replies (Flower's ``Grid.send_and_receive`` waits
-3 s between pulls, so a round would end up to 3 s after its last reply)."""
-
-
-class GridLike(Protocol):
-    """The part of :class:`flwr.serverapp.Grid` the server uses (a test double fits)."""
-
-    def get_node_ids(self) -> Iterable[int]: ...
-
-    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]: ...
-
-    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]: ...
-
-
-def send_and_receive(
-    grid: GridLike, messages: Iterable[Message], timeout: float, poll: float = REPLY_POLL_S
-) -> list[Message]:
-    """Push ``messages`` and pull their replies every ``poll`` seconds until each has one
-    or ``timeout`` seconds have passed; the replies that came."""
-    waiting = set(grid.push_messages(messages))
-    deadline = time.monotonic() + timeout
-    replies: list[Message] = []
-    while waiting:
-        pulled = list(grid.pull_messages(waiting))
-        replies += pulled
-        waiting -= {m.metadata.reply_to_message_id for m in pulled}
-        if not waiting or time.monotonic() >= deadline:
-            break
-        time.sleep(poll)
-    return replies
 
 
 @dataclass(frozen=True)
@@ -171,40 +144,6 @@ def parse_binding(text: str) -> dict[int, int]:
             raise ConfigError(f"run config node-clients: {pair!r} names a node or client twice")
         binding[int(node)] = int(client)
     return binding
-
-
-def error_line(reason: str | None, limit: int = 400) -> str:
-    """A node's error as one line: the message of the exception its ClientApp raised (Flower
-    wraps it in the worker's traceback, ``... Message: <the message>'>``), else the reason's
-    last line; at most ``limit`` characters."""
-    reason = reason or "(no reason given)"
-    text = reason.rsplit("Message: ", 1)[-1] if "Message: " in reason else reason
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    line = (lines[0] if "Message: " in reason else lines[-1]) if lines else reason.strip()
-    line = line.removesuffix("'>").strip()
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def placement(where: Mapping[int, str]) -> dict[str, list[int]]:
-    """Where each client's replies were computed: place (``host`` or ``host/ray node``) →
-    its client ids, in order."""
-    out: dict[str, list[int]] = {}
-    for cid in sorted(where):
-        out.setdefault(where[cid], []).append(cid)
-    return out
-
-
-def wait_for_nodes(grid: GridLike, wanted: int, timeout: float, poll: float = 0.5) -> list[int]:
-    """The connected node ids, once ``wanted`` are connected or ``timeout`` has passed."""
-    deadline = time.monotonic() + timeout
-    while True:
-        nodes = sorted(grid.get_node_ids())
-        if len(nodes) >= wanted or time.monotonic() >= deadline:
-            break
-        time.sleep(poll)
-    if len(nodes) < wanted:
-        log.warning("%d of %d nodes connected after %.0f s", len(nodes), wanted, timeout)
-    return nodes
 
 
 @dataclass
