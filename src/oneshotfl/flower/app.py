@@ -10,6 +10,7 @@ SuperLink/SuperNode deployment load them alike. Both are thin: the ServerApp cal
 
 from __future__ import annotations
 
+import functools
 import logging
 import socket
 import sys
@@ -82,14 +83,14 @@ def client_main(message: Message, context: Context) -> Message:
         return Message(report_content(report), reply_to=message)
     reply = run_update(state, method, instruction.method, instruction.round, instruction.payloads)
     content = reply_content(reply)
-    content[WHERE] = where_record(socket.gethostname(), _ray_node())
+    content[WHERE] = where_record(*_where())
     return Message(content, reply_to=message)
 
 
-def _ray_node() -> str:
-    """The Ray node id of this process when a Ray worker plays the client (Flower's
-    simulation engine), else ""."""
+@functools.cache
+def _where() -> tuple[str, str]:
+    """This process's host name and, when a Ray worker plays the client (Flower's simulation
+    engine), its Ray node id (else ""): the same for every reply it sends."""
     ray = sys.modules.get("ray")
-    if ray is None or not ray.is_initialized():
-        return ""
-    return str(ray.get_runtime_context().get_node_id())
+    node = str(ray.get_runtime_context().get_node_id()) if ray and ray.is_initialized() else ""
+    return socket.gethostname(), node

@@ -11,6 +11,8 @@ from typing import Protocol
 
 from flwr.app import Message
 
+from oneshotfl.runner.errors import clip
+
 log = logging.getLogger(__name__)
 
 REPLY_POLL_S = 0.2
@@ -68,7 +70,7 @@ def error_line(reason: str | None, limit: int = 400) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     line = (lines[0] if "Message: " in reason else lines[-1]) if lines else reason.strip()
     line = line.removesuffix("'>").strip()
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+    return clip(line, limit)
 
 
 def placement(where: Mapping[int, str]) -> dict[str, list[int]]:

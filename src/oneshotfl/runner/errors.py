@@ -26,3 +26,8 @@ def refuse(problems: Sequence[str]) -> None:
 def first_line(exc: BaseException) -> str:
     """The first line of an error's message ("" when it has none)."""
     return (str(exc).strip().splitlines() or [""])[0]
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, an ellipsis marking a cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"

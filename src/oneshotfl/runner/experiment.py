@@ -21,7 +21,7 @@ from typing import Any
 from oneshotfl.data.types import Dataset
 from oneshotfl.runner.accounting import attribute_client_time
 from oneshotfl.runner.engine import run_method
-from oneshotfl.runner.errors import first_line
+from oneshotfl.runner.errors import clip, first_line
 from oneshotfl.runner.federation import Federation, ServerView
 from oneshotfl.runner.ledger import Ledger
 from oneshotfl.runner.plan import Plan
@@ -55,7 +55,7 @@ def failure_reason(exc: BaseException, limit: int = 400) -> str:
     message (at most ``limit`` characters)."""
     first = first_line(exc)
     text = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return clip(text, limit)
 
 
 @dataclass(frozen=True)

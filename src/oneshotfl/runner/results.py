@@ -269,7 +269,7 @@ def write_result(out_dir: Path, doc: dict[str, Any], title_suffix: str = "") -> 
         partition_heatmap(counts, out_dir / "partition.png", title)
     except Exception as exc:  # a picture is not worth the results: say so and go on
         log.warning("could not draw %s: %s: %s", out_dir / "partition.png", type(exc).__name__, exc)
-    atomic_write_text(path, json.dumps(doc, indent=2, default=_json_default) + "\n")
+    _write_json(path, doc)
     (out_dir / PARTIAL_FILE).unlink(missing_ok=True)  # the whole run is in result.json
     return path
 
@@ -278,8 +278,12 @@ def write_partial(out_dir: Path, doc: Mapping[str, Any]) -> Path:
     """Write ``doc`` (a document of the methods so far) as ``out_dir/partial.json``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / PARTIAL_FILE
-    atomic_write_text(path, json.dumps(doc, indent=2, default=_json_default) + "\n")
+    _write_json(path, doc)
     return path
+
+
+def _write_json(path: Path, doc: Mapping[str, Any]) -> None:
+    atomic_write_text(path, json.dumps(doc, indent=2, default=_json_default) + "\n")
 
 
 def _json_default(value: Any) -> Any:
