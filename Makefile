@@ -23,29 +23,36 @@ demo: setup data
 
 ## The whole test suite (one pytest worker per core; it builds the docs site strictly too; on
 ## the CPU whatever the machine has: GPUs are hidden, `make test-cuda` checks them), lint +
-## type-check beside it, and after both Flower end to end on loopback (scripts/flower_e2e.sh:
-## three SuperLinks with their SuperNodes, insecure and with TLS + node auth). The end-to-end
-## script runs after pytest, not beside it: its SuperLinks, SuperNodes and app processes on
-## two cores shared with two pytest workers ran a tiny run 70x slower than alone. Logs go to
-## runs/lint.log and runs/flower-e2e.log and are printed after pytest's, so the end of the
-## output says how all three went.
+## type-check beside it, and after both Flower on loopback: scripts/flower_e2e.sh (three
+## SuperLinks with their SuperNodes, insecure and with TLS + node auth) and, beside it, the
+## fault script's small lane (scripts/flower_chaos.sh with 4 SuperNodes: a node killed at
+## work, the SuperLink killed and restarted, its state lost; `make check-flower-chaos` is the
+## 50-node lane). They run after pytest, not beside it: SuperLinks, SuperNodes and app
+## processes on two cores shared with two pytest workers ran a tiny run 70x slower than
+## alone. Logs go to runs/lint.log, runs/flower-e2e.log and runs/flower-chaos.log and are
+## printed after pytest's, so the end of the output says how all four went.
 E2E_LOG := runs/flower-e2e.log
+CHAOS_LOG := runs/flower-chaos.log
 LINT_LOG := runs/lint.log
 LINT = $(VENV)/ruff check src tests examples scripts \
 	&& $(VENV)/ruff format --check src tests examples scripts \
 	&& $(VENV)/mypy
 test: setup data
-	@echo "pytest with lint beside it ($(LINT_LOG)), then the Flower end-to-end script ($(E2E_LOG))"
+	@echo "pytest with lint beside it ($(LINT_LOG)), then Flower end to end ($(E2E_LOG)) and under faults ($(CHAOS_LOG))"
 	@mkdir -p runs; ( $(LINT) ) >$(LINT_LOG) 2>&1 & lint=$$!; \
 	  CUDA_VISIBLE_DEVICES= OMP_NUM_THREADS=1 $(VENV)/python -m pytest -q -n auto; tests=$$?; \
 	  wait $$lint; lint=$$?; \
 	  echo "--- lint and type-check ($(LINT_LOG))"; cat $(LINT_LOG); \
-	  echo "--- Flower end to end ($(E2E_LOG))"; \
+	  CUDA_VISIBLE_DEVICES= CHAOS_NODES=4 CHAOS_REPLY=40 CHAOS_STAGES="faults restart lost" \
+	    bash scripts/flower_chaos.sh >$(CHAOS_LOG) 2>&1 & chaos=$$!; \
 	  CUDA_VISIBLE_DEVICES= bash scripts/flower_e2e.sh >$(E2E_LOG) 2>&1; flower=$$?; \
-	  cat $(E2E_LOG); \
+	  wait $$chaos; chaos=$$?; \
+	  echo "--- Flower end to end ($(E2E_LOG))"; cat $(E2E_LOG); \
 	  test $$flower -eq 0 || grep "FAILED" $(E2E_LOG) | tail -n 5; \
-	  echo "pytest: exit $$tests; lint: exit $$lint; Flower end to end: exit $$flower"; \
-	  test $$tests -eq 0 && test $$lint -eq 0 && test $$flower -eq 0
+	  echo "--- Flower under faults, 4 SuperNodes ($(CHAOS_LOG))"; cat $(CHAOS_LOG); \
+	  test $$chaos -eq 0 || grep "FAILED" $(CHAOS_LOG) | tail -n 5; \
+	  echo "pytest: exit $$tests; lint: exit $$lint; Flower end to end: exit $$flower; Flower under faults: exit $$chaos"; \
+	  test $$tests -eq 0 && test $$lint -eq 0 && test $$flower -eq 0 && test $$chaos -eq 0
 
 ## The inner loop: lint, type-check and the test suite, without the docs build and the Flower
 ## end-to-end script.
@@ -276,7 +283,8 @@ bench-flower-scale: setup data
 ## A Flower deployment under faults (issue 42, docs/deploy.md "Faults at scale"): CHAOS_NODES
 ## SuperNodes (default 50) with TLS and node auth; garbage, a frozen node and a killed node
 ## under the quorum rule, the quorum enforced, a SuperLink restart, its state lost. Each
-## SuperNode runs its ClientApp as a torch process: about 0.4 GB of memory per node.
+## instruction starts a ClientApp (a torch process, about 0.5 GB) on its node; at most
+## CHAOS_IN_FLIGHT (default 8) are out at once.
 check-flower-chaos: setup data
 	bash scripts/flower_chaos.sh
 

@@ -412,6 +412,51 @@ def test_a_round_ends_at_the_first_pull_after_its_last_reply() -> None:
     assert 2 <= late.pulls < 50  # gave up at the timeout
 
 
+class WindowGrid:
+    """Answers each message on the second pull after its push; records how many were
+    outstanding at each pull, and never answers node 101 (a silent node)."""
+
+    def __init__(self) -> None:
+        self.pushed: dict[str, tuple[Message, int]] = {}
+        self.pulls, self.outstanding = 0, []
+
+    def push_messages(self, messages: Any) -> list[str]:
+        ids = []
+        for message in messages:
+            mid = f"m{len(self.pushed)}"
+            message.metadata.__dict__["_message_id"] = mid
+            self.pushed[mid] = (message, self.pulls)
+            ids.append(mid)
+        return ids
+
+    def pull_messages(self, ids: Any) -> list[Message]:
+        self.pulls += 1
+        ids = list(ids)
+        self.outstanding.append(len(ids))
+        return [
+            Message(RecordDict(), reply_to=msg)
+            for mid in ids
+            for msg, at in [self.pushed[mid]]
+            if self.pulls - at >= 2 and msg.metadata.dst_node_id != 101
+        ]
+
+
+def test_in_flight_bounds_the_outstanding_instructions() -> None:
+    messages = [Message(RecordDict(), dst_node_id=100 + i, message_type="train") for i in range(7)]
+    grid = WindowGrid()
+    replies = send_and_receive(grid, messages, timeout=0.3, poll=0.01, in_flight=2)
+    answered = sorted(r.metadata.src_node_id for r in replies)
+    assert answered == [100, 102, 103, 104, 105, 106]  # all but the silent node, which timed out
+    assert len(grid.pushed) == 7 and max(grid.outstanding) == 2
+    everything = WindowGrid()
+    send_and_receive(everything, messages[:3], timeout=0.3, poll=0.01)
+    assert everything.outstanding[0] == 3  # in_flight=0: all pushed at once
+    assert ServerSettings.from_run_config({"in-flight": 4}).in_flight == 4
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(ConfigError, match=r"in-flight: expected an integer >= 0"):
+            ServerSettings.from_run_config({"in-flight": bad})
+
+
 def test_a_receive_instruction_carries_its_bounded_schedule() -> None:
     from oneshotfl.flower.messages import Instruction, instruction_content, read_instruction
 

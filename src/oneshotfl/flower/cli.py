@@ -51,12 +51,17 @@ config = ""
 overrides = ""
 # The results directory on the server ("" = runs/flower-<timestamp>); absolute is safest.
 out = ""
-# Seconds to wait for `clients` nodes to connect, and for one round's replies.
+# Seconds to wait for `clients` nodes to connect, and for a node's reply (from the push).
 node-timeout = 60.0
 reply-timeout = 600.0
+# The most instructions outstanding at once (0 = every node's at once).
+in-flight = 0
 # The binding of node ids to client ids ("NODE=CLIENT ..."; "" = none): a node may only
 # answer for its own client id (with SuperNode authentication, node ids are bound to keys).
 node-clients = ""
+# The folder of this machine's memory-mapped copy of the dataset ("" = $ONESHOTFL_SHARED_DATA
+# or the temp folder; "off" = the ServerApp loads its own).
+shared-data = ""
 """
 
 

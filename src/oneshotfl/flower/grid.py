@@ -31,20 +31,39 @@ class GridLike(Protocol):
 
 
 def send_and_receive(
-    grid: GridLike, messages: Iterable[Message], timeout: float, poll: float = REPLY_POLL_S
+    grid: GridLike,
+    messages: Iterable[Message],
+    timeout: float,
+    poll: float = REPLY_POLL_S,
+    in_flight: int = 0,
 ) -> list[Message]:
-    """Push ``messages`` and pull their replies every ``poll`` seconds until each has one
-    or ``timeout`` seconds have passed; the replies that came."""
-    waiting = set(grid.push_messages(messages))
-    deadline = time.monotonic() + timeout
+    """Push ``messages`` and pull their replies every ``poll`` seconds; the replies that came.
+
+    Each message waits ``timeout`` seconds from its push. ``in_flight`` bounds how many are
+    outstanding at once (0: all pushed at once); the next is pushed as soon as one is
+    answered or has timed out, so a round lasts at most ``ceil(n / in_flight)`` timeouts.
+    """
+    queue = list(messages)
+    limit = in_flight if in_flight > 0 else max(len(queue), 1)
+    deadlines: dict[str, float] = {}
     replies: list[Message] = []
-    while waiting:
-        pulled = list(grid.pull_messages(waiting))
+    while queue or deadlines:
+        free = limit - len(deadlines)
+        if queue and free > 0:
+            batch, queue = queue[:free], queue[free:]
+            pushed_at = time.monotonic()
+            deadlines.update((mid, pushed_at + timeout) for mid in grid.push_messages(batch))
+        pulled = list(grid.pull_messages(list(deadlines)))
         replies += pulled
-        waiting -= {m.metadata.reply_to_message_id for m in pulled}
-        if not waiting or time.monotonic() >= deadline:
+        for answer in pulled:
+            deadlines.pop(answer.metadata.reply_to_message_id, None)
+        now = time.monotonic()
+        for mid in [m for m, due in deadlines.items() if due <= now]:
+            del deadlines[mid]  # given up on: its node is named among the silent ones
+        if not queue and not deadlines:
             break
-        time.sleep(poll)
+        if not pulled or not queue:
+            time.sleep(poll)
     return replies
 
 

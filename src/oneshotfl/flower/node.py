@@ -10,8 +10,9 @@ A node learns which client it is from its node config (``--node-config``):
 * ``shared-data`` (optional): the folder of the machine's memory-mapped copy of the
   dataset, shared by every node process there (:mod:`oneshotfl.data.shared`; default
   ``$ONESHOTFL_SHARED_DATA`` or the temp folder; ``off``: each process loads its own);
-* ``dataset`` (optional): the node's own data, ``npz:path=FILE`` or ``folder:path=DIR``
-  (options in :mod:`oneshotfl.data.user`), used whole as its shard instead of a carved one.
+* ``dataset`` (optional): the node's own data, ``npz:path=FILE``, ``csv:path=FILE`` or
+  ``folder:path=DIR`` (options in :mod:`oneshotfl.data.user`), used whole as its shard
+  instead of a carved one.
 
 It loads the dataset from its own disk and carves the federation with the experiment's
 partition seed exactly as the simulation does, and gives the method only its own shard

@@ -21,7 +21,10 @@ Run config keys (``[tool.flwr.app.config]``, overridable with ``flwr run --run-c
 * ``overrides``: space-separated ``key=value`` config overrides;
 * ``out``: the results directory on the server ("" = ``runs/flower-<timestamp>``);
 * ``node-timeout``: seconds to wait for ``clients`` nodes to connect;
-* ``reply-timeout``: seconds to wait for the replies of one round;
+* ``reply-timeout``: seconds to wait for a node's reply, from the push of its instruction;
+* ``in-flight``: the most instructions outstanding at once (0 = every node's at once); the
+  next is pushed as one is answered or times out. On one host with many SuperNodes (each
+  instruction starts a ClientApp process) it bounds how many run at once;
 * ``node-clients``: the deployment's binding of node ids to client ids, space-separated
   ``NODE=CLIENT`` ("" = none). With CLI-managed SuperNode authentication a node id is bound
   to the key it registered (``flwr supernode register`` prints it), so with a binding a
@@ -84,7 +87,8 @@ class ServerSettings:
         overrides: ``key=value`` config overrides.
         out: results directory.
         node_timeout: seconds to wait for the nodes to connect.
-        reply_timeout: seconds to wait for one round's replies.
+        reply_timeout: seconds to wait for a node's reply, from its instruction's push.
+        in_flight: the most instructions outstanding at once (0: all at once).
         node_clients: node id → the client id it is bound to (empty: no binding).
         shared_data: the shared copy's folder (``None``: the default; ``"off"``: none).
     """
@@ -96,13 +100,15 @@ class ServerSettings:
     reply_timeout: float = 600.0
     node_clients: Mapping[int, int] = field(default_factory=dict)
     shared_data: str | None = None
+    in_flight: int = 0
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> ServerSettings:
         """Read the settings from Flower's run config (see the module docs for the keys).
 
         Raises:
-            ConfigError: for a value of the wrong type or a non-positive timeout.
+            ConfigError: for a value of the wrong type, a non-positive timeout or a
+                negative ``in-flight``.
         """
         text = {
             k: run_config.get(k, "")
@@ -117,6 +123,9 @@ class ServerSettings:
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise ConfigError(f"run config {key}: expected seconds > 0, got {value!r}")
             timeouts[key] = float(value)
+        in_flight = run_config.get("in-flight", 0)
+        if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 0:
+            raise ConfigError(f"run config in-flight: expected an integer >= 0, got {in_flight!r}")
         stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         return cls(
             config=text["config"] or None,
@@ -126,6 +135,7 @@ class ServerSettings:
             reply_timeout=timeouts["reply-timeout"],
             node_clients=parse_binding(text["node-clients"]),
             shared_data=text["shared-data"] or None,
+            in_flight=in_flight,
         )
 
 
@@ -156,7 +166,7 @@ class GridTransport:
         node_config: the config keys a node needs (the plan's :meth:`~oneshotfl.runner.plan.
             Plan.node_config`), sent with every instruction.
         nodes: the node ids to address.
-        timeout: seconds to wait for one step's answers.
+        timeout: seconds to wait for a node's answer, from its instruction's push.
         specs: method key → the resolved spec nodes build the method from.
         node_clients: node id → client id, learnt from update replies (for the result file
             and to address a peer method's receivers).
@@ -174,6 +184,7 @@ class GridTransport:
     node_clients: dict[int, int] = field(default_factory=dict)
     binding: Mapping[int, int] = field(default_factory=dict)
     placement: dict[int, str] = field(default_factory=dict)
+    in_flight: int = 0
 
     def upload(
         self, key: str, method: Method[Any], round_index: int, broadcast: bytes | None
@@ -262,7 +273,7 @@ class GridTransport:
             )
             for node, blobs in payloads.items()
         ]
-        answers = send_and_receive(self.grid, messages, self.timeout)
+        answers = send_and_receive(self.grid, messages, self.timeout, in_flight=self.in_flight)
         return messages, answers
 
     def _answers(
@@ -330,7 +341,7 @@ def run_server(grid: GridLike, run_config: Mapping[str, Any], mode: str) -> dict
         nodes = [n for n in nodes if n not in strangers]
         transport = GridTransport(
             grid, plan.node_config(), nodes, settings.reply_timeout, dict(plan.specs),
-            binding=binding,
+            binding=binding, in_flight=settings.in_flight,
         )  # fmt: skip
         log.info("running %d method(s) over %d Flower nodes", len(plan.methods), len(nodes))
         connected.append(transport)
@@ -351,6 +362,7 @@ def run_server(grid: GridLike, run_config: Mapping[str, Any], mode: str) -> dict
         "node_clients": {str(n): c for n, c in sorted(transport.node_clients.items())},
         "no_reply": {m["key"]: m["no_reply"] for m in doc["methods"] if m.get("no_reply")},
         "reply_timeout_s": settings.reply_timeout,
+        "in_flight": settings.in_flight,
         "binding": {str(n): c for n, c in sorted(settings.node_clients.items())},
         "placement": placement(transport.placement),
     }
