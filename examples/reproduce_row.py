@@ -128,7 +128,9 @@ def shared(committed: oneshotfl.Result, again: oneshotfl.Result) -> list[str]:
     a, b = committed.to_dict(), again.to_dict()
     for doc in (a, b):
         doc["methods"] = [{k: m[k] for k in KERNEL_FREE if k in m} for m in doc["methods"]]
-    diffs = [f"data: {a['data']} committed, {b['data']} here"] if a["data"] != b["data"] else []
+    both = a["data"].keys() & b["data"].keys()  # a fact one version records (class names) is new
+    facts = [{k: doc["data"][k] for k in sorted(both)} for doc in (a, b)]
+    diffs = [f"data: {facts[0]} committed, {facts[1]} here"] if facts[0] != facts[1] else []
     return diffs + result_differences(a, b, ("committed", "here"))
 
 

@@ -56,6 +56,9 @@ def test_run_returns_the_typed_result_it_writes(tiny_config: Any, tmp_path: Path
     assert result.method("ensemble") is result.methods[2]  # the only method of that name
     with pytest.raises(KeyError, match="expected one of the methods"):
         result.method("fedprox")
+    knobs = dataclasses.replace(result.methods[2], key="ensemble:a=1:weighting=size")
+    spelled = dataclasses.replace(result, methods=(*result.methods[:2], knobs))
+    assert spelled.method("ensemble:weighting=size:a=1") is knobs  # the knobs in another order
     assert [list(row) for row in result.table()] == [list(METHOD_COLUMNS)] * 3
     assert result.table()[1]["upload_bytes_mean"] == fedavg.upload_bytes_mean
     assert len(result.clients) == cfg.clients and result.environment["device"] == "cpu"

@@ -260,3 +260,30 @@ def test_the_weight_split_reading_fits_the_teacher_weights_on_the_split_it_names
     fitted.clear()
     run_config(dataclasses.replace(cfg, methods=(base + ":weight_split=val",)))
     assert fitted and set(fitted) <= val
+
+
+def test_a_teacher_that_is_each_clients_own_model_is_noted() -> None:
+    from oneshotfl.methods.fol_stages import (
+        own_model_receivers,
+        own_weight,
+        prediction_agreement,
+    )
+
+    own = {"rounds": [{"top_k": [0, 2], "weights": [0.9951, 0.0049]}]}
+    mixed = {"rounds": [{"top_k": [2, 1], "weights": [0.6, 0.4]}]}
+    late = {
+        "rounds": [{"top_k": [0, 1], "weights": [0.001, 0.999]}, {"top_k": [1], "weights": [1.0]}]
+    }
+    assert own_weight(own["rounds"][0], 0) == 0.9951 and own_weight(mixed["rounds"][0], 2) == 0.6
+    assert own_weight(mixed["rounds"][0], 0) == 0.0  # not chosen
+    assert own_model_receivers({"0": own, "2": mixed, "1": late}) == [0, 1]
+    same = {**mixed, "own_agreement": 1.0}  # mixed weights, yet it predicts as its own model
+    assert own_model_receivers({"2": same, "3": {**mixed, "own_agreement": 0.9}}) == [2]
+    assert prediction_agreement(torch.eye(4), torch.eye(4) * 2) == 1.0
+    assert prediction_agreement(torch.eye(4), torch.eye(4).flip(1)) == 0.0
+    fol = build_method("fol")
+    (note,) = fol.notes({"0": own, "2": mixed})
+    assert note.startswith("for clients [0] (1 of 2) the teacher put >= 99% of its weight")
+    assert note.endswith("their result is local training")
+    assert fol.notes({"0": own})[0].startswith("for every client (1 of 1)")
+    assert fol.notes({"2": mixed}) == [] and fol.notes({}) == []

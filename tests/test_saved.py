@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 import oneshotfl
 from helpers import TINY, prepare
+from oneshotfl.api import Result
 from oneshotfl.cli.main import app
 from oneshotfl.data.datasets import DATASETS
 from oneshotfl.data.user import parse_user_spec
@@ -105,7 +106,8 @@ def test_a_saved_model_predicts_on_raw_inputs(tmp_path: Path) -> None:
     x = rng.normal(50, 20, (120, 4))
     y = (x[:, 0] > 50).astype(int)
     csv = tmp_path / "t.csv"
-    csv.write_text("\n".join(",".join(map(str, [*r, c])) for r, c in zip(x, y, strict=True)))
+    names = ["cold", "hot"]
+    csv.write_text("\n".join(",".join(map(str, [*r, names[c]])) for r, c in zip(x, y, strict=True)))
     spec = f"csv:path={csv}"
     table = oneshotfl.run({**settings, "dataset": spec}, tmp_path / "t", save_models=True)
     loaded = prepare(make_config({**settings, "dataset": spec})).data.test
@@ -113,3 +115,10 @@ def test_a_saved_model_predicts_on_raw_inputs(tmp_path: Path) -> None:
     raw_test = read_csv(spec, csv, opts)[2][:, :, 0, 0]  # the test rows as the file has them
     assert torch.allclose(table.normalise(raw_test), loaded.x, atol=1e-5)
     assert table.predict("fedavg", raw_test).shape == (len(raw_test), 2)
+    # the labels' names are kept: result.json, Result, and the predicted labels
+    assert table.class_names == ("cold", "hot") == Result.load(tmp_path / "t").class_names
+    assert table.data["class_names"] == ["cold", "hot"]
+    labels = table.predict_labels("fedavg", raw_test)
+    best = table.predict("fedavg", raw_test).argmax(dim=1).tolist()
+    assert labels == [names[i] for i in best]
+    assert result.class_names == tuple(DATASETS.get("digits").class_names)

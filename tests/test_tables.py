@@ -66,7 +66,16 @@ def test_tables_are_standardised_on_the_training_split_unless_told(tmp_path: Pat
     ("rows", "option", "fragment"),
     [
         ([[1, 2, 0], [1, 0]], "", "line 2: expected 3 fields, got 2"),
-        ([[1, 2, 0], [1, "x2", 1]], ":label=2", "row 2: expected finite numbers, got 'x2'"),
+        (
+            [[1, 2, 0], [1, "x2", 1]],
+            ":label=2",
+            "row 2, column 1: expected a finite number, got 'x2'",
+        ),
+        (
+            [[1, 2, 0], [" ", 2, 1]],
+            ":label=2",
+            "row 2, column 0: expected a finite number, got an empty cell",
+        ),
         ([[1, 2, 0]] * 5, ":max_images=3", "expected at most 3 rows (max_images)"),
         ([[1, 2, 0]] * 5, ":label=kind", "label: expected an index below 3, got 'kind'"),
         ([[1, 2, -1]] * 5, "", "expected labels >= 0, got -1"),
@@ -78,6 +87,23 @@ def test_a_bad_csv_is_one_line_naming_the_problem(
     path = write_csv(tmp_path / "bad.csv", rows)
     with pytest.raises(UserDataError, match=re.escape(fragment)):
         load_user_dataset(f"csv:path={path}{option}")
+
+
+def test_a_missing_csv_is_named_as_a_csv(tmp_path: Path) -> None:
+    from oneshotfl.data.user_options import UserDataNotFoundError
+    from oneshotfl.runner.config import ConfigError, ExperimentConfig
+
+    with pytest.raises(
+        UserDataNotFoundError, match=r"expected a \.csv file at .*iris2\.csv, got nothing"
+    ):
+        load_user_dataset(f"csv:path={tmp_path / 'iris2.csv'}")
+    with pytest.raises(ConfigError, match=r"npz:path=FILE or csv:path=FILE"):
+        ExperimentConfig(dataset="irs")
+    holes = write_csv(tmp_path / "holes.csv", [[1, 2, "a"], [3, "", "b"]], ["len", "wid", "kind"])
+    with pytest.raises(
+        UserDataError, match=r"row 2, column 'wid': expected a finite number, got an empty cell"
+    ):
+        load_user_dataset(f"csv:path={holes}:label=kind")
 
 
 def test_an_unscaled_table_trains_once_standardised(tiny_config: Any, tmp_path: Path) -> None:

@@ -290,8 +290,8 @@ def test_errors_are_one_clear_sentence(
 def test_config_accepts_specs_and_rejects_unknown_names(tmp_path: Path) -> None:
     assert is_user_spec("npz:path=x") and is_user_spec("folder") and not is_user_spec("mnist")
     assert make_config({"dataset": "npz:path=later.npz"}).dataset == "npz:path=later.npz"
-    expected = r"unknown 'nosuch'; expected one of: cifar10, .*digits, .*, or folder:path=DIR or "
-    with pytest.raises(ConfigError, match=expected + "npz:path=FILE"):
+    expected = r"unknown 'nosuch'; expected one of: cifar10, .*digits, .*, or folder:path=DIR, "
+    with pytest.raises(ConfigError, match=expected + "npz:path=FILE or csv:path=FILE"):
         make_config({"dataset": "nosuch"})
     with pytest.raises(ConfigError, match=r"unknown option\(s\) colour"):
         make_config({"dataset": "folder:path=x:colour=1"})

@@ -49,7 +49,7 @@ from oneshotfl.runner.sweep import (
     write_sweep_record,
 )
 from oneshotfl.tracking import log_result, tracked
-from oneshotfl.training.progress import Tracker
+from oneshotfl.training.progress import Tracker, shown_progress
 from oneshotfl.typed import Result, SweepResult
 
 __all__ = ["ConfigError", "Result", "SweepResult", "run", "sweep"]
@@ -95,6 +95,7 @@ def run(
     track_experiment: str | None = None,
     track_run: str | None = None,
     save_models: bool = False,
+    progress: bool | None = None,
     **overrides: Any,
 ) -> Result:
     """Run every configured method on one federation, like ``oneshotfl run``.
@@ -104,7 +105,7 @@ def run(
             (``None``: the defaults).
         out: a folder to write ``result.json``, the CSV views and the partition heatmap into,
             as the command does (``None``: write nothing). It must not hold a result yet.
-        tracker: shows progress (default: nothing shown).
+        tracker: shows progress (default: as ``progress`` says).
         track: log the run to these tracking backends, as ``--track`` does
             (``["tensorboard", "mlflow"]``; the ``track`` extra); the run is named after
             ``out`` (else ``api``), grouped under ``oneshotfl``.
@@ -114,6 +115,8 @@ def run(
         track_run: the run's name instead of ``out``'s.
         save_models: save every star method's final model(s) beside ``result.json`` (needs
             ``out``); :meth:`Result.load_model` reads one back.
+        progress: without a ``tracker``, show progress bars on stderr as the command does
+            (``None``: when stderr is a terminal or a notebook; ``False``: never).
         **overrides: config keys applied on top of ``config`` (``methods=["fedavg"]``).
 
     Returns:
@@ -132,7 +135,8 @@ def run(
         writable_dir(out_dir)
     name = track_run or ("api" if out_dir is None else out_dir.name)
     named = (track_experiment or "oneshotfl", name)
-    doc, path = run_and_write(plan, out_dir, tracker, track, track_dir, named, save_models)
+    with shown_progress(tracker, progress) as shown:
+        doc, path = run_and_write(plan, out_dir, shown, track, track_dir, named, save_models)
     return Result.from_dict(doc, path=path)
 
 
@@ -204,6 +208,7 @@ def sweep(
     argv: Sequence[str] | None = None,
     save_models: bool = False,
     claim: bool = False,
+    progress: bool | None = None,
 ) -> SweepResult:
     """Run every point of a sweep grid into ``out``, like ``oneshotfl sweep``: one folder per
     run, and a run whose ``result.json`` exists is read back rather than run again (resume).
@@ -215,7 +220,7 @@ def sweep(
         shard: run only shard ``K/N`` of the grid points (``"0/2"`` or ``(0, 2)``).
         seeds: run only these seeds (``"0,1"`` or ``[0, 1]``).
         force: run finished runs again.
-        tracker: shows progress (default: nothing shown).
+        tracker: shows progress (default: as ``progress`` says).
         track: log each run it runs to these tracking backends, grouped under the sweep's
             name, as ``--track`` does.
         track_dir: the tracking directory (default ``runs/tensorboard``, ``runs/mlflow``).
@@ -230,6 +235,8 @@ def sweep(
             next point nobody holds) rather than each taking every N-th; K names this
             process's record. Balanced where points differ in cost; see
             :class:`~oneshotfl.runner.sweep.PointClaims`.
+        progress: without a ``tracker``, show progress bars on stderr as the command does
+            (``None``: when stderr is a terminal or a notebook; ``False``: never).
 
     Every point it will run is checked before the first one trains (:func:`preflight`: the
     methods, names, requirements and graph), and a bad one is named. It writes the
@@ -271,30 +278,31 @@ def sweep(
     results: dict[str, Result] = {}
     ran: list[str] = []
     start = time.perf_counter()
-    for i, point in enumerate(runs, 1):
-        run_dir = root / point.run_id
-        if (run_dir / RESULT_FILE).exists() and not force:
-            log.info("[%d/%d] %s: done already, read back", i, len(runs), point.run_id)
-            results[point.run_id] = Result.load(run_dir)
-            continue
-        if claims is not None and not claims.take(point.point):
-            log.info("[%d/%d] %s: another process has it", i, len(runs), point.run_id)
-            continue
-        log.info("[%d/%d] %s", i, len(runs), point.run_id)
-        named = (track_experiment or spec.name, point.run_id)
-        doc, path = run_and_write(
-            plans.get(point.run_id) or preflight(point.config),
-            run_dir,
-            tracker,
-            track,
-            track_dir,
-            named,
-            save_models,
-        )
-        results[point.run_id] = Result.from_dict(doc, path=path)
-        ran.append(point.run_id)
-        if on_result is not None:
-            on_result(point.run_id, doc)
+    with shown_progress(tracker, progress) as shown:
+        for i, point in enumerate(runs, 1):
+            run_dir = root / point.run_id
+            if (run_dir / RESULT_FILE).exists() and not force:
+                log.info("[%d/%d] %s: done already, read back", i, len(runs), point.run_id)
+                results[point.run_id] = Result.load(run_dir)
+                continue
+            if claims is not None and not claims.take(point.point):
+                log.info("[%d/%d] %s: another process has it", i, len(runs), point.run_id)
+                continue
+            log.info("[%d/%d] %s", i, len(runs), point.run_id)
+            named = (track_experiment or spec.name, point.run_id)
+            doc, path = run_and_write(
+                plans.get(point.run_id) or preflight(point.config),
+                run_dir,
+                shown,
+                track,
+                track_dir,
+                named,
+                save_models,
+            )
+            results[point.run_id] = Result.from_dict(doc, path=path)
+            ran.append(point.run_id)
+            if on_result is not None:
+                on_result(point.run_id, doc)
     call = (
         f"oneshotfl.sweep({spec.name!r}, out={str(root)!r}, shard={shard!r}, seeds={seeds!r}"
         f"{', claim=True' if claim else ''})"

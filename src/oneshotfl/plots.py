@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -20,18 +21,26 @@ def _pyplot() -> ModuleType:
     return plt
 
 
-def partition_heatmap(counts: np.ndarray, path: Path, title: str = "") -> Path:
+def partition_heatmap(
+    counts: np.ndarray, path: Path, title: str = "", class_names: Sequence[str] = ()
+) -> Path:
     """A client × class heatmap of example counts, with the counts written in the cells (up to
     400 cells). Past 40 clients the figure stops growing (a 10,000-client federation is one
-    screen, not 4,000 inches) and at most 20 client ticks are labelled."""
+    screen, not 4,000 inches) and at most 20 client ticks are labelled. Classes are labelled
+    with ``class_names`` when given (slanted when long); a long title wraps."""
     plt = _pyplot()
     n_clients, n_classes = counts.shape
-    height = 1.0 + 0.4 * min(n_clients, 40)
-    fig, ax = plt.subplots(figsize=(1.0 + 0.55 * n_classes, height))
+    names = [str(n) for n in class_names] if len(class_names) == n_classes else []
+    slant = any(len(n) > 3 for n in names)
+    height = 1.0 + 0.4 * min(n_clients, 40) + (0.08 * max(map(len, names)) if slant else 0)
+    width = max(1.0 + 0.55 * n_classes, 4.0)
+    fig, ax = plt.subplots(figsize=(width, height))
     image = ax.imshow(counts, cmap="Blues", aspect="auto", interpolation="nearest")
     ax.set_xlabel("class")
     ax.set_ylabel("client")
     ax.set_xticks(range(n_classes))
+    if names:
+        ax.set_xticklabels(names, rotation=45 if slant else 0, ha="right" if slant else "center")
     ax.set_yticks(range(0, n_clients, max(1, -(-n_clients // 20))))
     if n_clients * n_classes <= 400:
         threshold = counts.max() / 2 if counts.size else 0
@@ -39,7 +48,7 @@ def partition_heatmap(counts: np.ndarray, path: Path, title: str = "") -> Path:
             color = "white" if value > threshold else "black"
             ax.text(j, i, str(value), ha="center", va="center", fontsize=7, color=color)
     fig.colorbar(image, ax=ax, label="examples")
-    ax.set_title(title)
+    ax.set_title(textwrap.fill(title, width=max(20, int(width * 9))), fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

@@ -15,6 +15,7 @@ import torch
 from oneshotfl.data.feature_skew import dataset_stats
 from oneshotfl.data.user import input_statistics, is_user_spec
 from oneshotfl.data.user_options import UserDataError, UserDataNotFoundError
+from oneshotfl.methods.base import parse_method_spec
 from oneshotfl.protocol.outcome import Ensemble, GlobalModel, Outcome
 from oneshotfl.protocol.saved import load_outcome
 from oneshotfl.protocol.spec import WireDims
@@ -225,21 +226,43 @@ class Result:
 
     def predict(self, key: str, x: np.ndarray | torch.Tensor) -> torch.Tensor:
         """Class probabilities ``[N, C]`` of method ``key``'s saved model(s) on raw inputs
-        (:meth:`normalise`, then :meth:`load_model`), on the CPU."""
+        (:meth:`normalise`, then :meth:`load_model`), on the CPU; column ``j`` is class
+        :attr:`class_names` ``[j]`` (:meth:`predict_labels` gives the names)."""
         outcome = self.load_model(key)
         if not isinstance(outcome, GlobalModel | Ensemble):
             raise ConfigError(f"predict: {key} keeps a model per client; load it per client")
         return outcome.predict_proba(self.normalise(x), torch.device("cpu"))
 
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        """The classes' names in label order (a CSV's label values, a folder's subfolders, a
+        registered dataset's names); ``"0"``, ``"1"``, … where the data has none (and in
+        results that predate them). :meth:`predict`'s columns follow this order."""
+        names = self.data.get("class_names") or []
+        count = int(self.data.get("num_classes") or len(names))
+        if len(names) != count:
+            return tuple(map(str, range(count)))
+        return tuple(str(n) for n in names)
+
+    def predict_labels(self, key: str, x: np.ndarray | torch.Tensor) -> list[str]:
+        """The class name :meth:`predict` gives the most probability, per input."""
+        names = self.class_names
+        return [names[i] for i in self.predict(key, x).argmax(dim=1).tolist()]
+
     def method(self, key: str) -> MethodResult:
-        """The record of the method run as ``key`` (``fedavg``, ``ensemble:weighting=size``),
-        or of the only method of that name.
+        """The record of the method run as ``key`` (``fedavg``, ``ensemble:weighting=size``)
+        in any spelling of the same spec (its knobs in any order), or of
+        the only method of that name.
 
         Raises:
             KeyError: when no (or more than one) method matches.
         """
+        try:
+            canonical = parse_method_spec(key).key
+        except ValueError:
+            canonical = key
         for m in self.methods:
-            if m.key == key:
+            if m.key in (key, canonical):
                 return m
         named = [m for m in self.methods if m.method == key]
         if len(named) == 1:

@@ -207,7 +207,7 @@ def partition(
     title = f"{dataset} · {partition} · {clients} clients"
     console.print(counts_table(counts, f"{title} · seed {seed}"))
     if png is not None:
-        partition_heatmap(counts, png, title)
+        partition_heatmap(counts, png, title, fed.task.class_names)
         console.print(f"heatmap: {png}")
 
 

@@ -25,7 +25,8 @@ torchvision and common layouts use. Earlier directories win. Nothing is download
 (else ``$ONESHOTFL_DATA``, else ``./data``) and then reads them with the readers here.
 
 Besides registered names, :func:`load_dataset` takes the user's own data as a spec,
-``folder:path=DIR`` (an image folder) or ``npz:path=FILE`` (see :mod:`oneshotfl.data.user`).
+``folder:path=DIR`` (an image folder), ``npz:path=FILE`` or ``csv:path=FILE`` (a table; see
+:mod:`oneshotfl.data.user`).
 What a registered dataset is (:class:`DatasetSpec`, ``DATASETS``, the errors) is
 :mod:`oneshotfl.data.dataset_spec`; the built-in datasets are :mod:`oneshotfl.data.catalog`,
 imported here so the registry is full.
@@ -80,11 +81,11 @@ def search_dirs(spec: DatasetSpec, root: str | Path | None) -> list[Path]:
 
 
 def load_dataset(name: str, root: str | Path | None = None, download: bool = False) -> Dataset:
-    """Load a registered dataset, or the user's ``folder:path=DIR`` or ``npz:path=FILE``
-    (:mod:`oneshotfl.data.user`), into memory, normalised.
+    """Load a registered dataset, or the user's ``folder:path=DIR``, ``npz:path=FILE`` or
+    ``csv:path=FILE`` (:mod:`oneshotfl.data.user`), into memory, normalised.
 
     Args:
-        name: registry name (see :func:`list_datasets`), or a ``folder:``/``npz:`` spec.
+        name: registry name (see :func:`list_datasets`), or a ``folder:``/``npz:``/``csv:`` spec.
         root: a directory to look in first (and to download into); not used by a spec.
         download: when the files are nowhere, fetch them with torchvision (needs a network;
             fashion_mnist, mnist, cifar10, cifar100, svhn and stl10 only); not used by a spec.

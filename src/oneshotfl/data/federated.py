@@ -159,9 +159,15 @@ def carve_federated_data(
         pool = np.sort(numpy_rng(seed, "max_train").choice(pool, max_train, replace=False))
     public_idx, pool = _carve_public(pool, public_size, seed)
     if clients > len(pool):
+        held = [f"{len(dataset.test)} are the test split"] if len(dataset.test) else []
+        if max_train is not None and max_train < len(dataset.train):
+            held.append(f"max_train keeps {max_train} of the {len(dataset.train)} for training")
+        if public_idx is not None and len(public_idx):
+            held.append(f"{len(public_idx)} go to the public pool (public_size)")
+        why = f" (of {len(dataset.train) + len(dataset.test)} examples, {'; '.join(held)})"
         raise PartitionError(
-            f"clients: expected at most the {len(pool)} training examples left to split "
-            f"(one each), got {clients} clients"
+            f"clients (--clients): expected at most the {len(pool)} training examples left to "
+            f"split, one per client{why if held else ''}, got {clients} clients"
         )
     labels = dataset.train.y.numpy()[pool]
     parts = partitioner.split(labels, clients, numpy_rng(seed, "partition"))

@@ -118,8 +118,9 @@ def user_stats(spec: str) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
 
 
 def load_user_dataset(spec: str, need_test: bool = True) -> Dataset:
-    """Load a ``folder:`` or ``npz:`` dataset, normalised as declared; its name is ``spec``
-    (``need_test=False``: an empty test split is fine, as for a node's own data, used whole).
+    """Load a ``folder:``, ``npz:`` or ``csv:`` dataset, normalised as declared; its name is
+    ``spec`` (``need_test=False``: an empty test split is fine, as for a node's own data, used
+    whole).
 
     Raises:
         UserDataNotFoundError: when the path does not exist.
@@ -127,7 +128,7 @@ def load_user_dataset(spec: str, need_test: bool = True) -> Dataset:
     """
     kind, opts = parse_user_spec(spec)
     path = Path(opts.path).expanduser()
-    what = "a directory" if kind == "folder" else "an .npz file"
+    what = {"folder": "a directory", "npz": "an .npz file", "csv": "a .csv file"}[kind]
     if not path.exists():
         raise UserDataNotFoundError(f"dataset {spec!r}: expected {what} at {path}, got nothing")
     if path.is_dir() != (kind == "folder"):

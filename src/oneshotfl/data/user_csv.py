@@ -101,8 +101,10 @@ def read_csv(spec: str, path: Path, opts: UserDataOptions) -> Splits:
     for i, row in enumerate(rows):
         values = [_number(field) for j, field in enumerate(row) if j != at]
         if any(v is None for v in values):
-            bad = next(f for j, f in enumerate(row) if j != at and _number(f) is None)
-            raise user_error(spec, f"row {i + 1}: expected finite numbers, got {bad!r}")
+            j, bad = next((j, f) for j, f in enumerate(row) if j != at and _number(f) is None)
+            column = f"column {header[j]!r}" if header else f"column {j}"
+            what = "an empty cell" if not bad.strip() else repr(bad)
+            raise user_error(spec, f"row {i + 1}, {column}: expected a finite number, got {what}")
         features[i] = values
     y, names = _classes(spec, labels, opts)
     test = carve_test(y, opts.test_fraction)

@@ -10,6 +10,7 @@ One-Shot Personalized Federated Learning Framework", ICML 2025, OpenReview jwjvk
   A_w(x) = Σ_i w_i f_i(x)).
 * Stage 4, regularised distillation: :func:`kd_rows` and :func:`anchor_penalty`, the two
   terms of L_KD, and :func:`regularised_distillation`, which minimises their sum.
+* What a run did: :func:`own_model_receivers`, the clients whose teacher was their own model.
 
 The pruning objective is partly lost in our copy of the paper: it names a group-lasso norm
 ‖·‖₂,₁ with strength γ, an alignment regulariser with strength λ_p and an element-wise
@@ -30,7 +31,8 @@ steps, then the ``prune_ratio`` smallest groups of each layer are removed.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -249,3 +251,42 @@ def regularised_distillation(
         return kd_rows(m(xb), tb, temperature).mean() + anchor_penalty(m, anchor, lam)
 
     return fit(student, (x, teacher_logits), loss_fn, cfg, generator, device)
+
+
+OWN_MASS = 0.99
+"""The share of the teacher's weight on a client's own model above which, in every round,
+FOL's result is that client's local training (:func:`own_model_receivers`)."""
+
+OWN_AGREEMENT = 0.99
+"""The share of a client's held-out examples on which its final model predicting as its
+local model makes FOL's result that client's local training (:func:`own_model_receivers`)."""
+
+
+def prediction_agreement(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The fraction of rows on which two ``[N, C]`` logit matrices pick the same class."""
+    return float((a.argmax(1) == b.argmax(1)).float().mean()) if len(a) else 1.0
+
+
+def own_weight(round_info: Mapping[str, Any], receiver: int) -> float:
+    """The teacher's weight on the receiver's own model in one round's record (``top_k``:
+    the chosen candidates' client ids, ``weights``: their weights); 0 when it was not chosen."""
+    chosen = list(round_info.get("top_k", []))
+    weights = list(round_info.get("weights", []))
+    return float(weights[chosen.index(receiver)]) if receiver in chosen else 0.0
+
+
+def own_model_receivers(
+    diagnostics: Mapping[str, Mapping[str, Any]],
+    mass: float = OWN_MASS,
+    agreement: float = OWN_AGREEMENT,
+) -> list[int]:
+    """The receivers whose result is their local training (receiver id → its outcome's
+    ``info``): their teacher put at least ``mass`` of its weight on their own model in every
+    round (``rounds``), or their final model predicts as their local model on at least
+    ``agreement`` of their held-out data (``own_agreement``)."""
+    return sorted(
+        int(r)
+        for r, info in diagnostics.items()
+        if (info.get("rounds") and all(own_weight(e, int(r)) >= mass for e in info["rounds"]))
+        or info.get("own_agreement", 0.0) >= agreement
+    )

@@ -359,6 +359,13 @@ class Method(ABC, Generic[ConfigT]):
         """
         return None
 
+    def notes(self, diagnostics: Mapping[str, Any]) -> list[str]:
+        """One-line notes on what this run did that a reader of its accuracy should know,
+        read from its diagnostics (a server method's outcome ``info``; a peer method's
+        receiver id → its outcome's ``info``). The engine logs them and keeps them in the
+        result (``notes``). Default: none."""
+        return []
+
     def describe(self) -> dict[str, Any]:
         """Name and resolved hyper-parameters, for result files."""
         config: Any = self.config

@@ -26,6 +26,7 @@ from oneshotfl.registry import did_you_mean
 from oneshotfl.runner.config_values import (
     NAMES_CHECKED,
     ConfigError,
+    check_bounds,
     client_architectures,
     flatten_sections,
     names_unchecked,
@@ -52,8 +53,8 @@ class ExperimentConfig(Params):
         plugins: modules (or .py files) imported before any name is resolved, which register
             your own methods, models, datasets, … (see :mod:`oneshotfl.plugins`); carried to
             every Flower node and worker process.
-        dataset: dataset registry name, or a user dataset ``folder:path=DIR`` or
-            ``npz:path=FILE`` (their options: ``oneshotfl.data.user``).
+        dataset: dataset registry name, or a user dataset ``folder:path=DIR``,
+            ``npz:path=FILE`` or ``csv:path=FILE`` (their options: ``oneshotfl.data.user``).
         data_root: where the dataset lies (else ``$ONESHOTFL_DATA`` and system paths).
         download: let torchvision download the dataset (needs a network).
         max_train: keep a seeded random subset of this many training examples (tiny runs).
@@ -214,18 +215,7 @@ class ExperimentConfig(Params):
         if not self.methods:
             raise ConfigError("methods: expected at least one method, got none")
         self._validate_dataset()
-        if self.clients < 1:
-            raise ConfigError(f"clients: expected >= 1, got {self.clients}")
-        if self.public_size < 0:
-            raise ConfigError(f"public_size: expected >= 0, got {self.public_size}")
-        if not 0 <= self.val_fraction < 1:
-            raise ConfigError(f"val_fraction: expected in [0, 1), got {self.val_fraction}")
-        if self.max_train is not None and self.max_train < 1:
-            raise ConfigError(f"max_train: expected >= 1 or None, got {self.max_train}")
-        if self.max_client_examples < 0:
-            raise ConfigError(
-                f"max_client_examples: expected >= 0 (0: the pool), got {self.max_client_examples}"
-            )
+        check_bounds(self)
         if not 0 <= self.malicious <= self.clients:
             raise ConfigError(
                 f"malicious: expected between 0 and clients={self.clients}, got {self.malicious}"
@@ -245,18 +235,6 @@ class ExperimentConfig(Params):
                 f"min_clients: expected between 1 and clients={self.clients}, "
                 f"got {self.min_clients}"
             )
-        for name in ("local_floor_epochs", "diagnostic_examples"):
-            if (value := getattr(self, name)) is not None and value < 0:
-                raise ConfigError(f"{name}: expected >= 0 (0: no bound), got {value}")
-        if self.client_batch < 1:
-            raise ConfigError(
-                f"client_batch: expected >= 1 (1: one client at a time), got {self.client_batch}"
-            )
-        if self.workers < 0:
-            raise ConfigError(f"workers: expected >= 0 (0: one per core), got {self.workers}")
-        for name in ("client_threads", "server_threads"):
-            if (threads := getattr(self, name)) is not None and threads < 1:
-                raise ConfigError(f"{name}: expected >= 1 or None, got {threads}")
         if self.device not in DEVICE_CHOICES and not self.device.startswith("cuda:"):
             raise ConfigError(f"device: expected auto, cpu, cuda or cuda:N, got {self.device!r}")
         self.client_train_config()
@@ -276,7 +254,7 @@ class ExperimentConfig(Params):
             raise ConfigError(
                 f"dataset: unknown {self.dataset!r}{did_you_mean(self.dataset, DATASETS)}; "
                 "expected one of: "
-                f"{', '.join(DATASETS.names())}, or folder:path=DIR or npz:path=FILE"
+                f"{', '.join(DATASETS.names())}, or folder:path=DIR, npz:path=FILE or csv:path=FILE"
             )
 
     @property

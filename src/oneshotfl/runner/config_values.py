@@ -1,13 +1,14 @@
 """The pieces of a config that need no other part of oneshotfl: its error, the switch that
 reads a recorded config back without importing plugins, and the normalisation of the fields
 given in several forms (``methods``, ``plugins``, ``model``), the nested config sections
-(:data:`SECTIONS`) — see :mod:`oneshotfl.runner.config`."""
+(:data:`SECTIONS`), and the bounds of its numeric fields (:func:`check_bounds`) — see
+:mod:`oneshotfl.runner.config`."""
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -221,3 +222,31 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
             f"config file {path}: expected a mapping of settings, got {type(loaded).__name__}"
         )
     return dict(loaded or {})
+
+
+BOUNDS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    ("clients", lambda v: v >= 1, ">= 1"),
+    ("public_size", lambda v: v >= 0, ">= 0"),
+    ("val_fraction", lambda v: 0 <= v < 1, "in [0, 1)"),
+    ("max_train", lambda v: v is None or v >= 1, ">= 1 or None"),
+    ("max_client_examples", lambda v: v >= 0, ">= 0 (0: the pool)"),
+    ("local_floor_epochs", lambda v: v is None or v >= 0, ">= 0 (0: no bound)"),
+    ("diagnostic_examples", lambda v: v is None or v >= 0, ">= 0 (0: no bound)"),
+    ("client_batch", lambda v: v >= 1, ">= 1 (1: one client at a time)"),
+    ("workers", lambda v: v >= 0, ">= 0 (0: one per core)"),
+    ("client_threads", lambda v: v is None or v >= 1, ">= 1 or None"),
+    ("server_threads", lambda v: v is None or v >= 1, ">= 1 or None"),
+)
+"""The config's numeric fields that stand alone: name, the check, what it expects."""
+
+
+def check_bounds(config: object) -> None:
+    """Check each field of :data:`BOUNDS` on ``config``.
+
+    Raises:
+        ConfigError: naming the first field out of bounds, what it expects and what came.
+    """
+    for name, ok, expected in BOUNDS:
+        value = getattr(config, name)
+        if not ok(value):
+            raise ConfigError(f"{name}: expected {expected}, got {value}")

@@ -286,6 +286,7 @@ def _run_star(
         saved = save_outcome(view.save_to, key, outcome, view.task.num_classes)
     evaluating += time.perf_counter() - start
     inference = inference_cost(outcome, test.x, view.device)
+    info = getattr(outcome, "info", {})
     return MethodResult(
         key=key,
         **method.describe(),
@@ -301,7 +302,8 @@ def _run_star(
         client_made_s=made.tolist(),
         model_file=saved,
         clients_used=clients_used,
-        diagnostics=getattr(outcome, "info", {}),
+        diagnostics=info,
+        notes=_notes(key, method, info),
         inference=inference or None,
         timings={"client_diagnostics_s": checked, "evaluation_s": evaluating},
         rejected=rejected,
@@ -363,6 +365,7 @@ def _run_peer(
         wall[c], artefacts[c], made[c] = reply.wall_s, reply.artefacts, reply.made_s
     for p in reports:
         receiver_wall[p.receiver] = p.wall_s
+    diagnostics = {str(p.receiver): p.diagnostics for p in reports if p.diagnostics}
     return MethodResult(
         key=key,
         **method.describe(),
@@ -377,7 +380,8 @@ def _run_peer(
         client_artefacts=artefacts,
         client_made_s=made,
         clients_used=[p.receiver for p in reports],
-        diagnostics={str(p.receiver): p.diagnostics for p in reports if p.diagnostics},
+        diagnostics=diagnostics,
+        notes=_notes(key, method, diagnostics),
         rejected={**refused, **rejected},
         no_reply=missing,
         topology={"graph": graph.spec, "edges": edges},
@@ -390,3 +394,11 @@ def _run_peer(
         },
         **_facts({c: reply.facts for c, reply in admitted.items()}, n),
     )
+
+
+def _notes(key: str, method: Method[Any], diagnostics: Mapping[str, Any]) -> list[str]:
+    """The method's notes on its run (:meth:`Method.notes`), each logged in one line."""
+    notes = list(method.notes(diagnostics))
+    for note in notes:
+        log.warning("%s: %s", key, note)
+    return notes

@@ -1,35 +1,27 @@
-"""Files written whole or not at all: a text file or a CSV table through a temporary file and
-a rename, so that a crash never leaves half a file (``result.json``, its CSV views, reports)."""
+"""Files written whole or not at all (:mod:`oneshotfl.atomic`): text, and CSV tables
+(``result.json``, its CSV views, reports)."""
 
 from __future__ import annotations
 
 import csv
-import os
-import tempfile
+import io
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from oneshotfl.atomic import atomic_write_text
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file, so a crash never leaves half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+__all__ = ["atomic_write_text", "write_csv"]
 
 
 def write_csv(path: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
-    """Rows as CSV with the given columns (missing values left empty)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(columns), extrasaction="ignore")
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({c: _cell(row.get(c)) for c in columns})
-    os.replace(tmp, path)
+    """Rows as CSV with the given columns (missing values left empty), written whole."""
+    buffer = io.StringIO(newline="")
+    writer = csv.DictWriter(buffer, fieldnames=list(columns), extrasaction="ignore")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({c: _cell(row.get(c)) for c in columns})
+    atomic_write_text(path, buffer.getvalue())
 
 
 def _cell(value: Any) -> Any:

@@ -92,6 +92,8 @@ class MethodResult:
         timings: where the run's time went besides ``client_wall_s`` and ``server_wall_s``:
             ``client_diagnostics_s`` (every client's local-model check, summed) and
             ``evaluation_s`` (the outcome on the test split, and its inference cost).
+        notes: one-line notes the method makes on what its run did
+            (:meth:`~oneshotfl.protocol.contract.Method.notes`; also logged).
     """
 
     key: str
@@ -128,6 +130,7 @@ class MethodResult:
     client_facts: dict[str, list[float | None]] | None = None
     inference: dict[str, float] | None = None
     timings: dict[str, float] | None = None
+    notes: list[str] = field(default_factory=list)
 
     @property
     def upload_bytes_mean(self) -> float:
@@ -220,7 +223,7 @@ def required_fields(cls: type) -> list[str]:
     ]
 
 
-_OMIT_EMPTY = ("no_reply", "rounds_history")
+_OMIT_EMPTY = ("no_reply", "rounds_history", "notes")
 _LEGACY_DEFAULTS: dict[str, Any] = {"rounds": 1, "download_bytes_per_client": 0}
 """What result files written before multi-round methods left out."""
 
@@ -266,7 +269,8 @@ def write_result(out_dir: Path, doc: dict[str, Any], title_suffix: str = "") -> 
     c = doc["config"]
     title = f"{c['dataset']} · {c['partition']} · {c['clients']} clients{title_suffix}"
     try:
-        partition_heatmap(counts, out_dir / "partition.png", title)
+        names = doc.get("data", {}).get("class_names") or ()
+        partition_heatmap(counts, out_dir / "partition.png", title, names)
     except Exception as exc:  # a picture is not worth the results: say so and go on
         log.warning("could not draw %s: %s: %s", out_dir / "partition.png", type(exc).__name__, exc)
     _write_json(path, doc)
@@ -358,6 +362,7 @@ def result_document(
         "data": {
             "dataset": task.dataset,
             "num_classes": task.num_classes,
+            "class_names": list(task.class_names) or None,
             "input_shape": [task.in_channels, task.image_size, task.image_size],
             "client_examples": view.client_examples,
             "public_size": 0 if view.public is None else len(view.public),

@@ -12,13 +12,12 @@ import hashlib
 import json
 import logging
 import math
-import os
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from oneshotfl.atomic import atomic_write_bytes
 from oneshotfl.payload import Payload, WireError, decode, encode
 
 log = logging.getLogger(__name__)
@@ -180,8 +179,8 @@ class ArtefactStore:
             return
         path.parent.mkdir(parents=True, exist_ok=True)
         seconds = path.with_suffix(".seconds")  # how long it took to make, beside it
-        _atomic_bytes(seconds, f"{self._seconds.get(key, math.nan)!r}\n".encode())
-        _atomic_bytes(path, encode(payload))
+        atomic_write_bytes(seconds, f"{self._seconds.get(key, math.nan)!r}\n".encode())
+        atomic_write_bytes(path, encode(payload))
 
     def _read_seconds(self, kind: str, key: str) -> float:
         path = self._path(kind, key)
@@ -189,10 +188,3 @@ class ArtefactStore:
             return float(path.with_suffix(".seconds").read_text()) if path else math.nan
         except (OSError, ValueError):
             return math.nan
-
-
-def _atomic_bytes(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)

@@ -84,3 +84,19 @@ class RichTracker:
             yield lambda n: self._progress.advance(task_id, n)
         finally:
             self._progress.remove_task(task_id)
+
+
+@contextlib.contextmanager
+def shown_progress(tracker: Tracker | None, show: bool | None = None) -> Iterator[Tracker | None]:
+    """The tracker a library call reports to: ``tracker`` when given; else, with ``show``
+    (``None``: when stderr is a terminal or a notebook), rich bars as the command line
+    shows them, removed when the call ends; else none."""
+    if tracker is not None or show is False:
+        yield tracker
+        return
+    console = Console(stderr=True)
+    if show is None and not (console.is_terminal or console.is_jupyter):
+        yield None
+        return
+    with RichTracker(console) as bars:
+        yield bars
