@@ -20,6 +20,7 @@ from oneshotfl.methods import (  # noqa: F401  (importing registers)
     fedprox,
     fol,
     fol_variants,
+    ghofl,
     heads,
     intactofl,
     inversion,
