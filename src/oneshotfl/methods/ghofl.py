@@ -218,7 +218,10 @@ class GhOfl(Method[GhOflConfig]):
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         names = ("counts", "sums", SECOND_MOMENT[self.config.head])
-        ids = sorted(payloads)
-        stats = {k: np.add.reduce([np.asarray(payloads[c].arrays[k]) for c in ids]) for k in names}
+        stats: dict[str, np.ndarray] = {}
+        for c in sorted(payloads):  # added in place: one client's statistics at a time
+            for k in names:
+                value = np.asarray(payloads[c].arrays[k])
+                stats[k] = value.copy() if k not in stats else np.add(stats[k], value, out=stats[k])
         head, info = gaussian_head(stats, self.config)
         return GlobalModel(encoded_head(ctx, head.eval()), info={"head": self.config.head, **info})

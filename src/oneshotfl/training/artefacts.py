@@ -177,7 +177,6 @@ class ArtefactStore:
         path = self._path(kind, key)
         if path is None:
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
         seconds = path.with_suffix(".seconds")  # how long it took to make, beside it
         atomic_write_bytes(seconds, f"{self._seconds.get(key, math.nan)!r}\n".encode())
         atomic_write_bytes(path, encode(payload))
