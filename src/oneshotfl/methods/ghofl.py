@@ -29,6 +29,13 @@ with shrink(S, a) = (1 − a) S + a (tr S / d) I and ε = ``eps`` (10⁻⁶, the
 no solve meets a singular matrix and no weight is NaN. Defaults are the authors' YAML:
 ``lda_shrink`` 0.05, ``qda_shrink`` 0.1. Linear algebra runs in float64 on the CPU.
 
+Against the authors' code (read through notes/issue-43/statistics-distilled-aggregator.md,
+commit fd6daf2 of their repository): the same statistics, estimators, shrinkage, ε and
+fallback; where it differs — a client sends only its head's second moments (theirs sends all
+of them, so their bytes are those of ``qda`` plus the rest); N − C counts the classes present
+(theirs counts every class, the same when all are present); the heads evaluate in float32 on
+the run's device (theirs: NB in float64, QDA in float32 on the GPU).
+
 Not built yet: the authors' trained heads on Gaussian samples in a Fisher subspace
 (FisherMix, Proto-Hyper), which their tables report next to these closed forms.
 
