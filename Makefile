@@ -24,13 +24,15 @@ demo: setup data
 ## The whole test suite (one pytest worker per core; it builds the docs site strictly too; on
 ## the CPU whatever the machine has: GPUs are hidden, `make test-cuda` checks them), lint +
 ## type-check beside it, and after both Flower on loopback: scripts/flower_e2e.sh (three
-## SuperLinks with their SuperNodes, insecure and with TLS + node auth) and, beside it, the
-## fault script's small lane (scripts/flower_chaos.sh with 4 SuperNodes: a node killed at
-## work, the SuperLink killed and restarted, its state lost; `make check-flower-chaos` is the
-## 50-node lane). They run after pytest, not beside it: SuperLinks, SuperNodes and app
-## processes on two cores shared with two pytest workers ran a tiny run 70x slower than
-## alone. Logs go to runs/lint.log, runs/flower-e2e.log and runs/flower-chaos.log and are
-## printed after pytest's, so the end of the output says how all four went.
+## SuperLinks with their SuperNodes, insecure and with TLS + node auth) and then the fault
+## script's small lane (scripts/flower_chaos.sh with 4 SuperNodes: a node killed at work, the
+## SuperLink killed and restarted, its state lost; `make check-flower-chaos` is the 50-node
+## lane). Each runs alone: SuperLinks, SuperNodes and app processes on two cores shared with
+## two pytest workers ran a tiny run 70x slower than alone, and beside the end-to-end script
+## the fault lane's SuperNodes (nice 10) were starved past their reply timeout on a slower
+## CI machine (one valid node, quorum missed). Logs go to runs/lint.log, runs/flower-e2e.log
+## and runs/flower-chaos.log and are printed after pytest's, so the end of the output says
+## how all four went.
 E2E_LOG := runs/flower-e2e.log
 CHAOS_LOG := runs/flower-chaos.log
 LINT_LOG := runs/lint.log
@@ -43,10 +45,9 @@ test: setup data
 	  CUDA_VISIBLE_DEVICES= OMP_NUM_THREADS=1 $(VENV)/python -m pytest -q -n auto; tests=$$?; \
 	  wait $$lint; lint=$$?; \
 	  echo "--- lint and type-check ($(LINT_LOG))"; cat $(LINT_LOG); \
-	  CUDA_VISIBLE_DEVICES= CHAOS_NODES=4 CHAOS_REPLY=40 CHAOS_STAGES="faults restart lost" \
-	    bash scripts/flower_chaos.sh >$(CHAOS_LOG) 2>&1 & chaos=$$!; \
 	  CUDA_VISIBLE_DEVICES= bash scripts/flower_e2e.sh >$(E2E_LOG) 2>&1; flower=$$?; \
-	  wait $$chaos; chaos=$$?; \
+	  CUDA_VISIBLE_DEVICES= CHAOS_NODES=4 CHAOS_REPLY=60 CHAOS_STAGES="faults restart lost" \
+	    bash scripts/flower_chaos.sh >$(CHAOS_LOG) 2>&1; chaos=$$?; \
 	  echo "--- Flower end to end ($(E2E_LOG))"; cat $(E2E_LOG); \
 	  test $$flower -eq 0 || grep "FAILED" $(E2E_LOG) | tail -n 5; \
 	  echo "--- Flower under faults, 4 SuperNodes ($(CHAOS_LOG))"; cat $(CHAOS_LOG); \

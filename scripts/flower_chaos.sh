@@ -118,6 +118,16 @@ status() {
     || echo ""
 }
 
+# why NAME: what the run's result.json (or partial.json) says of its failed methods and of the
+# nodes that did not reply, in one line ("no result written" when there is none)
+why() {
+  local f
+  for f in "$WORK/$1/result.json" "$WORK/$1/partial.json"; do
+    [ -f "$f" ] && { json_get "$f" "'failed:', d.get('failed_methods'), 'no reply:', (d.get('flower') or {}).get('no_reply')" 2>/dev/null | cut -c1-900; return 0; }
+  done
+  echo "no result written"
+}
+
 # submit NAME "run config": submit, wait for the end (CHAOS_TIMEOUT), status → $WORK/NAME-status
 submit() {
   local name=$1 id st="" deadline
@@ -228,7 +238,8 @@ if stage faults; then
   log "faults: node 2 killed (SIGKILL) while its ClientApp was at work"
   wait "$faults" || fail "faults: the run did not end"
   kill_tree CONT "$(node_pid 1)"
-  [ "$(cat "$WORK/faults-status")" = "finished:completed" ] || fail "faults: run ended $(cat "$WORK/faults-status")"
+  [ "$(cat "$WORK/faults-status")" = "finished:completed" ] \
+    || fail "faults: run ended $(cat "$WORK/faults-status"); $(why faults)"
   R="$WORK/faults/result.json"
   want=$("$BIN/python" -c "print(list(range(3, $N)))")
   for m in 0 1; do
