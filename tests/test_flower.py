@@ -466,3 +466,14 @@ def test_a_receive_instruction_carries_its_bounded_schedule() -> None:
         content = instruction_content(dataclasses.replace(sent, schedule=bad))
         with pytest.raises(MessageError, match="schedule"):
             read_instruction(content)
+
+
+def test_the_merging_methods_run_on_flower_equal_to_the_local_simulation(
+    tiny_config: Any, tmp_path: Path
+) -> None:
+    """FedFisher's and RegMean's per-layer statistics cross the wire and are checked there."""
+    cfg = tiny_config(methods=["fedfisher", "regmean"], model="mlp", clients=3)
+    local = run_config(cfg)
+    nodes = dataclasses.replace(cfg, cache_dir=str(tmp_path / "nodes"))
+    flower = run_on_grid(tmp_path, nodes, FakeGrid(cfg.clients))
+    assert core(flower) == core(local)

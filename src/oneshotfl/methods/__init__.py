@@ -12,6 +12,7 @@ from oneshotfl.methods import (  # noqa: F401  (importing registers)
     fedeov,
     fedeov_distilled,
     fedet,
+    fedfisher,
     fedhkt,
     fedkd,
     fedkt,
@@ -28,6 +29,7 @@ from oneshotfl.methods import (  # noqa: F401  (importing registers)
     ma_echo,
     mine,
     peer_ensemble,
+    regmean,
 )
 from oneshotfl.methods.base import METHODS, MethodSpec, build_method, parse_method_spec
 

@@ -17,6 +17,7 @@ refused before anything is decoded.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -126,6 +127,25 @@ def n_examples_spec() -> ScalarSpec:
     return ScalarSpec("n_examples", int, 1, maximum="N_max")
 
 
+class FieldGroup(ABC):
+    """Arrays named ``<prefix>.<key>`` whose keys and shapes follow a model of the same
+    payload (per-layer statistics: :mod:`oneshotfl.protocol.layer_stats`); the group checks
+    them itself, after the payload's models."""
+
+    prefix: str
+
+    def owns(self, key: str) -> bool:
+        return key.startswith(self.prefix + ".")
+
+    @abstractmethod
+    def check(self, payload: Payload, dims: WireDims, client: int | None) -> None:
+        """Raise :class:`PayloadError` on the first problem."""
+
+    @abstractmethod
+    def bound(self, dims: WireDims, client: int | None) -> tuple[int, int] | None:
+        """``(bytes, tensors)`` at most, or ``None`` when not bounded here."""
+
+
 @dataclass(frozen=True)
 class PayloadSpec:
     """Everything one client's payload must contain, and nothing else."""
@@ -133,6 +153,7 @@ class PayloadSpec:
     arrays: tuple[ArraySpec, ...] = ()
     models: tuple[ModelSpec, ...] = ()
     scalars: tuple[ScalarSpec, ...] = ()
+    groups: tuple[FieldGroup, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -192,7 +213,8 @@ def validate_payload(
     probability rows, scalar types, and each model's architecture, keys, shapes, dtypes and
     class count.
     """
-    model_keys = {k for k in payload.arrays for m in spec.models if m.owns(k)}
+    owners: list[ModelSpec | FieldGroup] = [*spec.models, *spec.groups]
+    model_keys = {k for k in payload.arrays if any(m.owns(k) for m in owners)}
     _check_names(payload, spec, model_keys, client)
     bound: dict[str, int] = dims.symbols()
     for array_spec in spec.arrays:
@@ -201,6 +223,8 @@ def validate_payload(
         _check_scalar(payload.scalars[scalar_spec.name], scalar_spec, bound, client)
     for model_spec in spec.models:
         _check_model(payload, model_spec, dims, client)
+    for group in spec.groups:
+        group.check(payload, dims, client)
 
 
 def _check_names(

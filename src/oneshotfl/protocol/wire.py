@@ -59,6 +59,11 @@ def byte_limit(spec: PayloadSpec, dims: WireDims, client: int | None = None) -> 
         if count == 0:  # no allowed architecture can be built here: validation refuses it
             return None
         total, tensors = total + largest, tensors + count
+    for group in spec.groups:
+        bounded = group.bound(dims, client)
+        if bounded is None:
+            return None
+        total, tensors = total + bounded[0], tensors + bounded[1]
     return total + 256 * tensors
 
 

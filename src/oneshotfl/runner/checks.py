@@ -179,7 +179,10 @@ def requirement_problems(
         if req.public_data and not has_public:
             problems.append(f"{key} needs a public unlabelled pool: set {_key('public_size')} > 0")
         if req.same_architecture and len(set(archs)) > 1:
-            problems.append(f"{key} needs identical client architectures, got {sorted(set(archs))}")
+            problems.append(
+                f"{key} needs identical client architectures (it merges their weights), got "
+                f"{_clients_by_arch(archs)}"
+            )
         if req.server_model and cfg.server_model is None:
             problems.append(f"{key} needs a server architecture: set {_key('server_model')}")
         if req.shared_encoder and not has_encoder:
@@ -232,3 +235,17 @@ def writable_dir(path: Path) -> Path:
     except OSError as exc:
         raise ConfigError(f"--out {path}: expected a writable directory ({exc.strerror})") from None
     return path
+
+
+def _clients_by_arch(archs: Sequence[str], shown: int = 6) -> str:
+    """``cnn (clients 0, 2), mlp (clients 1, 3)``: which clients have which architecture."""
+    groups: dict[str, list[int]] = {}
+    for client, arch in enumerate(archs):
+        groups.setdefault(arch, []).append(client)
+    parts = []
+    for arch, ids in sorted(groups.items()):
+        listed = ", ".join(map(str, ids[:shown])) + (
+            f", … ({len(ids)} in all)" if len(ids) > shown else ""
+        )
+        parts.append(f"{arch} (client{'s' if len(ids) > 1 else ''} {listed})")
+    return "; ".join(parts)

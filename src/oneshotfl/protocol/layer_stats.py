@@ -1,0 +1,110 @@
+"""Per-layer statistics of a model, sent beside it: what merging methods need besides the
+weights (FedFisher's diagonal Fisher, RegMean's input Gram matrices).
+
+A :class:`LayerStatistics` group names arrays ``<prefix>.<key>`` whose keys and shapes follow
+the architecture the payload's model field carries (``model.arch``), so a client cannot send
+statistics of another network, a missing layer or an extra one:
+
+* ``diagonal`` — one non-negative float32 tensor per trainable parameter, of its shape
+  (a diagonal curvature, e.g. the Fisher information's diagonal);
+* ``gram`` — one symmetric float32 ``[d_in, d_in]`` matrix per ``nn.Linear`` layer (keyed by
+  the module's name) with a non-negative diagonal: the layer's input second moments
+  E[x xᵀ].
+
+Every entry must be finite. The receiver builds the reference once per architecture on the
+meta device (shapes only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import torch
+from torch import nn
+
+from oneshotfl.models import MODELS, create_model
+from oneshotfl.payload import Payload
+from oneshotfl.protocol.spec import FieldGroup, ModelSpec, PayloadError, WireDims, expected_arch
+
+StatisticsKind = Literal["diagonal", "gram"]
+
+SYMMETRY_TOLERANCE = 1e-4
+"""|G − Gᵀ| may reach this fraction of max |G| (float32 sums in another order)."""
+
+_SHAPES: dict[tuple[str, str, int, int, int], dict[str, tuple[int, ...]]] = {}
+
+
+def linear_layers(model: nn.Module) -> dict[str, nn.Linear]:
+    """The model's ``nn.Linear`` modules by name (the layers RegMean merges in closed form)."""
+    return {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)}
+
+
+def statistic_shapes(arch: str, dims: WireDims, kind: StatisticsKind) -> dict[str, tuple[int, ...]]:
+    """The keys and shapes of ``kind`` statistics for ``arch`` built for this federation."""
+    key = (arch, kind, dims.in_channels, dims.num_classes, dims.image_size)
+    if key not in _SHAPES:
+        with torch.device("meta"):
+            model = create_model(arch, dims.in_channels, dims.num_classes, dims.image_size)
+        if kind == "diagonal":
+            shapes = {k: tuple(p.shape) for k, p in model.named_parameters()}
+        else:
+            shapes = {k: (m.in_features, m.in_features) for k, m in linear_layers(model).items()}
+        _SHAPES[key] = shapes
+    return _SHAPES[key]
+
+
+@dataclass(frozen=True)
+class LayerStatistics(FieldGroup):
+    """Statistics ``<prefix>.<key>`` of the model in field ``of`` (see the module docs)."""
+
+    prefix: str
+    kind: StatisticsKind
+    of: ModelSpec = field(default_factory=ModelSpec)
+
+    def check(self, payload: Payload, dims: WireDims, client: int | None) -> None:
+        arch = str(payload.scalars[self.of.arch_key])
+        want = statistic_shapes(arch, self.of.model_dims(dims), self.kind)
+        got = {k[len(self.prefix) + 1 :]: v for k, v in payload.arrays.items() if self.owns(k)}
+        what = "a diagonal statistic" if self.kind == "diagonal" else "an input Gram matrix"
+        for key in sorted(set(want) - set(got)):
+            raise PayloadError(f"{self.prefix}.{key}", f"{what} of {arch}", "nothing", client)
+        for key in sorted(set(got) - set(want)):
+            raise PayloadError(f"{self.prefix}.{key}", f"no such layer in {arch}", "one", client)
+        for key, shape in want.items():
+            _check_statistic(f"{self.prefix}.{key}", got[key], shape, self.kind, client)
+
+    def bound(self, dims: WireDims, client: int | None) -> tuple[int, int] | None:
+        configured = expected_arch(self.of, dims, client)
+        archs = [configured] if configured else list(self.of.archs or MODELS.names())
+        largest, count = 0, 0
+        for arch in archs:
+            try:
+                shapes = statistic_shapes(arch, self.of.model_dims(dims), self.kind)
+            except Exception:  # cannot be built here: a payload naming it is refused anyway
+                continue
+            largest = max(largest, 4 * sum(int(np.prod(s)) for s in shapes.values()))
+            count = max(count, len(shapes))
+        return (largest, count) if count else None
+
+
+def _check_statistic(
+    name: str, value: np.ndarray, shape: tuple[int, ...], kind: StatisticsKind, client: int | None
+) -> None:
+    if tuple(value.shape) != shape:
+        raise PayloadError(name, f"shape {shape}", str(value.shape), client)
+    if value.dtype.name != "float32":
+        raise PayloadError(name, "dtype float32", value.dtype.name, client)
+    if not np.isfinite(value).all():
+        raise PayloadError(name, "finite values", "NaN/inf entries", client)
+    diagonal = value if kind == "diagonal" else np.diagonal(value)
+    if (diagonal < 0).any():
+        where = "entries" if kind == "diagonal" else "diagonal entries"
+        raise PayloadError(
+            name, f"non-negative {where}", f"{int((diagonal < 0).sum())} negative", client
+        )
+    if kind == "gram":
+        scale = float(np.abs(value).max(initial=0.0))
+        if float(np.abs(value - value.T).max(initial=0.0)) > SYMMETRY_TOLERANCE * max(scale, 1e-30):
+            raise PayloadError(name, "a symmetric matrix", "an asymmetric one", client)
