@@ -477,3 +477,14 @@ def test_the_merging_methods_run_on_flower_equal_to_the_local_simulation(
     nodes = dataclasses.replace(cfg, cache_dir=str(tmp_path / "nodes"))
     flower = run_on_grid(tmp_path, nodes, FakeGrid(cfg.clients))
     assert core(flower) == core(local)
+
+
+def test_fedpft_runs_on_flower_equal_to_the_local_simulation(
+    tiny_config: Any, tmp_path: Path
+) -> None:
+    """FedPFT's mixtures (float16 on the wire) cross Flower; the server's head is the same."""
+    cfg = tiny_config(methods=["fedpft"], encoder="random:dim=16", clients=3)
+    local = run_config(cfg)
+    nodes = dataclasses.replace(cfg, cache_dir=str(tmp_path / "nodes"))
+    flower = run_on_grid(tmp_path, nodes, FakeGrid(cfg.clients))
+    assert core(flower) == core(local)

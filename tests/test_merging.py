@@ -174,4 +174,3 @@ def test_fedfisher_and_regmean_run_on_images_and_tables(
     up = {m.key: m.upload_bytes_mean for m in result.methods}
     assert up["fedfisher"] > 1.9 * up["fedavg"]  # a model and its Fisher, both float32
     assert up["regmean"] > up["fedavg"]
-

@@ -18,6 +18,7 @@ from oneshotfl.methods import (  # noqa: F401  (importing registers)
     fedkt,
     fedol,
     fedov,
+    fedpft,
     fedprox,
     fol,
     fol_variants,

@@ -38,7 +38,8 @@ class TrainConfig(Params):
         epochs: passes over the data.
         batch_size: examples per step.
         lr: learning rate.
-        optimizer: ``sgd`` (with momentum) or ``adam``.
+        optimizer: ``sgd`` (with momentum), ``adam`` (L2 weight decay) or ``adamw``
+            (decoupled weight decay).
         momentum: SGD momentum.
         weight_decay: L2 penalty.
         min_steps: a floor in optimiser steps: training runs the fewest whole epochs, and at
@@ -60,7 +61,7 @@ class TrainConfig(Params):
     epochs: int = 5
     batch_size: int = 64
     lr: float = 0.01
-    optimizer: Literal["sgd", "adam"] = "sgd"
+    optimizer: Literal["sgd", "adam", "adamw"] = "sgd"
     momentum: float = 0.9
     weight_decay: float = 0.0
     min_steps: int = 0
@@ -115,6 +116,8 @@ def make_optimizer(
     """The optimizer ``cfg`` names, over ``params`` (``betas``: Adam's)."""
     if cfg.optimizer == "adam":
         return torch.optim.Adam(params, lr=cfg.lr, betas=betas, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=cfg.lr, betas=betas, weight_decay=cfg.weight_decay)
     return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
 
 
