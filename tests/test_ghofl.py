@@ -16,6 +16,7 @@ from oneshotfl.methods.ghofl import (
     class_statistics,
     gaussian_head,
     pooled_covariance,
+    psd_part,
     shrink,
 )
 
@@ -100,3 +101,16 @@ def test_ghofl_runs_on_the_shared_encoder_and_sends_what_its_head_needs(tiny_con
     for m in result.methods:
         assert m.accuracy > 0.5, (m.key, m.accuracy)
         assert m.diagnostics["classes_present"] == 10.0
+
+
+def test_a_gram_that_is_no_gram_cannot_break_the_head() -> None:
+    x, y = blobs(n=200, d=5)
+    parts = [class_statistics(x[i::2], y[i::2], 3, "qda") for i in range(2)]
+    parts[1].arrays["grams"][0] = -1e6 * np.eye(5)  # a hostile client's "Gram": negative definite
+    for head in ("lda", "qda"):
+        stats = summed(parts)
+        if head == "lda":
+            stats["gram"] = stats.pop("grams").sum(0)
+        model, _ = gaussian_head(stats, GhOflConfig(head=head))  # type: ignore[arg-type]
+        assert torch.isfinite(model(torch.from_numpy(x))).all(), head
+    assert np.allclose(psd_part(np.diag([2.0, -1.0])), np.diag([2.0, 0.0]))

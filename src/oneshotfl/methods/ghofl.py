@@ -26,7 +26,9 @@ N_c = Σ n_c, N = Σ N_c, π_c = max(N_c / N, 10⁻¹²) (an absent class is nev
   μ_c)ᵀ S_c⁻¹ (x − μ_c) − ½ log|S_c| (:func:`qda_logits`);
 
 with shrink(S, a) = (1 − a) S + a (tr S / d) I and ε = ``eps`` (10⁻⁶, the authors' floor), so
-no solve meets a singular matrix and no weight is NaN. Defaults are the authors' YAML:
+no solve meets a singular matrix and no weight is NaN. Each covariance is first projected
+onto the positive semi-definite cone (:func:`psd_part`; a no-op on honest statistics), so a
+client's Gram that is no Gram (negative eigenvalues) cannot make the Cholesky factor fail. Defaults are the authors' YAML:
 ``lda_shrink`` 0.05, ``qda_shrink`` 0.1. Linear algebra runs in float64 on the CPU.
 
 Against the authors' code (read through notes/issue-43/statistics-distilled-aggregator.md,
@@ -114,6 +116,13 @@ def shrink(cov: np.ndarray, a: float) -> np.ndarray:
     return (1 - a) * cov + a * (np.trace(cov) / d) * np.eye(d)
 
 
+def psd_part(matrix: np.ndarray) -> np.ndarray:
+    """The nearest positive semi-definite matrix to the symmetric part of ``matrix``
+    (negative eigenvalues set to 0): what a client's non-PSD Gram leaves of a covariance."""
+    values, vectors = np.linalg.eigh((matrix + matrix.T) / 2)
+    return (vectors * np.maximum(values, 0)) @ vectors.T
+
+
 def pooled_covariance(gram: np.ndarray, counts: np.ndarray, means: np.ndarray) -> np.ndarray:
     """Σ_pool = (B − Σ_c N_c μ_c μ_cᵀ) / (N − C), symmetrised (C: the classes present)."""
     present = int((counts > 0).sum())
@@ -185,14 +194,14 @@ def gaussian_head(
     gram = stats["gram"] if cfg.head == "lda" else stats["grams"].sum(0)
     pooled = pooled_covariance(gram, counts, means)
     if cfg.head == "lda":
-        weight, bias = lda_weights(shrink(pooled, cfg.lda_shrink), means, log_prior, eps)
+        weight, bias = lda_weights(shrink(psd_part(pooled), cfg.lda_shrink), means, log_prior, eps)
         tensors = {"weight": torch.from_numpy(weight), "bias": torch.from_numpy(bias)}
         return GaussianHead("lda", tensors), info
     factors = []
     for c in range(len(counts)):
         outer = counts[c] * np.outer(means[c], means[c])
         cov = (stats["grams"][c] - outer) / (counts[c] - 1) if counts[c] > 1 else pooled
-        cov = shrink((cov + cov.T) / 2, cfg.qda_shrink) + eps * np.eye(d)
+        cov = shrink(psd_part(cov), cfg.qda_shrink) + eps * np.eye(d)
         factors.append(np.linalg.cholesky(cov))
     tensors = {**as_torch, "factors": torch.from_numpy(np.stack(factors))}
     return GaussianHead("qda", tensors), info
