@@ -91,6 +91,11 @@ bench-core: setup data
 	$(VENV)/oneshotfl report benchmarks/results/core-fmnist --out docs/figures/core-fmnist \
 	  --markdown docs/benchmarks/core.md --section core-fmnist
 
+## The merging benchmark of issue 43 (docs/benchmarks/merging.md): FedFisher and RegMean on the
+## core benchmark's federations, two single-threaded shards.
+bench-merging: setup data
+	VENV=$(VENV) bash scripts/sweep_shards.sh merging-fmnist
+
 ## The FedOL benchmark of issue 3 (docs/benchmarks/prediction-sharing.md): two single-threaded
 ## shards of the grid run in parallel, one per core (runs are deterministic at a fixed thread
 ## count).
