@@ -28,8 +28,9 @@ N_c = Σ n_c, N = Σ N_c, π_c = max(N_c / N, 10⁻¹²) (an absent class is nev
 with shrink(S, a) = (1 − a) S + a (tr S / d) I and ε = ``eps`` (10⁻⁶, the authors' floor), so
 no solve meets a singular matrix and no weight is NaN. Each covariance is first projected
 onto the positive semi-definite cone (:func:`psd_part`; a no-op on honest statistics), so a
-client's Gram that is no Gram (negative eigenvalues) cannot make the Cholesky factor fail. Defaults are the authors' YAML:
-``lda_shrink`` 0.05, ``qda_shrink`` 0.1. Linear algebra runs in float64 on the CPU.
+client's Gram that is no Gram (negative eigenvalues) cannot make the Cholesky factor fail.
+Defaults are the authors' YAML: ``lda_shrink`` 0.05, ``qda_shrink`` 0.1. Linear algebra runs
+in float64 on the CPU.
 
 Against the authors' code (read through notes/issue-43/statistics-distilled-aggregator.md,
 commit fd6daf2 of their repository): the same statistics, estimators, shrinkage, ε and
