@@ -488,3 +488,15 @@ def test_fedpft_runs_on_flower_equal_to_the_local_simulation(
     nodes = dataclasses.replace(cfg, cache_dir=str(tmp_path / "nodes"))
     flower = run_on_grid(tmp_path, nodes, FakeGrid(cfg.clients))
     assert core(flower) == core(local)
+
+
+def test_dedes_runs_on_flower_equal_to_the_local_simulation(
+    tiny_config: Any, tmp_path: Path
+) -> None:
+    """DeDES's validation score crosses Flower as a scalar; the server's team is the same."""
+    cfg = tiny_config(methods=["dedes"], clients=4, val_fraction=0.2)
+    local = run_config(cfg)
+    nodes = dataclasses.replace(cfg, cache_dir=str(tmp_path / "nodes"))
+    flower = run_on_grid(tmp_path, nodes, FakeGrid(cfg.clients))
+    assert core(flower) == core(local)
+    assert flower["methods"][0]["diagnostics"]["team"] == local["methods"][0]["diagnostics"]["team"]

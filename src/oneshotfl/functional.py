@@ -87,6 +87,14 @@ def weighted_softmax_mean(logits: torch.Tensor, weights: torch.Tensor) -> torch.
     return weighted_member_sum(w, probs)
 
 
+def weighted_hard_vote(logits: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """The weighted majority vote of the members' predicted labels, as a distribution:
+    Σ_m w_m·onehot(argmax z_m) / Σ_m w_m, ``logits [M, N, C]``, ``weights [M]`` (its argmax
+    breaks a tie towards the lowest label)."""
+    votes = F.one_hot(logits.argmax(-1), logits.shape[-1]).to(logits.dtype)
+    return weighted_member_sum(weights.to(logits.dtype) / weights.sum(), votes)
+
+
 def weighted_member_sum(weights: torch.Tensor, members: torch.Tensor) -> torch.Tensor:
     """Σ_k w_k·x_k over the member axis of ``members`` ``[K, N, C] → [N, C]``, with one
     weight per member (``weights [K]``) or per member and row (``[K, N]``); the weights are

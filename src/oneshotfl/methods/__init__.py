@@ -2,6 +2,7 @@
 
 from oneshotfl.methods import (  # noqa: F401  (importing registers)
     centralized,
+    dedes,
     dense,
     ensemble,
     fedage,

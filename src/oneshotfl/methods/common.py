@@ -44,6 +44,7 @@ __all__ = [
     "encoded_head",
     "head_from_payload",
     "head_train_config",
+    "held_out",
     "initial_model",
     "probabilities_payload",
     "probabilities_spec",
@@ -226,6 +227,11 @@ IID_OPEN_SET_LIMIT = KnownLimit(
     below=BOTH,
     partitions=("iid",),
 )
+
+
+def held_out(ctx: ClientContext) -> LabelledData:
+    """The client's validation split, or its training split when it had too few to split."""
+    return ctx.val if ctx.val is not None and len(ctx.val) else ctx.data
 
 
 def client_embeddings(ctx: ClientContext) -> torch.Tensor:

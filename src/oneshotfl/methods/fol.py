@@ -66,10 +66,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from oneshotfl.data.types import LabelledData
 from oneshotfl.fingerprints import tensor_fingerprint
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.common import BOTH, SendsTrainedModel
+from oneshotfl.methods.common import BOTH, SendsTrainedModel, held_out
 from oneshotfl.methods.fol_config import FolConfig
 from oneshotfl.methods.fol_stages import (
     OWN_AGREEMENT,
@@ -259,7 +258,7 @@ class Fol(PeerMethod[FolConfig], SendsTrainedModel[FolConfig]):
             rounds.append(entry)
         info = {"rounds": rounds, "senders": sorted(payloads), "timings": seconds}
         if c.distill and current is not local:
-            held = _held_out(ctx)
+            held = held_out(ctx)
             pair = [predict_logits(m, held.x, ctx.device) for m in (local, current)]
             info["own_agreement"] = round(prediction_agreement(*pair), 4)
         if dropped:
@@ -286,7 +285,7 @@ class Fol(PeerMethod[FolConfig], SendsTrainedModel[FolConfig]):
     ) -> tuple[list[int], torch.Tensor, torch.Tensor]:
         """Stage 3: the top-K candidates (indices), their simplex weights, every score."""
         c = self.config
-        held = _held_out(ctx)
+        held = held_out(ctx)
         val = torch.stack([predict_logits(m, held.x, ctx.device) for m in models])
         finite = torch.isfinite(val).flatten(1).all(1)
         scores = torch.where(finite, validation_scores(val, held.y), torch.tensor(-1.0))
@@ -345,11 +344,6 @@ class Fol(PeerMethod[FolConfig], SendsTrainedModel[FolConfig]):
         )
         model = model_from_fields(stored, ctx.dims).to(ctx.device).eval()
         return model, float(stored.scalars["distil_seconds"])
-
-
-def _held_out(ctx: ClientContext) -> LabelledData:
-    """The client's validation split, or its training split when it had too few to split."""
-    return ctx.val if ctx.val is not None and len(ctx.val) else ctx.data
 
 
 def _prunable(model: nn.Module) -> bool:

@@ -17,6 +17,7 @@ from torch import nn
 
 from oneshotfl.functional import (
     abstention_weighted_ensemble,
+    weighted_hard_vote,
     weighted_logit_mean,
     weighted_softmax_mean,
 )
@@ -42,7 +43,8 @@ def combiner(rule: str) -> Combiner:
     """The combiner a rule names: ``probabilities`` (weighted mean of softmaxes), ``logits``
     (softmax of the weighted mean logits), ``median`` / ``trimmed_mean:T`` (per class, over
     the members' probabilities), ``abstention:K`` (FedOV/FedEOV's vote of the K members least
-    sure of the last, "unknown", class; ``abstention:all`` is Theorem 2 over every member).
+    sure of the last, "unknown", class; ``abstention:all`` is Theorem 2 over every member),
+    ``vote`` (the weighted majority vote of their labels).
 
     Raises:
         ValueError: for an unknown rule.
@@ -52,6 +54,8 @@ def combiner(rule: str) -> Combiner:
         return weighted_softmax_mean
     if name == "logits":
         return weighted_logit_mean
+    if name == "vote":
+        return weighted_hard_vote
     if name in ("median", "trimmed_mean"):
         try:
             trim = float(arg) if arg else 0.2
@@ -71,7 +75,7 @@ def combiner(rule: str) -> Combiner:
 
         return abstain
     raise ValueError(
-        f"ensemble rule: expected probabilities, logits, median, trimmed_mean:T or "
+        f"ensemble rule: expected probabilities, logits, vote, median, trimmed_mean:T or "
         f"abstention:K, got {rule!r}"
     )
 
