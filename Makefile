@@ -96,6 +96,10 @@ bench-core: setup data
 bench-merging: setup data
 	VENV=$(VENV) bash scripts/sweep_shards.sh merging-fmnist
 
+## DeDES on the same federations with validation splits (docs/benchmarks/merging.md).
+bench-dedes: setup data
+	VENV=$(VENV) bash scripts/sweep_shards.sh dedes-fmnist
+
 ## The FedOL benchmark of issue 3 (docs/benchmarks/prediction-sharing.md): two single-threaded
 ## shards of the grid run in parallel, one per core (runs are deterministic at a fixed thread
 ## count).
