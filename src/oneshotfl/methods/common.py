@@ -23,6 +23,7 @@ from oneshotfl.methods.builders import seeded_head
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, ConfigT, Method, ServerContext
 from oneshotfl.protocol.fields import model_fields, model_from_fields
+from oneshotfl.protocol.layer_stats import LayerStatistics
 from oneshotfl.protocol.limits import KnownLimit, Reference
 from oneshotfl.protocol.spec import ArraySpec, ModelSpec, PayloadSpec, WireDims, n_examples_spec
 from oneshotfl.robust import (
@@ -37,6 +38,7 @@ from oneshotfl.training.recipe import ClientRecipe, initial_model
 from oneshotfl.training.services import client_artefact, train_model
 
 __all__ = [
+    "SendsModelAndStatistics",
     "SendsTrainedModel",
     "SharesPredictions",
     "average_models",
@@ -150,6 +152,51 @@ class SendsTrainedModel(Method[ConfigT]):
 
     def local_model(self, ctx: ClientContext) -> nn.Module | None:
         return self.trained(ctx)
+
+
+class SendsModelAndStatistics(SendsTrainedModel[ConfigT]):
+    """A model-sharing method whose clients also send per-layer statistics of their trained
+    model (:mod:`oneshotfl.protocol.layer_stats`: FedFisher's Fisher diagonal, RegMean's
+    input Grams), computed by :meth:`statistics` on the first :meth:`statistics_examples`
+    of the client's data and cached with the model's recipe and :meth:`statistics_key`."""
+
+    statistics_group: LayerStatistics
+
+    def statistics(
+        self, model: nn.Module, data: LabelledData, device: torch.device
+    ) -> dict[str, torch.Tensor]:
+        """The statistics by key (without the group's prefix), float32 on the CPU."""
+        raise NotImplementedError
+
+    def statistics_examples(self) -> int:
+        """The most examples the statistics use (0: all)."""
+        return 0
+
+    def statistics_key(self) -> dict[str, object]:
+        """What else the statistics depend on (the knobs that change them)."""
+        return {}
+
+    def payload_spec(self, dims: WireDims) -> PayloadSpec:
+        base = super().payload_spec(dims)
+        return PayloadSpec(
+            models=base.models, scalars=base.scalars, groups=(self.statistics_group,)
+        )
+
+    def client_update(self, ctx: ClientContext) -> Payload:
+        model, data, limit = self.trained(ctx), ctx.data, self.statistics_examples()
+        if limit and len(data) > limit:
+            data = data.subset(list(range(limit)))
+        prefix = self.statistics_group.prefix
+
+        def make() -> Payload:
+            stats = self.statistics(model, data, ctx.device)
+            return Payload({f"{prefix}.{k}": v.numpy() for k, v in stats.items()})
+
+        recipe = self.client_recipe(ctx)
+        assert recipe is not None
+        key = {"recipe": recipe.key(), "examples": len(data), **self.statistics_key()}
+        stats = client_artefact(ctx, f"layer_{prefix}", key, make, f"{prefix} statistics")
+        return super().client_update(ctx).merged(stats)
 
 
 def average_models(

@@ -43,14 +43,12 @@ from torch.func import functional_call, grad, vmap
 from oneshotfl.data.types import LabelledData
 from oneshotfl.functional import Weighting, client_weights
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.common import AVERAGING_LIMIT, SendsTrainedModel, average_models
+from oneshotfl.methods.common import AVERAGING_LIMIT, SendsModelAndStatistics, average_models
 from oneshotfl.params import Params, require
 from oneshotfl.payload import Payload
-from oneshotfl.protocol.contract import ClientContext, Requires, ServerContext
+from oneshotfl.protocol.contract import Requires, ServerContext
 from oneshotfl.protocol.layer_stats import LayerStatistics
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.protocol.spec import PayloadSpec, WireDims
-from oneshotfl.training.services import client_artefact
 
 FisherKind = Literal["true", "empirical"]
 Solver = Literal["adam", "closed"]
@@ -167,7 +165,7 @@ def fisher_merge(
 
 
 @register_method("fedfisher", "FedFisher (Diag): Fisher-weighted one-shot model merging")
-class FedFisher(SendsTrainedModel[FedFisherConfig]):
+class FedFisher(SendsModelAndStatistics[FedFisherConfig]):
     """FedFisher's diagonal variant (see the module docs)."""
 
     cost = (
@@ -180,30 +178,18 @@ class FedFisher(SendsTrainedModel[FedFisherConfig]):
     Config = FedFisherConfig
     requires = Requires(same_architecture=True)
 
-    def payload_spec(self, dims: WireDims) -> PayloadSpec:
-        base = super().payload_spec(dims)
-        return PayloadSpec(
-            models=base.models,
-            scalars=base.scalars,
-            groups=(LayerStatistics("fisher", "diagonal"),),
-        )
+    statistics_group = LayerStatistics("fisher", "diagonal")
 
-    def client_update(self, ctx: ClientContext) -> Payload:
-        model = self.trained(ctx)
-        cfg = self.config
-        data = ctx.data
-        if cfg.fisher_examples and len(data) > cfg.fisher_examples:
-            data = data.subset(list(range(cfg.fisher_examples)))
+    def statistics(
+        self, model: nn.Module, data: LabelledData, device: torch.device
+    ) -> dict[str, torch.Tensor]:
+        return diagonal_fisher(model, data, device, self.config.fisher)
 
-        def make() -> Payload:
-            fisher = diagonal_fisher(model, data, ctx.device, cfg.fisher)
-            return Payload({f"fisher.{k}": v.numpy() for k, v in fisher.items()})
+    def statistics_examples(self) -> int:
+        return self.config.fisher_examples
 
-        recipe = self.client_recipe(ctx)
-        assert recipe is not None
-        key = {"recipe": recipe.key(), "fisher": cfg.fisher, "examples": len(data)}
-        fisher = client_artefact(ctx, "fisher_diagonal", key, make, "Fisher diagonal")
-        return super().client_update(ctx).merged(fisher)
+    def statistics_key(self) -> dict[str, object]:
+        return {"fisher": self.config.fisher}
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         cfg = self.config

@@ -41,14 +41,12 @@ from torch import nn
 from oneshotfl.data.types import LabelledData
 from oneshotfl.functional import Weighting, client_weights
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.common import AVERAGING_LIMIT, SendsTrainedModel, average_models
+from oneshotfl.methods.common import AVERAGING_LIMIT, SendsModelAndStatistics, average_models
 from oneshotfl.params import Params, require
 from oneshotfl.payload import Payload
-from oneshotfl.protocol.contract import ClientContext, Requires, ServerContext
+from oneshotfl.protocol.contract import Requires, ServerContext
 from oneshotfl.protocol.layer_stats import LayerStatistics, linear_layers
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.protocol.spec import PayloadSpec, WireDims
-from oneshotfl.training.services import client_artefact
 
 GRAM_BATCH = 256
 
@@ -126,7 +124,7 @@ def regmean_weight(
 
 
 @register_method("regmean", "RegMean: linear layers merged in closed form from input Grams")
-class RegMean(SendsTrainedModel[RegMeanConfig]):
+class RegMean(SendsModelAndStatistics[RegMeanConfig]):
     """RegMean as a one-shot FL method (see the module docs)."""
 
     cost = (
@@ -138,28 +136,15 @@ class RegMean(SendsTrainedModel[RegMeanConfig]):
     Config = RegMeanConfig
     requires = Requires(same_architecture=True)
 
-    def payload_spec(self, dims: WireDims) -> PayloadSpec:
-        base = super().payload_spec(dims)
-        return PayloadSpec(
-            models=base.models, scalars=base.scalars, groups=(LayerStatistics("gram", "gram"),)
-        )
+    statistics_group = LayerStatistics("gram", "gram")
 
-    def client_update(self, ctx: ClientContext) -> Payload:
-        model = self.trained(ctx)
-        data = ctx.data
-        limit = self.config.gram_examples
-        if limit and len(data) > limit:
-            data = data.subset(list(range(limit)))
+    def statistics(
+        self, model: nn.Module, data: LabelledData, device: torch.device
+    ) -> dict[str, torch.Tensor]:
+        return input_grams(model, data, device)
 
-        def make() -> Payload:
-            grams = input_grams(model, data, ctx.device)
-            return Payload({f"gram.{k}": v.numpy() for k, v in grams.items()})
-
-        recipe = self.client_recipe(ctx)
-        assert recipe is not None
-        key = {"recipe": recipe.key(), "examples": len(data)}
-        grams = client_artefact(ctx, "input_grams", key, make, "input Grams")
-        return super().client_update(ctx).merged(grams)
+    def statistics_examples(self) -> int:
+        return self.config.gram_examples
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         cfg = self.config
