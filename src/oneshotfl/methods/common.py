@@ -43,6 +43,7 @@ __all__ = [
     "SharesPredictions",
     "average_models",
     "client_embeddings",
+    "client_shares",
     "encoded_head",
     "head_from_payload",
     "head_train_config",
@@ -197,6 +198,14 @@ class SendsModelAndStatistics(SendsTrainedModel[ConfigT]):
         key = {"recipe": recipe.key(), "examples": len(data), **self.statistics_key()}
         stats = client_artefact(ctx, f"layer_{prefix}", key, make, f"{prefix} statistics")
         return super().client_update(ctx).merged(stats)
+
+
+def client_shares(payloads: Mapping[int, Payload], weighting: Weighting) -> list[float]:
+    """p_k = a_k / Σ a, in client-id order, from each payload's reported ``n_examples``
+    (a_k from :func:`~oneshotfl.functional.client_weights`)."""
+    sizes = [float(payloads[c].scalars["n_examples"]) for c in sorted(payloads)]
+    weights = client_weights(sizes, weighting)
+    return (weights / weights.sum()).tolist()
 
 
 def average_models(

@@ -41,9 +41,14 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from oneshotfl.data.types import LabelledData
-from oneshotfl.functional import Weighting, client_weights
+from oneshotfl.functional import Weighting
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.common import AVERAGING_LIMIT, SendsModelAndStatistics, average_models
+from oneshotfl.methods.common import (
+    AVERAGING_LIMIT,
+    SendsModelAndStatistics,
+    average_models,
+    client_shares,
+)
 from oneshotfl.params import Params, require
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import Requires, ServerContext
@@ -196,7 +201,6 @@ class FedFisher(SendsModelAndStatistics[FedFisherConfig]):
         ids = sorted(payloads)
         avg = average_models(payloads, ctx.dims, cfg.weighting)
         names = [k for k, _ in avg.named_parameters()]
-        p = client_weights([float(payloads[c].scalars["n_examples"]) for c in ids], cfg.weighting)
         device, dtype = ctx.device, torch.float64
 
         def flat(payload: Payload, prefix: str) -> torch.Tensor:
@@ -205,7 +209,9 @@ class FedFisher(SendsModelAndStatistics[FedFisherConfig]):
 
         start = torch.nn.utils.parameters_to_vector(avg.parameters()).detach().to(device, dtype)
         fisher, b = torch.zeros_like(start), torch.zeros_like(start)
-        for weight, c in zip((p / p.sum()).tolist(), ids, strict=True):  # one client at a time
+        for weight, c in zip(
+            client_shares(payloads, cfg.weighting), ids, strict=True
+        ):  # one client at a time
             f_k = flat(payloads[c], "fisher").mul_(weight)
             fisher += f_k
             b += f_k * flat(payloads[c], "model")

@@ -39,9 +39,14 @@ import torch
 from torch import nn
 
 from oneshotfl.data.types import LabelledData
-from oneshotfl.functional import Weighting, client_weights
+from oneshotfl.functional import Weighting
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.common import AVERAGING_LIMIT, SendsModelAndStatistics, average_models
+from oneshotfl.methods.common import (
+    AVERAGING_LIMIT,
+    SendsModelAndStatistics,
+    average_models,
+    client_shares,
+)
 from oneshotfl.params import Params, require
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import Requires, ServerContext
@@ -151,9 +156,7 @@ class RegMean(SendsModelAndStatistics[RegMeanConfig]):
         ids = sorted(payloads)
         others = cfg.weighting if cfg.others == "weighted" else "uniform"
         merged = average_models(payloads, ctx.dims, others)
-        sizes = [float(payloads[c].scalars["n_examples"]) for c in ids]
-        weights_k = client_weights(sizes, cfg.weighting)
-        p = (weights_k / weights_k.sum()).tolist()
+        p = client_shares(payloads, cfg.weighting)
         state = merged.state_dict()
         for name in linear_layers(merged):
             grams = [np.asarray(payloads[c].arrays[f"gram.{name}"]) for c in ids]
