@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
 .PHONY: setup data demo test test-fast test-cuda docs check-site check-wheel lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
-	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-fol-defaults bench-user-datasets bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-scale bench-gpu check-kernels bench-membership bench-flower bench-flower-deploy bench-flower-sim bench-flower-scale check-flower-chaos check-reproduce check-committed check-committed-avx2 \
+	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-fol-defaults bench-user-datasets bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-scale bench-gpu check-kernels bench-membership bench-fedd3-privacy bench-authors-merging claims bench-flower bench-flower-deploy bench-flower-sim bench-flower-scale check-flower-chaos check-reproduce check-committed check-committed-avx2 \
 	clean-cache
 VENV := .venv/bin
 
@@ -94,7 +94,21 @@ bench-core: setup data
 ## The merging benchmark of issue 43 (docs/benchmarks/merging.md): FedFisher and RegMean on the
 ## core benchmark's federations, two single-threaded shards.
 bench-merging: setup data
-	VENV=$(VENV) bash scripts/sweep_shards.sh merging-fmnist
+	VENV=$(VENV) bash scripts/sweep_shards.sh merging-fmnist merging-clients
+
+## What FedD3's distilled examples reveal of each client's data (docs/benchmarks/merging.md).
+bench-fedd3-privacy: setup data
+	OMP_NUM_THREADS=1 $(VENV)/python scripts/fedd3_privacy.py benchmarks/fedd3-privacy.yaml
+
+## The authors' server steps of FedFisher and FedLPA as plugins on the same clients (seeds 0 and 1)
+## (docs/benchmarks/merging.md); FEDFISHER_REPO and FEDLPA_REPO name checkouts of their code.
+bench-authors-merging: setup data
+	@test -n "$$FEDFISHER_REPO" -a -n "$$FEDLPA_REPO" || { echo "bench-authors-merging: expected FEDFISHER_REPO and FEDLPA_REPO naming checkouts of the authors' code (benchmarks/authors-merging.yaml), got none"; exit 2; }
+	VENV=$(VENV) bash scripts/sweep_shards.sh authors-merging
+
+## The seed papers' headline claims against the committed results (docs/benchmarks/claims.md).
+claims: setup
+	$(VENV)/python scripts/claims_report.py benchmarks/claims.yaml
 
 ## DeDES on the same federations with validation splits (docs/benchmarks/merging.md).
 bench-dedes: setup data

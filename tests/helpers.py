@@ -123,3 +123,15 @@ def tiny_demo(cache: Path, **overrides: Any) -> ExperimentConfig:
         "methods": DEMO_AT_A_TINY_BUDGET, **overrides,
     }  # fmt: skip
     return resolve_config(demo, **values)
+
+
+def table_npz(folder: Path) -> str:
+    """A small separable table (450 rows, 6 features, 3 classes) saved as an npz in
+    ``folder``; its dataset spec."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, 450)
+    x = (rng.normal(0, 1, (450, 6)) + np.eye(3, 6)[y] * 2.5).astype(np.float32)
+    np.savez(folder / "t.npz", x=x, y=y)
+    return f"npz:path={folder / 't.npz'}"

@@ -163,6 +163,10 @@ def test_sweep_resumes_and_matches_the_command(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "cli" / "sweep.json").read_text())["ran_now"] == 2
     for run_id, result in done.results.items():
         assert not result.differences(Result.load(tmp_path / "cli" / run_id))
+    grown = {**spec, "base": {**spec["base"], "methods": ["fedavg", "ensemble"]}}
+    rerun = oneshotfl.sweep(grown, out)  # a point run with another config is not finished
+    assert rerun.ran == done.ran
+    assert oneshotfl.sweep(grown, out).ran == ()
 
 
 def test_method_result_round_trips_and_reads_older_entries() -> None:

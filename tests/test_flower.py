@@ -471,11 +471,12 @@ def test_a_receive_instruction_carries_its_bounded_schedule() -> None:
 @pytest.mark.parametrize(
     "overrides",
     [
-        {"methods": ["fedfisher", "regmean"], "model": "mlp", "clients": 3},  # layer statistics
+        {"methods": ["fedfisher", "regmean", "fedlpa"], "model": "mlp", "clients": 3},  # statistics
         {"methods": ["fedpft"], "encoder": "random:dim=16", "clients": 3},  # float16 mixtures
         {"methods": ["dedes"], "clients": 4, "val_fraction": 0.2},  # a score scalar, a team
+        {"methods": ["fedd3:server_epochs=20:kip_steps=50"], "clients": 3},  # distilled data
     ],
-    ids=["merging", "fedpft", "dedes"],
+    ids=["merging", "fedpft", "dedes", "fedd3"],
 )
 def test_issue_43s_methods_on_flower_equal_the_local_simulation(
     tiny_config: Any, tmp_path: Path, overrides: dict[str, Any]

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 import oneshotfl
+from helpers import table_npz
 from oneshotfl.data.types import LabelledData
 from oneshotfl.methods.fedfisher import (
     FedFisherConfig,
@@ -73,12 +74,16 @@ def test_the_fisher_solvers_reach_the_quadratics_minimum() -> None:
     assert torch.allclose(
         fisher_objective_gradient(minimum, f, b), torch.zeros(50, dtype=torch.float64), atol=1e-12
     )
-    iterated = fedfisher_adam(start, f, b, FedFisherConfig(steps=3000))
+    iterated = fedfisher_adam(
+        start, lambda w: fisher_objective_gradient(w, f, b), FedFisherConfig(steps=3000)
+    )
     assert torch.allclose(iterated, minimum, atol=0.05)
     unseen = torch.where(torch.arange(50) < 10, torch.zeros_like(f), f)
     kept = fisher_merge(unseen, b * (unseen > 0), start, 1e-6)
     assert torch.equal(kept[:10], start[:10])  # no Fisher: FedAvg's value, never NaN
-    assert torch.isfinite(fedfisher_adam(start, unseen, b * (unseen > 0), FedFisherConfig())).all()
+    seen_b = b * (unseen > 0)
+    gradient = lambda w: fisher_objective_gradient(w, unseen, seen_b)  # noqa: E731
+    assert torch.isfinite(fedfisher_adam(start, gradient, FedFisherConfig())).all()
 
 
 def test_regmean_is_the_least_squares_merge_of_the_linear_layer() -> None:
@@ -117,18 +122,25 @@ def statistics_payload(kind: str) -> tuple[Payload, WireDims]:
         stats = {
             f"fisher.{k}": np.ones(tuple(p.shape), np.float32) for k, p in model.named_parameters()
         }
-    else:
+    elif kind == "gram":
         stats = {
             f"gram.{k}": np.eye(m.in_features, dtype=np.float32)
             for k, m in model.named_modules()
             if isinstance(m, nn.Linear)
         }
+    else:
+        stats = {}
+        for k, m in model.named_modules():
+            if isinstance(m, nn.Linear):
+                stats[f"kfac.{k}.A"] = np.eye(m.in_features + 1, dtype=np.float32)
+                stats[f"kfac.{k}.G"] = np.eye(m.out_features, dtype=np.float32)
     return model_fields(model).merged(Payload(stats)), dims
 
 
-@pytest.mark.parametrize("kind", ["diagonal", "gram"])
+@pytest.mark.parametrize("kind", ["diagonal", "gram", "kfac"])
 def test_statistics_of_another_shape_or_with_bad_values_are_refused_by_name(kind: str) -> None:
-    group = LayerStatistics("fisher" if kind == "diagonal" else "gram", kind)  # type: ignore[arg-type]
+    prefix = {"diagonal": "fisher", "gram": "gram", "kfac": "kfac"}[kind]
+    group = LayerStatistics(prefix, kind)  # type: ignore[arg-type]
     payload, dims = statistics_payload(kind)
     group.check(payload, dims, 3)  # the honest payload passes
     key = sorted(k for k in payload.arrays if group.owns(k))[0]
@@ -137,7 +149,7 @@ def test_statistics_of_another_shape_or_with_bad_values_are_refused_by_name(kind
         "finite": np.full_like(payload.arrays[key], np.nan),
         "non-negative": -np.abs(payload.arrays[key]) - 1,
     }
-    if kind == "gram":
+    if kind != "diagonal":
         asym = payload.arrays[key].copy()
         asym[0, 1] = 5.0
         cases["symmetric"] = asym
@@ -155,15 +167,17 @@ def test_statistics_of_another_shape_or_with_bad_values_are_refused_by_name(kind
 def test_fedfisher_and_regmean_run_on_images_and_tables(
     tiny_config: Any, dataset: str, tmp_path: Any
 ) -> None:
-    methods = ["fedavg", "fedfisher", "fedfisher:solver=closed:fisher=empirical", "regmean"]
+    methods = [
+        "fedavg",
+        "fedfisher",
+        "fedfisher:solver=closed:fisher=empirical",
+        "fedfisher:curvature=kfac:steps=300",
+        "regmean",
+        "fedlpa",
+        "fedlpa:solver=gd:gd_steps=200",
+    ]
     if dataset == "table":
-        rng = np.random.default_rng(0)
-        y = rng.integers(0, 3, 450)
-        x = (rng.normal(0, 1, (450, 6)) + np.eye(3, 6)[y] * 2.5).astype(np.float32)
-        np.savez(tmp_path / "t.npz", x=x, y=y)
-        cfg = tiny_config(
-            methods=methods, dataset=f"npz:path={tmp_path / 't.npz'}", model="mlp", clients=3
-        )
+        cfg = tiny_config(methods=methods, dataset=table_npz(tmp_path), model="mlp", clients=3)
     else:
         cfg = tiny_config(methods=methods, model="mlp", clients=4)
     result = oneshotfl.run(cfg)
@@ -174,3 +188,4 @@ def test_fedfisher_and_regmean_run_on_images_and_tables(
     up = {m.key: m.upload_bytes_mean for m in result.methods}
     assert up["fedfisher"] > 1.9 * up["fedavg"]  # a model and its Fisher, both float32
     assert up["regmean"] > up["fedavg"]
+    assert up["fedlpa"] == up["fedfisher:curvature=kfac:steps=300"] > up["fedavg"]

@@ -18,6 +18,7 @@ A :class:`Result` has the fields of ``result.json`` and reads any result file ba
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from oneshotfl.runner.checks import writable_dir
+from oneshotfl.runner.compare import config_differences
 from oneshotfl.runner.config import (
     ConfigError,
     ExperimentConfig,
@@ -269,8 +271,9 @@ def sweep(
     root = writable_dir(Path(out))
     claims = PointClaims(root) if claim else None
     plans: dict[str, Plan] = {}
+    done = {p.run_id: not force and _finished(root / p.run_id, p.config) for p in runs}
     for point in runs:  # every point checked before the first one trains
-        if force or not (root / point.run_id / RESULT_FILE).exists():
+        if not done[point.run_id]:
             try:
                 plans[point.run_id] = preflight(point.config)
             except ConfigError as exc:
@@ -281,7 +284,7 @@ def sweep(
     with shown_progress(tracker, progress) as shown:
         for i, point in enumerate(runs, 1):
             run_dir = root / point.run_id
-            if (run_dir / RESULT_FILE).exists() and not force:
+            if done[point.run_id]:
                 log.info("[%d/%d] %s: done already, read back", i, len(runs), point.run_id)
                 results[point.run_id] = Result.load(run_dir)
                 continue
@@ -318,3 +321,21 @@ def sweep(
         shard=shard,
     )
     return SweepResult(spec.name, root, results, tuple(ran))
+
+
+def _finished(run_dir: Path, config: ExperimentConfig) -> bool:
+    """Whether ``run_dir`` holds this point's result: a ``result.json`` of the same config
+    (one of another — methods added to the grid since, a knob changed — is run again)."""
+    path = run_dir / RESULT_FILE
+    if not path.exists():
+        return False
+    try:
+        stored = json.loads(path.read_text())
+        changed = config_differences(stored, {"config": config.to_dict()}, ("then", "now"))
+    except (OSError, ValueError, AttributeError, TypeError):
+        log.warning("%s: unreadable, running it again", path)
+        return False
+    if changed:
+        keys = ", ".join(d.split(":", 1)[0] for d in changed)
+        log.warning("%s: its result.json ran another %s; running it again", run_dir.name, keys)
+    return not changed

@@ -14,13 +14,14 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
+from oneshotfl.data.types import LabelledData
 from oneshotfl.models import create_model
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, ServerContext
-from oneshotfl.protocol.fields import model_from_fields
+from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.protocol.spec import WireDims
-from oneshotfl.seeding import seeded_torch
-from oneshotfl.training.loop import predict_logits
+from oneshotfl.seeding import seeded_torch, torch_generator
+from oneshotfl.training.loop import TrainConfig, predict_logits, train_classifier
 from oneshotfl.training.recipe import initial_model
 
 __all__ = [
@@ -30,6 +31,8 @@ __all__ = [
     "seeded_head",
     "seeded_model",
     "shared_initial_model",
+    "trained_on_examples",
+    "union_arch",
 ]
 
 Context = ClientContext | ServerContext
@@ -124,3 +127,53 @@ def client_logits(
     order: ``[K, N, C]`` on the CPU."""
     models = client_models(payloads, dims, prefix=prefix)
     return torch.stack([predict_logits(m, x, device) for m in models])
+
+
+def union_arch(ctx: ServerContext, method: str, arch: str | None) -> str:
+    """The architecture a server trains on examples it received: ``arch`` if given, else the
+    clients' when they all share one, else the configured server model.
+
+    Raises:
+        ValueError: for clients of several architectures and no server model.
+    """
+    if arch is not None:
+        return arch
+    if len(set(ctx.client_archs)) == 1:
+        return ctx.client_archs[0]
+    if ctx.server_arch is not None:
+        return ctx.server_arch
+    raise ValueError(
+        f"{method}: clients use several architectures {sorted(set(ctx.client_archs))}; "
+        "expected arch=NAME or a server_model"
+    )
+
+
+def trained_on_examples(
+    ctx: ServerContext,
+    arch: str,
+    data: LabelledData,
+    digest: str,
+    train: TrainConfig,
+    stream: tuple[str, str],
+    kind: str,
+) -> nn.Module:
+    """A model of ``arch`` from the run's shared initialisation trained on ``data`` (whose
+    content ``digest`` names) with ``train`` and the seed stream ``stream``, cached as artefact
+    ``kind`` under everything it depends on."""
+
+    def make() -> Payload:
+        model = shared_initial_model(ctx, arch)
+        train_classifier(
+            model,
+            data,
+            train,
+            torch_generator(ctx.seed, *stream),
+            ctx.device,
+            tracker=ctx.tracker,
+            description=f"{stream[0]} ({arch}, {len(data)} examples)",
+        )
+        return model_fields(model.cpu())
+
+    parts = {"data": digest, "train": train.as_dict(), **initial_model_parts(ctx, arch)}
+    payload, _ = ctx.store.get_or_make(kind, parts, make, f"{stream[0]} model")
+    return model_from_fields(payload, ctx.dims)

@@ -27,15 +27,13 @@ import torch
 
 from oneshotfl.data.types import LabelledData
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.builders import initial_model_parts, shared_initial_model
+from oneshotfl.methods.builders import trained_on_examples, union_arch
 from oneshotfl.params import Params
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, Method, ServerContext
-from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
 from oneshotfl.protocol.spec import ArraySpec, PayloadSpec, WireDims
-from oneshotfl.seeding import torch_generator
-from oneshotfl.training.loop import TrainConfig, train_classifier
+from oneshotfl.training.loop import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -91,38 +89,13 @@ class Centralized(Method[CentralizedConfig]):
         return Payload({"x": ctx.data.x.numpy(), "y": ctx.data.y.numpy()})
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
-        arch = self._arch(ctx)
+        arch = union_arch(ctx, "centralized", self.config.arch)
         x = np.concatenate([payloads[c].arrays["x"] for c in sorted(payloads)])
         y = np.concatenate([payloads[c].arrays["y"] for c in sorted(payloads)])
         order, set_hash = canonical_order(x, y)
         data = LabelledData(torch.from_numpy(x[order]), torch.from_numpy(y[order]))
         train = union_budget(ctx.client_train_config, len(payloads))
-
-        def make() -> Payload:
-            model = shared_initial_model(ctx, arch)
-            train_classifier(
-                model,
-                data,
-                train,
-                torch_generator(ctx.seed, "centralized", "train"),
-                ctx.device,
-                tracker=ctx.tracker,
-                description=f"centralized ({arch}, {len(data)} examples)",
-            )
-            return model_fields(model.cpu())
-
-        parts = {"data": set_hash, "train": train.as_dict(), **initial_model_parts(ctx, arch)}
-        payload, _ = ctx.store.get_or_make("centralized", parts, make, "centralized model")
-        return GlobalModel(model_from_fields(payload, ctx.dims))
-
-    def _arch(self, ctx: ServerContext) -> str:
-        if self.config.arch is not None:
-            return self.config.arch
-        if len(set(ctx.client_archs)) == 1:
-            return ctx.client_archs[0]
-        if ctx.server_arch is not None:
-            return ctx.server_arch
-        raise ValueError(
-            "centralized: clients use several architectures "
-            f"{sorted(set(ctx.client_archs))}; expected arch=NAME or a server_model"
+        model = trained_on_examples(
+            ctx, arch, data, set_hash, train, ("centralized", "train"), "centralized"
         )
+        return GlobalModel(model)

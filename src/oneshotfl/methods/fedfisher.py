@@ -1,7 +1,7 @@
 """FedFisher (Jhunjhunwala, Wang and Joshi, AISTATS 2024; authors' code
-``Divyansh03/FedFisher``), diagonal variant: every client sends its locally trained model and
-the diagonal of its Fisher information, and the server finds the model that best agrees with
-all of them under the clients' Laplace approximations.
+``Divyansh03/FedFisher``), diagonal and K-FAC variants: every client sends its locally trained
+model and the diagonal (or Kronecker factors) of its Fisher information, and the server finds
+the model that best agrees with all of them under the clients' Laplace approximations.
 
 Client k trains with the federation's recipe (the model FedAvg sends) and computes, over its
 n_k training examples in eval mode, F_k = (1/n_k) Σ_x Σ_c p_c(x) (∂ log p_c(x) / ∂w)² — the
@@ -27,12 +27,19 @@ accurate on 500 *labelled* training examples it holds; our server holds no label
 construction, so it returns the last iterate (``steps`` is the knob). They quantise weights
 and Fisher to 15 bits per tensor to match a float32 model's bytes; ours sends float32, so a
 client uploads about twice a model. Their models have no biases and no BatchNorm; ours may.
-The K-FAC variant (rank-truncated, 8-bit factors) is not built here.
+
+``curvature=kfac`` (their FedFisher(K-FAC)): per linear and convolutional layer the client
+sends the true Fisher's Kronecker factors (A_k, G_k) (:mod:`oneshotfl.methods.kfac`, the
+nngeometry convention), the objective's gradient is Σ_k p_k G_k (W̄ − W̄_k) A_k on W̄ = [W | b],
+and ``solver=adam`` runs the same rule with ε inside the root, w ← w − η m/√(v + ε), as their
+code; ``closed`` solves the layer's system by conjugate gradients (at most ``steps``). No
+damping: directions the factors do not see keep FedAvg's values. They compress the factors
+(rank-50 SVD, 8 bits for LeNet) to a model's bytes; ours go whole, as float32.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -49,14 +56,22 @@ from oneshotfl.methods.common import (
     average_models,
     client_shares,
 )
+from oneshotfl.methods.kfac import (
+    FisherKind,
+    kfac_conjugate_gradient,
+    kfac_factors,
+    kfac_operator,
+    kfac_target,
+    merge_kfac_layers,
+)
 from oneshotfl.params import Params, require
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import Requires, ServerContext
 from oneshotfl.protocol.layer_stats import LayerStatistics
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
 
-FisherKind = Literal["true", "empirical"]
 Solver = Literal["adam", "closed"]
+Curvature = Literal["diag", "kfac"]
 FISHER_BATCH = 64
 """Examples per vectorised per-example gradient pass."""
 
@@ -68,7 +83,10 @@ class FedFisherConfig(Params):
     Attributes:
         fisher: ``true`` (expectation over the model's predictions, the authors') or
             ``empirical`` (the true labels; C times cheaper).
-        solver: ``adam`` (the authors' iterative server) or ``closed`` (b / F, Fisher merge).
+        curvature: ``diag`` (one Fisher entry per parameter) or ``kfac`` (per linear and
+            convolutional layer, Kronecker factors A ⊗ G; other tensors are FedAvg's).
+        solver: ``adam`` (the authors' iterative server) or ``closed`` (the minimiser: b / F,
+            Fisher merge; for ``kfac`` by conjugate gradients, at most ``steps`` per layer).
         steps: T, the Adam-like steps of ``solver=adam``.
         lr: η of ``solver=adam``.
         beta1: β₁.
@@ -81,6 +99,7 @@ class FedFisherConfig(Params):
     """
 
     fisher: FisherKind = "true"
+    curvature: Curvature = "diag"
     solver: Solver = "adam"
     steps: int = 2000
     lr: float = 0.01
@@ -147,16 +166,23 @@ def fisher_objective_gradient(
 
 
 def fedfisher_adam(
-    start: torch.Tensor, fisher: torch.Tensor, b: torch.Tensor, cfg: FedFisherConfig
+    start: torch.Tensor,
+    gradient: Callable[[torch.Tensor], torch.Tensor],
+    cfg: FedFisherConfig,
+    eps_inside: bool = False,
 ) -> torch.Tensor:
-    """The authors' server: T steps of m ← g + β₁m, v ← g² + β₂v, w ← w − η m/(√v + ε)."""
+    """The authors' server: T steps of m ← g + β₁m, v ← g² + β₂v, w ← w − η m/(√v + ε)
+    (``eps_inside``: w ← w − η m/√(v + ε), their K-FAC variant) with g = ``gradient(w)``."""
     w = start.clone()
     m, v, step = torch.zeros_like(w), torch.zeros_like(w), torch.empty_like(w)
     for _ in range(cfg.steps):  # in place: T steps over |θ| entries without allocating
-        g = fisher_objective_gradient(w, fisher, b)
+        g = gradient(w)
         m.mul_(cfg.beta1).add_(g)
         v.mul_(cfg.beta2).addcmul_(g, g)
-        torch.sqrt(v, out=step).add_(cfg.adam_eps)
+        if eps_inside:
+            torch.add(v, cfg.adam_eps, out=step).sqrt_()
+        else:
+            torch.sqrt(v, out=step).add_(cfg.adam_eps)
         w.addcdiv_(m, step, value=-cfg.lr)
     return w
 
@@ -181,13 +207,20 @@ class FedFisher(SendsModelAndStatistics[FedFisherConfig]):
     known_limits = (AVERAGING_LIMIT,)
 
     Config = FedFisherConfig
-    requires = Requires(same_architecture=True)
+    requires = Requires(same_architecture=True, data_free=True)
 
     statistics_group = LayerStatistics("fisher", "diagonal")
+
+    def __init__(self, config: FedFisherConfig | None = None) -> None:
+        super().__init__(config)
+        if self.config.curvature == "kfac":
+            self.statistics_group = LayerStatistics("kfac", "kfac")
 
     def statistics(
         self, model: nn.Module, data: LabelledData, device: torch.device
     ) -> dict[str, torch.Tensor]:
+        if self.config.curvature == "kfac":
+            return kfac_factors(model, data, device, self.config.fisher)
         return diagonal_fisher(model, data, device, self.config.fisher)
 
     def statistics_examples(self) -> int:
@@ -197,6 +230,8 @@ class FedFisher(SendsModelAndStatistics[FedFisherConfig]):
         return {"fisher": self.config.fisher}
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
+        if self.config.curvature == "kfac":
+            return self._aggregate_kfac(payloads, ctx)
         cfg = self.config
         ids = sorted(payloads)
         avg = average_models(payloads, ctx.dims, cfg.weighting)
@@ -216,9 +251,30 @@ class FedFisher(SendsModelAndStatistics[FedFisherConfig]):
             fisher += f_k
             b += f_k * flat(payloads[c], "model")
         if cfg.solver == "adam":
-            merged = fedfisher_adam(start, fisher, b, cfg)
+            merged = fedfisher_adam(start, lambda w: fisher_objective_gradient(w, fisher, b), cfg)
         else:
             merged = fisher_merge(fisher, b, start, cfg.floor)
         torch.nn.utils.vector_to_parameters(merged.float().cpu(), avg.parameters())
         seen = float((fisher > cfg.floor).double().mean())
         return GlobalModel(avg, {"solver": cfg.solver, "fisher_support": seen})
+
+    def _aggregate_kfac(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
+        """Per K-FAC layer, L = ½ Σ_k p_k vec(W̄ − W̄_k)ᵀ (A_k ⊗ G_k) vec(W̄ − W̄_k), whose
+        gradient is T(W̄) − Z (:func:`~oneshotfl.methods.kfac.kfac_operator`), from FedAvg;
+        no damping, as the authors' code."""
+        cfg = self.config
+
+        def solve(
+            start: torch.Tensor, w: torch.Tensor, a: torch.Tensor, g: torch.Tensor, p: torch.Tensor
+        ) -> torch.Tensor:
+            z = kfac_target(w, a, g, p)
+            if cfg.solver == "closed":
+                return kfac_conjugate_gradient(start, z, a, g, p, max(cfg.steps, 1), 1e-8)[0]
+            return fedfisher_adam(
+                start, lambda m: kfac_operator(m, a, g, p) - z, cfg, eps_inside=True
+            )
+
+        merged = average_models(payloads, ctx.dims, cfg.weighting)
+        p = client_shares(payloads, cfg.weighting)
+        merge_kfac_layers(merged, payloads, p, "kfac", solve, ctx.device)
+        return GlobalModel(merged, {"solver": cfg.solver, "curvature": "kfac"})

@@ -139,7 +139,7 @@ class RegMean(SendsModelAndStatistics[RegMeanConfig]):
     known_limits = (AVERAGING_LIMIT,)
 
     Config = RegMeanConfig
-    requires = Requires(same_architecture=True)
+    requires = Requires(same_architecture=True, data_free=True)
 
     statistics_group = LayerStatistics("gram", "gram")
 

@@ -9,7 +9,12 @@ statistics of another network, a missing layer or an extra one:
   (a diagonal curvature, e.g. the Fisher information's diagonal);
 * ``gram`` — one symmetric float32 ``[d_in, d_in]`` matrix per ``nn.Linear`` layer (keyed by
   the module's name) with a non-negative diagonal: the layer's input second moments
-  E[x xᵀ].
+  E[x xᵀ];
+* ``kfac`` — two symmetric float32 matrices with non-negative diagonals per ``nn.Linear`` and
+  ungrouped ``nn.Conv2d`` layer (:func:`kfac_layers`): ``<layer>.A`` ``[d, d]`` over the
+  layer's inputs (d = in_features, or in_channels·kh·kw for a convolution, plus 1 where the
+  layer has a bias) and ``<layer>.G`` ``[out, out]`` over its output gradients — a Kronecker
+  factored curvature A ⊗ G (FedLPA's and FedFisher's K-FAC).
 
 Every entry must be finite. The receiver builds the reference once per architecture on the
 meta device (shapes only).
@@ -28,7 +33,7 @@ from oneshotfl.models import MODELS, create_model
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import FieldGroup, ModelSpec, PayloadError, WireDims, expected_arch
 
-StatisticsKind = Literal["diagonal", "gram"]
+StatisticsKind = Literal["diagonal", "gram", "kfac"]
 
 SYMMETRY_TOLERANCE = 1e-4
 """|G − Gᵀ| may reach this fraction of max |G| (float32 sums in another order)."""
@@ -41,6 +46,22 @@ def linear_layers(model: nn.Module) -> dict[str, nn.Linear]:
     return {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)}
 
 
+def kfac_layers(model: nn.Module) -> dict[str, nn.Linear | nn.Conv2d]:
+    """The model's layers with a Kronecker-factored curvature: ``nn.Linear`` and ``nn.Conv2d``
+    with ``groups == 1`` (a depthwise convolution, like BatchNorm, has none)."""
+    return {
+        name: m
+        for name, m in model.named_modules()
+        if isinstance(m, nn.Linear) or (isinstance(m, nn.Conv2d) and m.groups == 1)
+    }
+
+
+def kfac_input_size(layer: nn.Linear | nn.Conv2d) -> int:
+    """d, the side of a layer's factor A: its weight's fan-in, plus 1 for a bias."""
+    fan_in = int(layer.weight[0].numel())
+    return fan_in + (layer.bias is not None)
+
+
 def statistic_shapes(arch: str, dims: WireDims, kind: StatisticsKind) -> dict[str, tuple[int, ...]]:
     """The keys and shapes of ``kind`` statistics for ``arch`` built for this federation."""
     key = (arch, kind, dims.in_channels, dims.num_classes, dims.image_size)
@@ -49,8 +70,13 @@ def statistic_shapes(arch: str, dims: WireDims, kind: StatisticsKind) -> dict[st
             model = create_model(arch, dims.in_channels, dims.num_classes, dims.image_size)
         if kind == "diagonal":
             shapes = {k: tuple(p.shape) for k, p in model.named_parameters()}
-        else:
+        elif kind == "gram":
             shapes = {k: (m.in_features, m.in_features) for k, m in linear_layers(model).items()}
+        else:
+            shapes = {}
+            for k, m in kfac_layers(model).items():
+                shapes[f"{k}.A"] = (kfac_input_size(m),) * 2
+                shapes[f"{k}.G"] = (m.weight.shape[0],) * 2
         _SHAPES[key] = shapes
     return _SHAPES[key]
 
@@ -67,7 +93,9 @@ class LayerStatistics(FieldGroup):
         arch = str(payload.scalars[self.of.arch_key])
         want = statistic_shapes(arch, self.of.model_dims(dims), self.kind)
         got = {k[len(self.prefix) + 1 :]: v for k, v in payload.arrays.items() if self.owns(k)}
-        what = "a diagonal statistic" if self.kind == "diagonal" else "an input Gram matrix"
+        what = {"diagonal": "a diagonal statistic", "gram": "an input Gram matrix"}.get(
+            self.kind, "a Kronecker factor"
+        )
         for key in sorted(set(want) - set(got)):
             raise PayloadError(f"{self.prefix}.{key}", f"{what} of {arch}", "nothing", client)
         for key in sorted(set(got) - set(want)):
@@ -104,7 +132,7 @@ def _check_statistic(
         raise PayloadError(
             name, f"non-negative {where}", f"{int((diagonal < 0).sum())} negative", client
         )
-    if kind == "gram":
+    if kind != "diagonal":
         scale = float(np.abs(value).max(initial=0.0))
         if float(np.abs(value - value.T).max(initial=0.0)) > SYMMETRY_TOLERANCE * max(scale, 1e-30):
             raise PayloadError(name, "a symmetric matrix", "an asymmetric one", client)

@@ -1,0 +1,135 @@
+"""What FedD3's message reveals: its distilled examples against the sending client's data.
+
+For each client and variant of ``benchmarks/fedd3-privacy.yaml`` the client step runs as in a
+run (cached with it), and its examples x̂ are compared, on [0, 1] pixels, with the client's
+training images (members) and test images of the same labels (non-members):
+
+* ``psnr_member`` / ``psnr_non_member``: the mean over x̂ of the PSNR to the closest of all the
+  client's training images / of as many label-matched test images as the test set holds (a
+  near-copy of a training image is ≥ 30 dB; 100 dB caps an exact copy);
+* ``copies``: the share of x̂ within 30 dB of some training image;
+* ``auc``: the ROC AUC of the nearest-example membership attack on ``candidates`` random
+  training images and as many label-matched test images — a candidate scores the negative
+  distance to its closest x̂ (0.5: the message says nothing of who was in the data).
+
+Writes ``benchmarks/results/NAME/privacy.json`` and splices the table between the
+``<!-- report:NAME -->`` markers of ``docs/benchmarks/merging.md``.
+
+Usage: python scripts/fedd3_privacy.py [benchmarks/fedd3-privacy.yaml] [MARKDOWN]
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+from oneshotfl.methods import build_method
+from oneshotfl.runner.config import make_config
+from oneshotfl.runner.federation import Federation
+from oneshotfl.runner.plan import federation_plan
+from oneshotfl.runner.report import splice_markdown
+from oneshotfl.security.inversion import psnr, to_unit_range
+from oneshotfl.security.membership import label_matched, roc_auc
+
+COPY_DB = 30.0
+
+
+def closest_psnr(sent: torch.Tensor, pool: torch.Tensor) -> torch.Tensor:
+    """For each row of ``sent``, the PSNR to its closest row of ``pool``."""
+    distances = torch.cdist(sent.flatten(1).double(), pool.flatten(1).double())
+    nearest = pool[distances.argmin(1)]
+    return psnr(sent, nearest)
+
+
+def audit(
+    sent: torch.Tensor,
+    pools: tuple[torch.Tensor, torch.Tensor],
+    members: torch.Tensor,
+    others: torch.Tensor,
+) -> dict[str, float]:
+    """The module docs' measures: ``pools`` = (all training images, label-matched test
+    images), ``members``/``others`` the attack's candidates."""
+    to_member, to_other = closest_psnr(sent, pools[0]), closest_psnr(sent, pools[1])
+    score_m = -torch.cdist(members.flatten(1).double(), sent.flatten(1).double()).min(1).values
+    score_o = -torch.cdist(others.flatten(1).double(), sent.flatten(1).double()).min(1).values
+    return {
+        "psnr_member": float(to_member.mean()),
+        "psnr_non_member": float(to_other.mean()),
+        "copies": float((to_member >= COPY_DB).double().mean()),
+        "auc": roc_auc(score_m, score_o),
+    }
+
+
+def cell(rows: list[dict[str, Any]], name: str, scale: float = 1.0, digits: int = 1) -> str:
+    """mean ± std of ``name`` over ``rows``."""
+    values = [scale * r[name] for r in rows]
+    return f"{statistics.fmean(values):.{digits}f} ± {statistics.pstdev(values):.{digits}f}"
+
+
+def main(argv: list[str]) -> None:
+    path = Path(argv[1]) if len(argv) > 1 else Path("benchmarks/fedd3-privacy.yaml")
+    markdown = Path(argv[2]) if len(argv) > 2 else Path("docs/benchmarks/merging.md")
+    spec = yaml.safe_load(path.read_text())
+    cfg = make_config({**spec["base"], "methods": spec["methods"]})
+    fed = Federation.prepare(federation_plan(cfg))
+    dataset, test = cfg.dataset, fed.data.test
+    rows: list[dict[str, Any]] = []
+    start = time.perf_counter()
+    for key in spec["methods"]:
+        method = build_method(key)
+        for client in range(cfg.clients):
+            ctx = fed.client_context(client)
+            rng = np.random.default_rng(client)
+            chosen = rng.choice(len(ctx.data), min(spec["candidates"], len(ctx.data)), False)
+            members = torch.from_numpy(np.sort(chosen))
+            others = label_matched(ctx.data.y[members], test.y, rng, set())
+            matched = label_matched(ctx.data.y, test.y, rng, set())
+            sent = torch.from_numpy(np.asarray(method.client_update(ctx).arrays["x"]))
+            pools = (to_unit_range(ctx.data.x, dataset), to_unit_range(test.x[matched], dataset))
+            report = audit(
+                to_unit_range(sent, dataset),
+                pools,
+                to_unit_range(ctx.data.x[members], dataset),
+                to_unit_range(test.x[others], dataset),
+            )
+            rows.append({"method": key, "client": client, **report})
+            print(f"{key} client {client}: " + ", ".join(f"{k} {v:.3f}" for k, v in report.items()))
+    out = Path("benchmarks/results") / spec["name"]
+    out.mkdir(parents=True, exist_ok=True)
+    document = {
+        "command": f"python scripts/fedd3_privacy.py {path}",
+        "config": spec,
+        "seconds": time.perf_counter() - start,
+        "torch": torch.__version__,
+        "rows": rows,
+    }
+    (out / "privacy.json").write_text(json.dumps(document, indent=2) + "\n")
+    lines = [
+        "| variant | PSNR to closest member (dB) | to closest non-member (dB) "
+        f"| within {COPY_DB:g} dB of a member | nearest-example attack ROC AUC |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for key in spec["methods"]:
+        mine = [r for r in rows if r["method"] == key]
+        lines.append(
+            f"| `{key}` | {cell(mine, 'psnr_member')} | {cell(mine, 'psnr_non_member')} "
+            f"| {cell(mine, 'copies', 100)}% | {cell(mine, 'auc', digits=3)} |"
+        )
+    body = "\n".join(lines) + (
+        f"\n\nMean ± std over the {cfg.clients} clients; {document['seconds'] / 60:.1f} min "
+        f"(`{document['command']}`)."
+    )
+    splice_markdown(markdown, spec["name"], body)
+    print(f"fedd3 privacy → {out / 'privacy.json'} and {markdown}")
+
+
+if __name__ == "__main__":
+    main(sys.argv)
