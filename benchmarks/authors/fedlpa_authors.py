@@ -23,7 +23,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from load import authors_functions
 
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.common import average_models, client_shares
 from oneshotfl.methods.fedlpa import FedLPA
 from oneshotfl.methods.kfac import damped, merge_kfac_layers
 from oneshotfl.payload import Payload
@@ -49,7 +48,5 @@ class FedLPAAuthors(FedLPA):
             z = sum(freqs[k] * b_k[k] @ w[k].float() @ a_k[k] for k in range(len(a_k)))
             return code["newton_solve"](freqs, a_k, b_k, z, ctx.device).detach().double()
 
-        merged = average_models(payloads, ctx.dims, self.config.weighting)
-        p = client_shares(payloads, self.config.weighting)
-        merge_kfac_layers(merged, payloads, p, "kfac", solve, ctx.device)
+        merged = merge_kfac_layers(payloads, ctx.dims, self.config.weighting, solve, ctx.device)
         return GlobalModel(merged, {"damping": gamma})

@@ -163,15 +163,21 @@ def kip_loss(
     return 0.5 * (pred - target_y).square().mean(), pred
 
 
-def balanced_indices(y: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
-    """``count`` indices drawn balanced over the classes present in ``y`` (the most frequent
-    classes take the remainder; with replacement only where a class has too few)."""
+def balanced_shares(y: np.ndarray, count: int) -> dict[int, int]:
+    """How many of ``count`` each class present in ``y`` gets: an even share, the most
+    frequent classes taking the remainder (in that order)."""
     classes, sizes = np.unique(y, return_counts=True)
     order = classes[np.argsort(-sizes, kind="stable")]
     share = np.full(len(order), count // len(order))
     share[: count % len(order)] += 1
+    return {int(c): int(n) for c, n in zip(order, share, strict=True)}
+
+
+def balanced_indices(y: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+    """``count`` indices drawn balanced over the classes present in ``y`` (the most frequent
+    classes take the remainder; with replacement only where a class has too few)."""
     picked = []
-    for c, n in zip(order, share, strict=True):
+    for c, n in balanced_shares(y, count).items():
         pool = np.flatnonzero(y == c)
         picked.append(rng.choice(pool, size=int(n), replace=int(n) > len(pool)))
     return np.concatenate(picked)
@@ -188,7 +194,8 @@ def kip_distill(
     y_np = data.y.numpy()
     start = balanced_indices(y_np, cfg.images, seed_rng)
     x_all = data.x.to(device, torch.float64)
-    labels = data.y[start].to(device)
+    y_all = data.y.to(device)
+    labels = y_all[start]
 
     def centred(y: torch.Tensor) -> torch.Tensor:
         return nn.functional.one_hot(y, num_classes).double() - 1.0 / num_classes
@@ -200,7 +207,7 @@ def kip_distill(
     while steps < cfg.kip_steps:
         steps += 1
         batch = torch.from_numpy(balanced_indices(y_np, cfg.target_batch, seed_rng)).to(device)
-        target_y = data.y.to(device)[batch]
+        target_y = y_all[batch]
         loss, pred = kip_loss(support, support_y, x_all[batch], centred(target_y), cfg.depth)
         opt.zero_grad()
         loss.backward()
@@ -221,10 +228,11 @@ def gmm_distill(
 
     y = data.y.numpy()
     flat = data.x.flatten(1).double().numpy()
-    shares = np.bincount(y[balanced_indices(y, cfg.images, np.random.default_rng(0))])
     images, labels = [], []
-    for c in np.flatnonzero(shares):
-        rows, k = flat[y == c], int(shares[c])
+    for c, k in sorted(balanced_shares(y, cfg.images).items()):
+        if k == 0:  # fewer images than held classes: the least frequent send none
+            continue
+        rows = flat[y == c]
         fit = min(k, len(rows))
         if fit >= 2:
             gmm = GaussianMixture(fit, covariance_type=cfg.gmm_covariance, random_state=seed)

@@ -274,7 +274,5 @@ class FedFisher(SendsModelAndStatistics[FedFisherConfig]):
                 start, lambda m: kfac_operator(m, a, g, p) - z, cfg, eps_inside=True
             )
 
-        merged = average_models(payloads, ctx.dims, cfg.weighting)
-        p = client_shares(payloads, cfg.weighting)
-        merge_kfac_layers(merged, payloads, p, "kfac", solve, ctx.device)
+        merged = merge_kfac_layers(payloads, ctx.dims, cfg.weighting, solve, ctx.device)
         return GlobalModel(merged, {"solver": cfg.solver, "curvature": "kfac"})

@@ -52,8 +52,6 @@ from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import (
     AVERAGING_LIMIT,
     SendsModelAndStatistics,
-    average_models,
-    client_shares,
 )
 from oneshotfl.methods.kfac import (
     FisherKind,
@@ -161,9 +159,7 @@ class FedLPA(SendsModelAndStatistics[FedLPAConfig]):
                 diverged.append(bad)
             return m
 
-        merged = average_models(payloads, ctx.dims, cfg.weighting)
-        p = client_shares(payloads, cfg.weighting)
-        merge_kfac_layers(merged, payloads, p, "kfac", solve, ctx.device)
+        merged = merge_kfac_layers(payloads, ctx.dims, cfg.weighting, solve, ctx.device)
         extra = {"cg_iterations_max": float(max(iterations))} if iterations else {}
         if diverged:  # layers where gd_lr was too large and the approximation was kept
             extra["gd_diverged_layers"] = float(sum(diverged))

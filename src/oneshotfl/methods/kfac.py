@@ -38,8 +38,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from oneshotfl.data.types import LabelledData
+from oneshotfl.functional import Weighting
+from oneshotfl.methods.common import average_models, client_shares
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.layer_stats import kfac_input_size, kfac_layers
+from oneshotfl.protocol.spec import WireDims
 
 FisherKind = Literal["true", "empirical"]
 KFAC_BATCH = 128
@@ -228,16 +231,19 @@ LayerSolver = Callable[
 
 
 def merge_kfac_layers(
-    merged: nn.Module,
     payloads: Mapping[int, Payload],
-    p: list[float],
-    prefix: str,
+    dims: WireDims,
+    weighting: Weighting,
     solve: LayerSolver,
     device: torch.device,
+    prefix: str = "kfac",
 ) -> nn.Module:
-    """Replace every K-FAC layer's weight (and bias) of ``merged`` — the clients' average, the
-    start M₀ — by ``solve``'s result on the clients' models and ``<prefix>.<layer>.A``/``.G``
+    """The clients' p-weighted average (:func:`~oneshotfl.methods.common.average_models`)
+    with every K-FAC layer's weight (and bias) replaced by ``solve``'s result from that
+    average (M₀), the clients' models, ``<prefix>.<layer>.A``/``.G`` and the shares p_k
     (float64 on ``device``); the other tensors keep the average."""
+    merged = average_models(payloads, dims, weighting)
+    p = client_shares(payloads, weighting)
     ids = sorted(payloads)
     state = merged.state_dict()
     shares = torch.tensor(p, dtype=torch.float64, device=device)
