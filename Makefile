@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
 .PHONY: setup data demo test test-fast test-cuda docs check-site check-wheel lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
-	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-fol-defaults bench-user-datasets bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-scale bench-gpu check-kernels bench-membership bench-fedd3-privacy bench-authors-merging claims bench-flower bench-flower-deploy bench-flower-sim bench-flower-scale check-flower-chaos check-reproduce check-committed check-committed-avx2 \
+	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-fol-defaults bench-user-datasets bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-scale bench-gpu check-kernels bench-membership bench-fedd3-privacy bench-fens bench-stats bench-stats-privacy bench-authors-stats bench-authors-fens bench-authors-fedd3 bench-merging bench-authors-merging claims bench-flower bench-flower-deploy bench-flower-sim bench-flower-scale check-flower-chaos check-reproduce check-committed check-committed-avx2 \
 	clean-cache
 VENV := .venv/bin
 
@@ -96,6 +96,37 @@ bench-core: setup data
 bench-merging: setup data
 	VENV=$(VENV) bash scripts/sweep_shards.sh merging-fmnist merging-clients
 
+## FENS's aggregator rounds beside the ensembles, and over client count (docs/benchmarks/merging.md).
+bench-fens: setup data
+	VENV=$(VENV) bash scripts/sweep_shards.sh fens-fmnist fens-clients
+
+## GH-OFL's and FedPFT's class statistics of the shared encoder, and over client count
+## (docs/benchmarks/merging.md).
+bench-stats: setup data
+	VENV=$(VENV) bash scripts/sweep_shards.sh stats-fmnist stats-clients
+
+## The authors' server steps of GH-OFL and FedPFT as plugins on the same shared-encoder clients
+## (seeds 0 and 1; docs/benchmarks/merging.md); GHOFL_REPO and FEDPFT_REPO name checkouts.
+bench-authors-stats: setup data
+	@test -n "$$GHOFL_REPO" -a -n "$$FEDPFT_REPO" || { echo "bench-authors-stats: expected GHOFL_REPO and FEDPFT_REPO naming checkouts of the authors' code (benchmarks/authors-stats.yaml), got none"; exit 2; }
+	VENV=$(VENV) bash scripts/sweep_shards.sh authors-stats
+
+## The authors' FENS server step (FedAdam on SmallNN) as a plugin on the same FENS clients (seed
+## 0; docs/benchmarks/merging.md); FENS_REPO names a checkout of their code.
+bench-authors-fens: setup data
+	@test -n "$$FENS_REPO" || { echo "bench-authors-fens: expected FENS_REPO naming a checkout of the authors' code (benchmarks/authors-fens.yaml), got none"; exit 2; }
+	VENV=$(VENV) bash scripts/sweep_shards.sh authors-fens
+
+## The authors' FedD3 server step (their FedServer.train, on our cnn) as a plugin on the same
+## FedD3 clients (seed 0; docs/benchmarks/merging.md); FEDD3_REPO names a checkout of their code.
+bench-authors-fedd3: setup data
+	@test -n "$$FEDD3_REPO" || { echo "bench-authors-fedd3: expected FEDD3_REPO naming a checkout of the authors' code (benchmarks/authors-fedd3.yaml), got none"; exit 2; }
+	VENV=$(VENV) bash scripts/sweep_shards.sh authors-fedd3
+
+## What GH-OFL's and FedPFT's class means reveal, inverted through the encoder (merging.md).
+bench-stats-privacy: setup data
+	OMP_NUM_THREADS=1 $(VENV)/python scripts/stats_privacy.py benchmarks/stats-privacy.yaml
+
 ## What FedD3's distilled examples reveal of each client's data (docs/benchmarks/merging.md).
 bench-fedd3-privacy: setup data
 	OMP_NUM_THREADS=1 $(VENV)/python scripts/fedd3_privacy.py benchmarks/fedd3-privacy.yaml
@@ -112,7 +143,7 @@ claims: setup
 
 ## DeDES on the same federations with validation splits (docs/benchmarks/merging.md).
 bench-dedes: setup data
-	VENV=$(VENV) bash scripts/sweep_shards.sh dedes-fmnist
+	VENV=$(VENV) bash scripts/sweep_shards.sh dedes-fmnist dedes-clients
 
 ## The FedOL benchmark of issue 3 (docs/benchmarks/prediction-sharing.md): two single-threaded
 ## shards of the grid run in parallel, one per core (runs are deterministic at a fixed thread

@@ -102,16 +102,6 @@ def main(argv: list[str]) -> None:
             )
             rows.append({"method": key, "client": client, **report})
             print(f"{key} client {client}: " + ", ".join(f"{k} {v:.3f}" for k, v in report.items()))
-    out = Path("benchmarks/results") / spec["name"]
-    out.mkdir(parents=True, exist_ok=True)
-    document = {
-        "command": f"python scripts/fedd3_privacy.py {path}",
-        "config": spec,
-        "seconds": time.perf_counter() - start,
-        "torch": torch.__version__,
-        "rows": rows,
-    }
-    (out / "privacy.json").write_text(json.dumps(document, indent=2) + "\n")
     lines = [
         "| variant | PSNR to closest member (dB) | to closest non-member (dB) "
         f"| within {COPY_DB:g} dB of a member | nearest-example attack ROC AUC |",
@@ -123,12 +113,35 @@ def main(argv: list[str]) -> None:
             f"| `{key}` | {cell(mine, 'psnr_member')} | {cell(mine, 'psnr_non_member')} "
             f"| {cell(mine, 'copies', 100)}% | {cell(mine, 'auc', digits=3)} |"
         )
-    body = "\n".join(lines) + (
-        f"\n\nMean ± std over the {cfg.clients} clients; {document['seconds'] / 60:.1f} min "
-        f"(`{document['command']}`)."
-    )
+    command = f"python scripts/fedd3_privacy.py {path}"
+    publish(spec, command, rows, start, lines, markdown, f"over the {cfg.clients} clients")
+
+
+def publish(
+    spec: dict[str, Any],
+    command: str,
+    rows: list[dict[str, Any]],
+    start: float,
+    lines: list[str],
+    markdown: Path,
+    over: str,
+) -> None:
+    """Write ``benchmarks/results/<name>/privacy.json`` (the spec, the rows, the seconds since
+    ``start``) and splice the table ``lines`` into ``markdown``'s markers of that name."""
+    out = Path("benchmarks/results") / spec["name"]
+    out.mkdir(parents=True, exist_ok=True)
+    seconds = time.perf_counter() - start
+    document = {
+        "command": command,
+        "config": spec,
+        "seconds": seconds,
+        "torch": torch.__version__,
+        "rows": rows,
+    }
+    (out / "privacy.json").write_text(json.dumps(document, indent=2) + "\n")
+    body = "\n".join(lines) + f"\n\nMean ± std {over}; {seconds / 60:.1f} min (`{command}`)."
     splice_markdown(markdown, spec["name"], body)
-    print(f"fedd3 privacy → {out / 'privacy.json'} and {markdown}")
+    print(f"{spec['name']} → {out / 'privacy.json'} and {markdown}")
 
 
 if __name__ == "__main__":

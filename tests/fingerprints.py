@@ -47,6 +47,7 @@ CONTRACT_PARAMS: dict[str, dict[str, Any]] = {
     "f_adi": {"images": 32, "steps": 5, "distill_steps": 10},
     "f_dafl": {"rounds": 10, "batch_size": 32, "width": 4, "noise_dim": 16},
     "ma_echo": {"iterations": 5},
+    "fens": {"rounds": 20, "eval_every": 10},
     **{f: {"kd_epochs": 1, "weight_steps": 20} for f in ("fol", "fol-a", "fol-n", "fol-an")},
 }
 """Hyper-parameters a method is checked with (default: its own defaults)."""

@@ -29,7 +29,8 @@ from oneshotfl.methods.mine import (
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ServerContext
 from oneshotfl.protocol.fields import model_fields, model_from_fields
-from oneshotfl.protocol.spec import PayloadError, task_dims, validate_payload
+from oneshotfl.protocol.spec import PayloadError, task_dims
+from oneshotfl.protocol.validate import validate_payload
 from oneshotfl.runner.checks import resolve_methods
 from oneshotfl.training.components import (
     ComponentEnv,

@@ -23,7 +23,8 @@ from oneshotfl.methods.fedet import (
 from oneshotfl.methods.fedkd import FedKDConfig, dequantize_levels, noisy_mean, quantize_levels
 from oneshotfl.methods.fedkt import FedKTConfig, disjoint_parts, query_indices
 from oneshotfl.payload import Payload
-from oneshotfl.protocol.spec import PayloadError, task_dims, validate_payload
+from oneshotfl.protocol.spec import PayloadError, task_dims
+from oneshotfl.protocol.validate import validate_payload
 from oneshotfl.runner.checks import resolve_methods
 
 DIMS = task_dims(TaskInfo("digits", 10, 1, 8), 4)

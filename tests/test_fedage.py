@@ -17,7 +17,8 @@ from oneshotfl.methods.fedage_server import kd_loss
 from oneshotfl.models import create_model
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.fields import model_fields
-from oneshotfl.protocol.spec import PayloadError, WireDims, validate_payload
+from oneshotfl.protocol.spec import PayloadError, WireDims
+from oneshotfl.protocol.validate import validate_payload
 from oneshotfl.runner.checks import resolve_methods
 from oneshotfl.runner.errors import RequirementError
 

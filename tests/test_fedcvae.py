@@ -13,7 +13,8 @@ from helpers import prepare, run_method
 from oneshotfl.methods import build_method
 from oneshotfl.methods.fedcvae import FedCVAEConfig, allocate, elbo_loss
 from oneshotfl.payload import Payload
-from oneshotfl.protocol.spec import PayloadError, WireDims, validate_payload
+from oneshotfl.protocol.spec import PayloadError, WireDims
+from oneshotfl.protocol.validate import validate_payload
 from oneshotfl.runner.checks import resolve_methods
 
 

@@ -133,7 +133,7 @@ def test_oversize_bytes_are_refused_before_anything_is_decoded(
 def test_a_model_that_cannot_be_built_for_the_task_is_refused(
     federation: Federation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from oneshotfl.protocol import spec as spec_module
+    from oneshotfl.protocol import validate as spec_module
 
     def refuse(arch: str, *args: Any) -> Any:
         raise ValueError(f"{arch} needs images of at least 32 pixels")

@@ -15,7 +15,8 @@ from oneshotfl.methods.ma_echo import MAEcho, _class_split_average, client_proje
 from oneshotfl.methods.ma_echo import MAEchoConfig as Config
 from oneshotfl.models import create_model
 from oneshotfl.payload import Payload
-from oneshotfl.protocol.spec import PayloadError, task_dims, validate_payload
+from oneshotfl.protocol.spec import PayloadError, task_dims
+from oneshotfl.protocol.validate import validate_payload
 from oneshotfl.training.services import train_model
 
 VARIANTS = ["ma_echo:iterations=3", "ma_echo:iterations=3:bias=average:normalise=true"]

@@ -18,8 +18,8 @@ from oneshotfl.protocol.spec import (
     PayloadSpec,
     ScalarSpec,
     WireDims,
-    validate_payload,
 )
+from oneshotfl.protocol.validate import validate_payload
 from oneshotfl.protocol.wire import receive, transmit
 
 DIMS = WireDims(num_classes=10, in_channels=1, image_size=8, public_size=5)

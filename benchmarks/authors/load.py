@@ -1,6 +1,7 @@
-"""Load named top-level functions of an authors' repository file *unedited*: their source is
-parsed out of the file and executed alone, so the rest of the module (its CLI, its datasets,
-its pinned imports) is never run. The checkout's folder comes from an environment variable.
+"""Load named top-level definitions of an authors' repository file *unedited*: their source
+is parsed out of the file and executed alone, so the rest of the module (its CLI, its
+datasets, its pinned imports) is never run. The checkout's folder comes from an environment
+variable.
 """
 
 from __future__ import annotations
@@ -12,21 +13,46 @@ from pathlib import Path
 from typing import Any
 
 
-def authors_functions(
-    env: str, file: str, names: tuple[str, ...], scope: dict[str, Any]
-) -> dict[str, Callable[..., Any]]:
-    """``names`` from ``$env/file``, run in ``scope`` (the globals they need)."""
+def authors_file(env: str, file: str) -> Path:
+    """``$env/file``, which must exist."""
     root = os.environ.get(env)
     if not root:
         raise ValueError(f"expected {env} naming a checkout of the authors' code, got nothing")
     path = Path(root) / file
     if not path.is_file():
         raise ValueError(f"expected the authors' file at {path}, got nothing")
+    return path
+
+
+def _defined(node: ast.stmt) -> str | None:
+    """The name a top-level statement defines (a function, a class, ``NAME = …``)."""
+    if isinstance(node, ast.ClassDef | ast.FunctionDef):
+        return node.name
+    if isinstance(node, ast.Assign) and len(node.targets) == 1:
+        target = node.targets[0]
+        return target.id if isinstance(target, ast.Name) else None
+    return None
+
+
+def authors_definitions(
+    env: str, file: str, names: tuple[str, ...], scope: dict[str, Any]
+) -> dict[str, Any]:
+    """The top-level functions, classes and single-name assignments called ``names`` in
+    ``$env/file``, their source executed alone, in file order, in ``scope`` (the globals
+    they need)."""
+    path = authors_file(env, file)
     tree = ast.parse(path.read_text(), str(path))
-    body = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in names]
-    found = {n.name for n in body}
-    if found != set(names):
-        raise ValueError(f"{path}: expected functions {sorted(names)}, found {sorted(found)}")
+    body = [n for n in tree.body if _defined(n) in names]
+    found = [str(_defined(n)) for n in body]
+    if sorted(found) != sorted(names):
+        raise ValueError(f"{path}: expected one each of {sorted(names)}, found {sorted(found)}")
     namespace = dict(scope)
     exec(compile(ast.Module(body=body, type_ignores=[]), str(path), "exec"), namespace)
     return {name: namespace[name] for name in names}
+
+
+def authors_functions(
+    env: str, file: str, names: tuple[str, ...], scope: dict[str, Any]
+) -> dict[str, Callable[..., Any]]:
+    """``names`` (functions) from ``$env/file``, run in ``scope`` (the globals they need)."""
+    return authors_definitions(env, file, names, scope)

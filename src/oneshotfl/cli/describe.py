@@ -2,7 +2,7 @@
 
 A method is described by its module's docstring (the paper, deviations and choices), its
 ``requires`` declaration in words (:func:`requirement_lines`, one line per field of
-:class:`~oneshotfl.protocol.contract.Requires`) and the hyper-parameters of its ``Config``
+:class:`~oneshotfl.protocol.requires.Requires`) and the hyper-parameters of its ``Config``
 with their defaults, each with the sentence its ``Config`` docstring's ``Attributes:`` section
 gives it (:func:`oneshotfl.params.attribute_docs`: the words live there once).
 :func:`describe_method` returns the text the command prints; :func:`method_page` renders the

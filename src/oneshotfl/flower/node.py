@@ -284,7 +284,9 @@ def run_update(
             f"{unknown}"
         )
     fed = state.federation
-    broadcast: Payload | None = receive_broadcast(method, payloads.get("server"), fed.dims)
+    broadcast: Payload | None = receive_broadcast(
+        method, payloads.get("server"), fed.dims, round_index
+    )
     reply = update_on(fed, method, state.client_id, round_index, broadcast)  # as simulated
     log.info(
         "client %d: %s round %d: %d bytes", state.client_id, method_spec, round_index,

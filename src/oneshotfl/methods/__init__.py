@@ -23,6 +23,7 @@ from oneshotfl.methods import (  # noqa: F401  (importing registers)
     fedov,
     fedpft,
     fedprox,
+    fens,
     fol,
     fol_variants,
     ghofl,

@@ -84,7 +84,7 @@ class FedAvgRounds(SendsTrainedModel[FedAvgRoundsConfig]):
     def num_rounds(self) -> int:
         return self.config.rounds
 
-    def broadcast_spec(self, dims: WireDims) -> PayloadSpec:
+    def broadcast_spec(self, dims: WireDims, round_index: int) -> PayloadSpec:
         return PayloadSpec(models=(ModelSpec(),))
 
     def server_message(

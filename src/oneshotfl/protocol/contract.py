@@ -23,7 +23,6 @@ clients, touches transport, or imports flwr.
 from __future__ import annotations
 
 import dataclasses
-import enum
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,87 +38,13 @@ from oneshotfl.params import Params
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import Outcome
-from oneshotfl.protocol.spec import PayloadSpec, WireDims, task_dims
+from oneshotfl.protocol.requires import Requires as Requires
+from oneshotfl.protocol.requires import Topology as Topology
+from oneshotfl.protocol.requires import wire_dims as wire_dims
+from oneshotfl.protocol.spec import PayloadSpec, WireDims
 from oneshotfl.training.loop import TrainConfig, budget_epochs
 from oneshotfl.training.recipe import ClientRecipe
 from oneshotfl.training.services import ArtefactStore, Encoder, NullTracker, Tracker
-
-
-class Topology(enum.StrEnum):
-    """Who talks to whom: clients to one server, or clients to their graph neighbours."""
-
-    STAR = "star"
-    PEER = "peer"
-
-
-@dataclass(frozen=True)
-class Requires:
-    """What a method needs from the federation.
-
-    Attributes:
-        public_data: an unlabelled public pool (``public_size > 0``).
-        shared_encoder: a frozen encoder known to every party.
-        same_architecture: every client uses the same model architecture.
-        server_model: a server architecture (``server_model``) is configured.
-        topology: star (server) or peer (server-free, over the neighbour graph).
-        min_clients: fewest clients the method can work with.
-        data_free: the server needs nothing but the uploaded messages; the runner then
-            hands it no public pool (``ServerContext.public`` is None), so it provably sees
-            no data.
-        validation: every client holds a private validation split (``val_fraction > 0``).
-        images: the method corrupts, crops, blurs or generates images, and needs the task's
-            inputs to be images of at least this side (0: any input, a table of features —
-            read as a 1×1 "image" of D channels — included). Checked once the data is loaded,
-            before any training (:func:`oneshotfl.runner.checks.image_problems`).
-        image_multiple: the image side must also be a multiple of this (1: any side); a
-            generator that upsamples twice by 2 (DENSE's, IntactOFL's) needs 4.
-    """
-
-    public_data: bool = False
-    shared_encoder: bool = False
-    same_architecture: bool = False
-    server_model: bool = False
-    topology: Topology = Topology.STAR
-    min_clients: int = 1
-    data_free: bool = False
-    validation: bool = False
-    images: int = 0
-    image_multiple: int = 1
-
-    def __post_init__(self) -> None:
-        if self.images < 0 or self.image_multiple < 1:
-            raise ValueError(
-                f"Requires: expected images >= 0 and image_multiple >= 1, got images="
-                f"{self.images}, image_multiple={self.image_multiple}"
-            )
-
-    def takes_side(self, side: int) -> bool:
-        """Whether inputs of ``side`` (a table's: 1) give the method the images it needs."""
-        return side >= self.images and side % self.image_multiple == 0
-
-    @property
-    def image_need(self) -> str:
-        """The images the method needs, in words ("" when it takes any input)."""
-        if self.takes_side(1):
-            return ""
-        least = max(self.images, self.image_multiple)
-        multiple = f", a multiple of {self.image_multiple}" if self.image_multiple > 1 else ""
-        return f"images of side >= {least}{multiple}"
-
-
-def wire_dims(
-    task: TaskInfo,
-    public: UnlabelledData | None,
-    encoder: Encoder | None,
-    archs: Sequence[str] = (),
-    max_examples: int = 0,
-) -> WireDims:
-    """The wire dims every party resolves payload shapes against: the task, the public pool's
-    size, ``D``, the shared encoder's embedding size (when there is an encoder), the client
-    architectures the party knows and ``N_max``, the most examples one client can hold."""
-    size = 0 if public is None else len(public)
-    dim = None if encoder is None else encoder.dim
-    return task_dims(task, size, dim, tuple(archs), max_examples)
 
 
 @dataclass(frozen=True)
@@ -230,6 +155,9 @@ class ServerContext:
         tracker: progress display.
         encoder: the shared frozen encoder, when the federation has one.
         max_examples: ``N_max``, the most examples one client can hold (0: unknown).
+        round: the round whose payloads :meth:`Method.aggregate` builds from, from 0.
+        previous: the outcome the server built in the round before (``None`` in round 0
+            and in one-shot methods): a multi-round method's server state travels in it.
     """
 
     task: TaskInfo
@@ -244,11 +172,17 @@ class ServerContext:
     tracker: Tracker = field(default_factory=NullTracker)
     encoder: Encoder | None = None
     max_examples: int = 0
+    round: int = 0
+    previous: Outcome | None = None
 
     @property
     def dims(self) -> WireDims:
         """The wire dims payloads resolve against (``D`` when there is an encoder)."""
         return wire_dims(self.task, self.public, self.encoder, self.client_archs, self.max_examples)
+
+    def for_round(self, round_index: int, previous: Outcome | None) -> ServerContext:
+        """This context aggregating round ``round_index``, after the outcome ``previous``."""
+        return dataclasses.replace(self, round=round_index, previous=previous)
 
 
 @dataclass(frozen=True)
@@ -275,10 +209,12 @@ class Method(ABC, Generic[ConfigT]):
             describe``): N is the examples the clients hold together, |P| the public pool.
 
     One-shot is the default: one call of ``client_update`` per client, one ``aggregate``.
-    A multi-round reference method (``fedavg_rounds``, star only) overrides
-    :meth:`num_rounds`, :meth:`broadcast_spec` and :meth:`server_message`; the runner then
-    repeats broadcast → clients → aggregate, counting every round's bytes, and evaluates the
-    outcome of each round.
+    A multi-round method (star only: ``fedavg_rounds``, FENS's aggregator rounds) overrides
+    :meth:`num_rounds`, :meth:`broadcast_spec` and :meth:`server_message` (and
+    :meth:`round_payload_spec` when its clients send something else after round 0); the
+    runner then repeats broadcast → clients → aggregate, counting every round's bytes, hands
+    :meth:`aggregate` the round and the previous outcome (``ctx.round``, ``ctx.previous``)
+    and evaluates the outcome of the rounds :meth:`evaluates_round` names.
     """
 
     name: ClassVar[str] = ""
@@ -343,9 +279,20 @@ class Method(ABC, Generic[ConfigT]):
         """Communication rounds (1 for every one-shot method)."""
         return 1
 
-    def broadcast_spec(self, dims: WireDims) -> PayloadSpec | None:
-        """What the server's per-round message must hold (``None``: it sends none)."""
+    def round_payload_spec(self, dims: WireDims, round_index: int) -> PayloadSpec:
+        """What one client's payload of round ``round_index`` must hold (default: the same
+        :meth:`payload_spec` every round)."""
+        return self.payload_spec(dims)
+
+    def broadcast_spec(self, dims: WireDims, round_index: int) -> PayloadSpec | None:
+        """What the server's message before round ``round_index`` must hold (``None``: it
+        sends none)."""
         return None
+
+    def evaluates_round(self, round_index: int) -> bool:
+        """Whether the runner evaluates the outcome of round ``round_index`` for the run's
+        ``rounds_history`` (the last round's is always evaluated); default: every round."""
+        return True
 
     def server_message(
         self, round_index: int, previous: Outcome | None, ctx: ServerContext

@@ -1,7 +1,7 @@
 """Models as payload fields: ``<prefix>.arch`` (a model registry name) and the state dict,
-and the model rebuilt from them on receipt (after :func:`~oneshotfl.protocol.spec.validate_payload`
-checked both against a reference of the federation's shapes). The encoding itself is
-:mod:`oneshotfl.models.state`'s."""
+and the model rebuilt from them on receipt (after
+:func:`~oneshotfl.protocol.validate.validate_payload` checked both against a reference of the
+federation's shapes). The encoding itself is :mod:`oneshotfl.models.state`'s."""
 
 from __future__ import annotations
 

@@ -31,7 +31,8 @@ from torch import nn
 
 from oneshotfl.models import MODELS, create_model
 from oneshotfl.payload import Payload
-from oneshotfl.protocol.spec import FieldGroup, ModelSpec, PayloadError, WireDims, expected_arch
+from oneshotfl.protocol.spec import FieldGroup, ModelSpec, PayloadError, WireDims
+from oneshotfl.protocol.validate import expected_arch
 
 StatisticsKind = Literal["diagonal", "gram", "kfac"]
 

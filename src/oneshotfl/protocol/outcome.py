@@ -21,8 +21,12 @@ from oneshotfl.functional import (
     weighted_logit_mean,
     weighted_softmax_mean,
 )
+from oneshotfl.models.aggregator import StackedAggregator, stack_member_logits
 from oneshotfl.robust import robust_probability_mean
 from oneshotfl.training.loop import predict_logits
+
+AGGREGATOR = "aggregator"
+"""The rule of an ensemble combined by a learned aggregator."""
 
 #: Turns member logits ``[M, N, K]`` (and member weights ``[M]``) into probabilities ``[N, C]``.
 Combiner = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -83,16 +87,25 @@ def combiner(rule: str) -> Combiner:
 @dataclass
 class Ensemble:
     """Members whose outputs a combiner merges, as ``rule`` names it (:func:`combiner`;
-    default: the weighted mean of softmaxes) — the rule is what a saved ensemble records."""
+    default: the weighted mean of softmaxes) — the rule is what a saved ensemble records.
+    With a learned ``aggregator`` (FENS's; rule ``aggregator``) the combiner is that module
+    over the members' stacked logits (:class:`~oneshotfl.models.aggregator.StackedAggregator`)
+    and the weights are unused."""
 
     members: Sequence[nn.Module]
     weights: torch.Tensor | None = None
     rule: str = "probabilities"
     info: dict[str, Any] = field(default_factory=dict)
+    aggregator: StackedAggregator | None = None
     combine: Combiner = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.combine = combiner(self.rule)
+        if (self.aggregator is None) == (self.rule == AGGREGATOR):
+            raise ValueError(
+                f"ensemble: rule {AGGREGATOR!r} goes with a learned aggregator and only with "
+                f"one, got rule {self.rule!r} and aggregator {type(self.aggregator).__name__}"
+            )
+        self.combine = self._aggregated if self.aggregator is not None else combiner(self.rule)
         if not self.members:
             raise ValueError("an ensemble needs at least one member, got none")
         if self.weights is None:
@@ -107,6 +120,13 @@ class Ensemble:
         logits = torch.stack([predict_logits(m, x, device) for m in self.members])
         assert self.weights is not None
         return self.combine(logits, self.weights)
+
+    @torch.no_grad()
+    def _aggregated(self, logits: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
+        assert self.aggregator is not None
+        device = next(self.aggregator.parameters()).device
+        stacked = stack_member_logits(logits).to(device)
+        return F.softmax(self.aggregator.eval()(stacked), dim=-1).cpu()
 
 
 @dataclass

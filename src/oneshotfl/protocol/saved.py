@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from oneshotfl.models.aggregator import StackedAggregator
 from oneshotfl.payload import Payload, WireError, decode, encode
 from oneshotfl.protocol.fields import model_fields, model_from_fields
 from oneshotfl.protocol.outcome import Ensemble, GlobalModel, Outcome
@@ -60,6 +61,13 @@ def outcome_payload(outcome: Outcome, classes: int) -> Payload:
             "members": len(outcome.members),
             "extra_outputs": _extra(outcome.members[0], classes),
         }
+        agg = outcome.aggregator
+        if agg is not None:
+            state = {
+                f"aggregator.{k}": v.detach().cpu().numpy() for k, v in agg.state_dict().items()
+            }
+            payload = payload.merged(Payload(state, {}))
+            scalars |= {"aggregator": agg.kind, "aggregator_hidden": agg.hidden}
         return payload.merged(Payload({}, scalars))
     modules = [outcome.model] if isinstance(outcome, GlobalModel) else []
     if isinstance(outcome, Ensemble):
@@ -71,6 +79,24 @@ def outcome_payload(outcome: Outcome, classes: int) -> Payload:
     }
     names = ",".join(type(m).__qualname__ for m in modules) or type(outcome).__name__
     return Payload(arrays, {"outcome": type(outcome).__name__, "module": names})
+
+
+def _aggregator(payload: Payload, members: int, classes: int) -> StackedAggregator | None:
+    """The learned aggregator a saved ensemble carries (``None``: it has none)."""
+    kind = payload.scalars.get("aggregator")
+    if kind is None:
+        return None
+    if kind not in ("nn", "linear"):
+        raise ValueError(f"aggregator: expected nn or linear, got {kind!r}")
+    hidden = int(payload.scalars.get("aggregator_hidden", 1))
+    agg = StackedAggregator("nn" if kind == "nn" else "linear", members, classes, hidden)
+    state = {
+        k.removeprefix("aggregator."): torch.from_numpy(np.array(v))
+        for k, v in payload.arrays.items()
+        if k.startswith("aggregator.")
+    }
+    agg.load_state_dict(state)
+    return agg.eval()
 
 
 def model_file_name(key: str) -> str:
@@ -110,7 +136,8 @@ def load_outcome(path: Path, dims: WireDims) -> Outcome:
                 for i in range(int(payload.scalars["members"]))
             ]
             weights = torch.from_numpy(np.array(payload.arrays["weights"]))
-            return Ensemble(members, weights, rule=str(payload.scalars["rule"]))
+            agg = _aggregator(payload, len(members), dims.num_classes + extra)
+            return Ensemble(members, weights, rule=str(payload.scalars["rule"]), aggregator=agg)
     except (KeyError, ValueError, RuntimeError) as exc:
         hint = (
             "; a model of a plugin architecture needs that plugin imported first"

@@ -15,14 +15,8 @@ import numpy as np
 
 from oneshotfl.models import MODELS
 from oneshotfl.payload import Payload, WireError, decode, encode
-from oneshotfl.protocol.spec import (
-    PayloadError,
-    PayloadSpec,
-    WireDims,
-    expected_arch,
-    reference_state,
-    validate_payload,
-)
+from oneshotfl.protocol.spec import PayloadError, PayloadSpec, WireDims
+from oneshotfl.protocol.validate import expected_arch, reference_state, validate_payload
 
 HEADER_ALLOWANCE = 64 * 1024
 """Bytes a payload may spend beyond its tensors: the safetensors header (names, shapes,

@@ -33,13 +33,15 @@ from oneshotfl.protocol.outcome import Outcome
 from oneshotfl.protocol.saved import save_outcome
 from oneshotfl.protocol.spec import PayloadError
 from oneshotfl.protocol.wire import receive
+from oneshotfl.runner.admission import admit_replies, screen_shards
 from oneshotfl.runner.errors import QuorumError, RequirementError
 from oneshotfl.runner.evaluate import evaluate_outcome, inference_cost, summarise_clients
 from oneshotfl.runner.federation import ServerView
-from oneshotfl.runner.ledger import Ledger, shard_problem
+from oneshotfl.runner.ledger import Ledger
 from oneshotfl.runner.plan import draw_schedules
 from oneshotfl.runner.results import MethodResult
 from oneshotfl.runner.transport import ClientReply, Missing, Transport
+from oneshotfl.training.progress import NullTracker
 
 log = logging.getLogger(__name__)
 
@@ -60,63 +62,6 @@ class RoundTraffic:
     missing: Missing = field(default_factory=dict)
     work: dict[int, tuple[dict[str, float | None], float]] = field(default_factory=dict)
     """Per client: the artefacts its update used and the seconds spent making them now."""
-
-
-def admit_replies(
-    key: str, replies: Sequence[ClientReply], clients: int, missing: Mapping[str, str]
-) -> tuple[dict[int, ClientReply], Missing]:
-    """Replies by client id: a second reply from one id, or one from an id outside the
-    federation, is dropped and named; a client that sent nothing is named."""
-    admitted: dict[int, ClientReply] = {}
-    named = dict(missing)
-    for reply in sorted(replies, key=lambda r: r.client_id):
-        cid = reply.client_id
-        if not 0 <= cid < clients or cid in admitted:
-            why = "outside the federation" if not 0 <= cid < clients else "a second reply"
-            log.warning("%s: dropped %s from client %d", key, why, cid)
-            named.setdefault(f"client {cid}", f"{why} (client ids are 0..{clients - 1})")
-            continue
-        admitted[cid] = reply
-    for cid in sorted(set(range(clients)) - set(admitted)):
-        log.warning("%s: no reply from client %d", key, cid)
-        if f"client {cid}" not in named and not any(f"(client {cid})" in n for n in named):
-            named[f"client {cid}"] = "no reply"
-    return admitted, named
-
-
-def screen_shards(
-    key: str,
-    view: ServerView,
-    ledger: Ledger,
-    admitted: dict[int, ClientReply],
-    reported: set[int],
-    round_index: int,
-) -> dict[int, str]:
-    """Refuse the replies of clients the server cannot book, removing them from
-    ``admitted``; returns client id → why.
-
-    In round 0 each client's shard report (its sizes and label counts) is bounded by the
-    classes and ``N_max`` (:func:`~oneshotfl.runner.ledger.shard_problem`); the first valid
-    report of a client enters the run's ledger and the client joins ``reported`` (one
-    set per method run). In later rounds a client outside ``reported`` — refused or silent in
-    round 0 — is refused again.
-    """
-    refused: dict[int, str] = {}
-    for cid in sorted(admitted):
-        reply = admitted[cid]
-        if round_index > 0:
-            problem = None if cid in reported else "gave no valid shard report in round 0"
-        else:
-            problem = shard_problem(reply.shard, view.task.num_classes, view.train_pool)
-        if problem is None:
-            if round_index == 0 and reply.shard is not None:
-                ledger.admit(cid, reply.shard)
-                reported.add(cid)
-            continue
-        refused[cid] = f"client {cid}: {problem}"
-        log.warning("%s: round %d: refused %s", key, round_index, refused[cid])
-        del admitted[cid]
-    return refused
 
 
 def collect_round(
@@ -140,7 +85,7 @@ def collect_round(
         QuorumError: fewer valid payloads than ``max(min_clients, requires.min_clients)``.
     """
     n, dims = view.cfg.clients, view.dims
-    spec = method.payload_spec(dims)
+    spec = method.round_payload_spec(dims, round_index)
     admitted, named = admit_replies(key, replies, n, missing or {})
     traffic = RoundTraffic({}, {}, [0] * n, download, [0.0] * n, missing=named)
     for cid, reply in admitted.items():  # what crossed the wire counts, refused or not
@@ -192,7 +137,7 @@ def encode_broadcast(
     message = method.server_message(round_index, previous, view.server_context(method.requires))
     if message is None:
         return None
-    if method.broadcast_spec(view.dims) is None:
+    if method.broadcast_spec(view.dims, round_index) is None:
         raise TypeError(f"{key}: server_message returned a message but no broadcast_spec")
     return encode(message)
 
@@ -244,40 +189,44 @@ def _run_star(
     reported: set[int] = set()
     artefacts: list[dict[str, float | None]] = [{} for _ in range(n)]
     made = np.zeros(n)
-    for r in range(rounds):
-        broadcast = encode_broadcast(key, method, view, r, outcome)
-        replies, silent = transport.upload(key, method, r, broadcast)
-        checked += sum(reply.diagnostics_s for reply in replies)
-        size = 0 if broadcast is None else len(broadcast)
-        traffic = collect_round(key, method, view, ledger, r, replies, size, silent, reported)
-        upload += np.asarray(traffic.upload_bytes, dtype=np.int64)
-        client_wall += np.asarray(traffic.client_wall)
-        for cid, (used, made_now) in traffic.work.items():
-            artefacts[cid].update(used)
-            made[cid] += made_now
-        download += traffic.download_bytes
-        for cid, why in traffic.rejected.items():  # the first round's reason stays
-            rejected.setdefault(str(cid), why)
-        missing.update(traffic.missing)
-        facts = facts or traffic.facts
-        start = time.perf_counter()
-        outcome = method.aggregate(traffic.received, view.server_context(method.requires))
-        server_wall += time.perf_counter() - start
-        clients_used = sorted(traffic.received)
-        traffic.received.clear()  # the payloads, aggregated now: released
-        histograms = ledger.label_histograms()  # as the clients reported them in round 0
-        if rounds > 1:
+    shown = view.tracker if rounds > 1 else NullTracker()  # a bar for multi-round methods
+    with shown.task(f"{key}: {rounds} rounds", rounds) as advance:
+        for r in range(rounds):
+            broadcast = encode_broadcast(key, method, view, r, outcome)
+            replies, silent = transport.upload(key, method, r, broadcast)
+            checked += sum(reply.diagnostics_s for reply in replies)
+            size = 0 if broadcast is None else len(broadcast)
+            traffic = collect_round(key, method, view, ledger, r, replies, size, silent, reported)
+            upload += np.asarray(traffic.upload_bytes, dtype=np.int64)
+            client_wall += np.asarray(traffic.client_wall)
+            for cid, (used, made_now) in traffic.work.items():
+                artefacts[cid].update(used)
+                made[cid] += made_now
+            download += traffic.download_bytes
+            for cid, why in traffic.rejected.items():  # the first round's reason stays
+                rejected.setdefault(str(cid), why)
+            missing.update(traffic.missing)
+            facts = facts or traffic.facts
             start = time.perf_counter()
-            metrics = evaluate_outcome(outcome, test, histograms, view.device, stacked)
-            evaluating += time.perf_counter() - start
-            history.append(
-                {
-                    "round": r + 1,
-                    "accuracy": metrics["accuracy"],
-                    "upload_bytes_mean": float(upload.mean()),
-                    "download_bytes": download,
-                }
-            )
+            server = view.server_context(method.requires).for_round(r, outcome)
+            outcome = method.aggregate(traffic.received, server)
+            server_wall += time.perf_counter() - start
+            clients_used = sorted(traffic.received)
+            traffic.received.clear()  # the payloads, aggregated now: released
+            histograms = ledger.label_histograms()  # as the clients reported them in round 0
+            if rounds > 1 and (r == rounds - 1 or method.evaluates_round(r)):
+                start = time.perf_counter()
+                metrics = evaluate_outcome(outcome, test, histograms, view.device, stacked)
+                evaluating += time.perf_counter() - start
+                history.append(
+                    {
+                        "round": r + 1,
+                        "accuracy": metrics["accuracy"],
+                        "upload_bytes_mean": float(upload.mean()),
+                        "download_bytes": download,
+                    }
+                )
+            advance(1)
     assert outcome is not None  # rounds >= 1
     start = time.perf_counter()
     metrics = evaluate_outcome(outcome, test, histograms, view.device, stacked)

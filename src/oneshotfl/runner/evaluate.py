@@ -101,13 +101,16 @@ def summarise_clients(metrics: Sequence[ClientMetrics]) -> dict[str, Any]:
 
 
 def inference_cost(outcome: Outcome, x: torch.Tensor, device: torch.device) -> dict[str, float]:
-    """What the final model costs to use: its ``parameters`` (every member of an ensemble,
-    experts and gate of a mixture) and the forward ``flops_per_image`` of one prediction
-    (``FlopCounterMode``'s count of ``predict_proba`` on the first image of ``x``). Empty for
-    personalised outcomes, whose models differ per client."""
+    """What the final model costs to use: its ``parameters`` (every member of an ensemble
+    and its learned aggregator, experts and gate of a mixture) and the forward
+    ``flops_per_image`` of one prediction (``FlopCounterMode``'s count of ``predict_proba``
+    on the first image of ``x``). Empty for personalised outcomes, whose models differ per
+    client."""
     if not isinstance(outcome, GlobalModel | Ensemble):
         return {}
     modules = [outcome.model] if isinstance(outcome, GlobalModel) else list(outcome.members)
+    if isinstance(outcome, Ensemble) and outcome.aggregator is not None:
+        modules.append(outcome.aggregator)
     parameters = sum(p.numel() for m in modules for p in m.parameters())
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         outcome.predict_proba(x[:1], device)

@@ -124,7 +124,7 @@ def _update(
     """One client's update in a worker (what :meth:`LocalTransport.upload` does per client)."""
 
     def step(fed: Federation) -> tuple[ClientReply | None, Missing]:
-        received = receive_broadcast(method, broadcast, fed.dims)
+        received = receive_broadcast(method, broadcast, fed.dims, round_index)
         missing: Missing = {}
         run = functools.partial(update_on, fed, method, cid, round_index, received)
         return attempt(cid, "update", run, missing), missing
@@ -288,7 +288,9 @@ class PoolTransport:
         self, key: str, method: Method[Any], round_index: int, broadcast: bytes | None
     ) -> tuple[list[ClientReply], Missing]:
         exp = self.federation
-        receive_broadcast(method, broadcast, exp.dims)  # a bad broadcast fails here, as in process
+        receive_broadcast(
+            method, broadcast, exp.dims, round_index
+        )  # a bad broadcast fails here, as in process
         local = self._in_process(method)
         if local is not None:
             return local.upload(key, method, round_index, broadcast)

@@ -20,7 +20,8 @@ from oneshotfl.environment import git_commit, kernel_signature
 from oneshotfl.plots import partition_heatmap
 from oneshotfl.runner.config import ExperimentConfig, make_config, names_unchecked
 from oneshotfl.runner.config_values import run_defaults
-from oneshotfl.runner.files import atomic_write_text, write_csv
+from oneshotfl.runner.files import json_document as json_document
+from oneshotfl.runner.files import write_csv, write_json
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -264,7 +265,7 @@ def write_result(out_dir: Path, doc: dict[str, Any], title_suffix: str = "") -> 
         if isinstance(m.get("diagnostics"), dict) and "privacy" in m["diagnostics"]
     }
     if privacy:  # per method: every uploaded field, covered by a DP guarantee or not
-        atomic_write_text(out_dir / "privacy.json", json.dumps(privacy, indent=2) + "\n")
+        write_json(out_dir / "privacy.json", privacy)
     counts = np.array([c["label_histogram"] for c in doc["clients"]])
     c = doc["config"]
     title = f"{c['dataset']} · {c['partition']} · {c['clients']} clients{title_suffix}"
@@ -273,7 +274,7 @@ def write_result(out_dir: Path, doc: dict[str, Any], title_suffix: str = "") -> 
         partition_heatmap(counts, out_dir / "partition.png", title, names)
     except Exception as exc:  # a picture is not worth the results: say so and go on
         log.warning("could not draw %s: %s: %s", out_dir / "partition.png", type(exc).__name__, exc)
-    _write_json(path, doc)
+    write_json(path, doc)
     (out_dir / PARTIAL_FILE).unlink(missing_ok=True)  # the whole run is in result.json
     return path
 
@@ -282,24 +283,8 @@ def write_partial(out_dir: Path, doc: Mapping[str, Any]) -> Path:
     """Write ``doc`` (a document of the methods so far) as ``out_dir/partial.json``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / PARTIAL_FILE
-    _write_json(path, doc)
+    write_json(path, doc)
     return path
-
-
-def _write_json(path: Path, doc: Mapping[str, Any]) -> None:
-    atomic_write_text(path, json.dumps(doc, indent=2, default=_json_default) + "\n")
-
-
-def _json_default(value: Any) -> Any:
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    return str(value)
-
-
-def json_document(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """``doc`` as ``result.json`` holds it (arrays and tuples as lists)."""
-    plain: dict[str, Any] = json.loads(json.dumps(doc, default=_json_default))
-    return plain
 
 
 def iter_results(root: Path) -> Iterator[tuple[Path, dict[str, Any]]]:

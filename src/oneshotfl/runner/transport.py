@@ -175,7 +175,8 @@ def client_step(
     payload = method.client_update(ctx)
     if attack is not None:  # a simulated malicious client tampers with its own message
         rng = numpy_rng(ctx.seed, "attack", ctx.client_id, ctx.round)
-        payload = attack.tamper(payload, method.payload_spec(ctx.dims), ctx.dims, rng)
+        spec = method.round_payload_spec(ctx.dims, ctx.round)
+        payload = attack.tamper(payload, spec, ctx.dims, rng)
     wall = time.perf_counter() - start
     used = ctx.store.counts.used[mark:]
     artefacts = {u.label: (u.seconds if math.isfinite(u.seconds) else None) for u in used}
@@ -216,11 +217,14 @@ def peer_step(
     return PeerReport(ctx.client_id, metrics, rejected, wall, dict(getattr(outcome, "info", {})))
 
 
-def receive_broadcast(method: Method[Any], data: bytes | None, dims: WireDims) -> Payload | None:
-    """Decode and validate a server broadcast on the receiving side (``None`` passes)."""
+def receive_broadcast(
+    method: Method[Any], data: bytes | None, dims: WireDims, round_index: int
+) -> Payload | None:
+    """Decode and validate the server's broadcast before round ``round_index`` on the
+    receiving side (``None`` passes)."""
     if data is None:
         return None
-    spec = method.broadcast_spec(dims)
+    spec = method.broadcast_spec(dims, round_index)
     if spec is None:
         raise WireError(f"{method.name}: received a broadcast, but the method defines none")
     return receive(data, spec, dims, None)
@@ -310,7 +314,7 @@ class LocalTransport:
         self, key: str, method: Method[Any], round_index: int, broadcast: bytes | None
     ) -> tuple[list[ClientReply], Missing]:
         fed = self.federation
-        received = receive_broadcast(method, broadcast, fed.dims)
+        received = receive_broadcast(method, broadcast, fed.dims, round_index)
         replies: list[ClientReply] = []
         missing: Missing = {}
         for shard in fed.data.clients:
