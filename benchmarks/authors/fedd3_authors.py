@@ -87,7 +87,7 @@ from oneshotfl.data.datasets import load_dataset
 from oneshotfl.data.types import LabelledData, TaskInfo
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.builders import initial_model_parts, shared_initial_model, union_arch
-from oneshotfl.methods.fedd3 import FedD3, FedD3Config
+from oneshotfl.methods.fedd3 import FedD3, FedD3Config, received_examples
 from oneshotfl.params import require
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ServerContext
@@ -225,9 +225,7 @@ class FedD3Authors(FedD3):
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         cfg = self.config
         arch = union_arch(ctx, "fedd3_authors", cfg.arch)
-        ids = sorted(payloads)
-        x = torch.from_numpy(np.concatenate([payloads[c].arrays["x"] for c in ids]))
-        y = torch.from_numpy(np.concatenate([payloads[c].arrays["y"] for c in ids]))
+        x, y = received_examples(payloads)
         test = test_split(ctx.task)
 
         def make() -> Payload:

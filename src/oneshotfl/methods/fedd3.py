@@ -246,6 +246,14 @@ def gmm_distill(
     return x, torch.tensor(labels, dtype=torch.long)
 
 
+def received_examples(payloads: Mapping[int, Payload]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The union ``(x, y)`` of the examples the clients sent, in client-id order."""
+    ids = sorted(payloads)
+    x = torch.from_numpy(np.concatenate([payloads[c].arrays["x"] for c in ids]))
+    y = torch.from_numpy(np.concatenate([payloads[c].arrays["y"] for c in ids]))
+    return x, y
+
+
 @register_method("fedd3", "FedD3: clients send distilled data (KIP), the server trains on it")
 class FedD3(Method[FedD3Config]):
     """FedD3 (see the module docs)."""
@@ -290,9 +298,7 @@ class FedD3(Method[FedD3Config]):
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         cfg = self.config
         arch = union_arch(ctx, "fedd3", cfg.arch)
-        ids = sorted(payloads)
-        x = torch.from_numpy(np.concatenate([payloads[c].arrays["x"] for c in ids]))
-        y = torch.from_numpy(np.concatenate([payloads[c].arrays["y"] for c in ids]))
+        x, y = received_examples(payloads)
         train = TrainConfig(
             epochs=cfg.server_epochs,
             batch_size=cfg.server_batch,

@@ -170,6 +170,18 @@ def _facts(facts: Mapping[int, Mapping[str, float]], clients: int) -> dict[str, 
     return out
 
 
+def _round_row(
+    r: int, metrics: Mapping[str, Any], upload: np.ndarray, download: int
+) -> dict[str, Any]:
+    """The ``rounds_history`` entry after round ``r`` (from 0): accuracy and bytes so far."""
+    return {
+        "round": r + 1,
+        "accuracy": metrics["accuracy"],
+        "upload_bytes_mean": float(upload.mean()),
+        "download_bytes": download,
+    }
+
+
 def _run_star(
     key: str, method: Method[Any], view: ServerView, transport: Transport, ledger: Ledger
 ) -> MethodResult:
@@ -214,22 +226,17 @@ def _run_star(
             clients_used = sorted(traffic.received)
             traffic.received.clear()  # the payloads, aggregated now: released
             histograms = ledger.label_histograms()  # as the clients reported them in round 0
-            if rounds > 1 and (r == rounds - 1 or method.evaluates_round(r)):
+            if r < rounds - 1 and method.evaluates_round(r):  # the last one: once, below
                 start = time.perf_counter()
                 metrics = evaluate_outcome(outcome, test, histograms, view.device, stacked)
                 evaluating += time.perf_counter() - start
-                history.append(
-                    {
-                        "round": r + 1,
-                        "accuracy": metrics["accuracy"],
-                        "upload_bytes_mean": float(upload.mean()),
-                        "download_bytes": download,
-                    }
-                )
+                history.append(_round_row(r, metrics, upload, download))
             advance(1)
     assert outcome is not None  # rounds >= 1
     start = time.perf_counter()
     metrics = evaluate_outcome(outcome, test, histograms, view.device, stacked)
+    if rounds > 1:
+        history.append(_round_row(rounds - 1, metrics, upload, download))
     saved = None
     if view.save_to is not None:
         saved = save_outcome(view.save_to, key, outcome, view.task.num_classes)
