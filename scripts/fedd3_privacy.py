@@ -114,7 +114,8 @@ def main(argv: list[str]) -> None:
             f"| {cell(mine, 'copies', 100)}% | {cell(mine, 'auc', digits=3)} |"
         )
     command = f"python scripts/fedd3_privacy.py {path}"
-    publish(spec, command, rows, start, lines, markdown, f"over the {cfg.clients} clients")
+    over = f"Mean ± std over the {cfg.clients} clients"
+    publish(spec, command, rows, start, lines, markdown, over)
 
 
 def publish(
@@ -125,8 +126,9 @@ def publish(
     lines: list[str],
     markdown: Path,
     over: str,
+    filename: str = "privacy.json",
 ) -> None:
-    """Write ``benchmarks/results/<name>/privacy.json`` (the spec, the rows, the seconds since
+    """Write ``benchmarks/results/<name>/<filename>`` (the spec, the rows, the seconds since
     ``start``) and splice the table ``lines`` into ``markdown``'s markers of that name."""
     out = Path("benchmarks/results") / spec["name"]
     out.mkdir(parents=True, exist_ok=True)
@@ -138,10 +140,10 @@ def publish(
         "torch": torch.__version__,
         "rows": rows,
     }
-    (out / "privacy.json").write_text(json.dumps(document, indent=2) + "\n")
-    body = "\n".join(lines) + f"\n\nMean ± std {over}; {seconds / 60:.1f} min (`{command}`)."
+    (out / filename).write_text(json.dumps(document, indent=2) + "\n")
+    body = "\n".join(lines) + f"\n\n{over}; {seconds / 60:.1f} min (`{command}`)."
     splice_markdown(markdown, spec["name"], body)
-    print(f"{spec['name']} → {out / 'privacy.json'} and {markdown}")
+    print(f"{spec['name']} → {out / filename} and {markdown}")
 
 
 if __name__ == "__main__":

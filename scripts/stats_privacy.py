@@ -111,7 +111,7 @@ def main(argv: list[str]) -> None:
             f"| {cell(mine, 'copies', 100)}% | {cell(mine, 'auc', digits=3)} |"
         )
     command = f"python scripts/stats_privacy.py {path}"
-    publish(spec, command, rows, start, lines, markdown, "over the clients")
+    publish(spec, command, rows, start, lines, markdown, "Mean ± std over the clients")
 
 
 if __name__ == "__main__":

@@ -473,11 +473,13 @@ def test_a_receive_instruction_carries_its_bounded_schedule() -> None:
     [
         {"methods": ["fedfisher", "regmean", "fedlpa"], "model": "mlp", "clients": 3},  # statistics
         {"methods": ["fedpft"], "encoder": "random:dim=16", "clients": 3},  # float16 mixtures
+        # class statistics, each head's own
+        {"methods": ["ghofl", "ghofl:head=nb", "ghofl:head=qda"], "encoder": "random:dim=16"},
         {"methods": ["dedes"], "clients": 4, "val_fraction": 0.2},  # a score scalar, a team
         {"methods": ["fedd3:server_epochs=20:kip_steps=50"], "clients": 3},  # distilled data
         {"methods": ["fens:rounds=5:eval_every=2"], "clients": 3},  # models, then a few rounds
     ],
-    ids=["merging", "fedpft", "dedes", "fedd3", "fens"],
+    ids=["merging", "fedpft", "ghofl", "dedes", "fedd3", "fens"],
 )
 def test_issue_43s_methods_on_flower_equal_the_local_simulation(
     tiny_config: Any, tmp_path: Path, overrides: dict[str, Any]

@@ -17,6 +17,7 @@ from oneshotfl.methods.kfac import (
     fedlpa_gradient_descent,
     kfac_conjugate_gradient,
     kfac_factors,
+    kfac_largest_eigenvalue,
     kfac_operator,
     kfac_target,
     split_augmented,
@@ -138,3 +139,47 @@ def test_augmented_weights_round_trip(bias: bool) -> None:
     back = split_augmented(m, conv.weight.shape, bias)
     for k, v in state.items():
         assert torch.equal(back[k], v)
+
+
+def test_the_authors_scaling_splits_a_convolutions_factors_as_kfac_pytorch_does() -> None:
+    """``scaling=kfac_pytorch`` is the KFAC-Pytorch code FedLPA's authors use, written out here
+    from its definitions: A from the patches divided by S (averaged over the batch), G from the
+    batch-mean loss's output gradients times B·S (averaged over the B·S rows). A ⊗ G is the
+    same as ``kfc``'s; linear layers are untouched."""
+    torch.manual_seed(3)
+    model = nn.Sequential(
+        nn.Conv2d(2, 3, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(3 * 5 * 5, 4)
+    )
+    x, y = torch.randn(6, 2, 5, 5), torch.tensor([0, 1, 2, 3, 0, 1])
+    data = LabelledData(x, y)
+    theirs = kfac_factors(model, data, CPU, "empirical", "kfac_pytorch")
+    ours = kfac_factors(model, data, CPU, "empirical")
+    batch, s = 6, 25
+    patches = torch.nn.functional.unfold(x, 3, padding=1).transpose(1, 2).reshape(-1, 18)
+    a = torch.cat([patches, torch.ones(len(patches), 1)], 1) / s
+    out = model[0](x)
+    out.retain_grad()
+    nn.functional.cross_entropy(model[3](model[2](model[1](out))), y).backward()
+    assert out.grad is not None
+    g = out.grad.permute(0, 2, 3, 1).reshape(-1, 3) * batch * s
+    assert torch.allclose(theirs["0.A"], a.T @ a / batch, rtol=1e-4, atol=1e-7)
+    assert torch.allclose(theirs["0.G"], g.T @ g / (batch * s), rtol=1e-4, atol=1e-7)
+    kron = torch.kron(theirs["0.G"].double(), theirs["0.A"].double())
+    assert torch.allclose(kron, torch.kron(ours["0.G"].double(), ours["0.A"].double()), atol=1e-9)
+    assert not torch.allclose(theirs["0.A"], ours["0.A"])
+    for key in ("3.A", "3.G"):
+        assert torch.equal(theirs[key], ours[key])
+
+
+def test_the_largest_eigenvalue_is_the_kronecker_products_and_marks_where_gd_diverges() -> None:
+    a, g, w, p = _problem(4)
+    precision = sum(p[k] * torch.kron(g[k], a[k]) for k in range(3))
+    assert isinstance(precision, torch.Tensor)
+    exact = float(torch.linalg.eigvalsh(precision).max())
+    got = kfac_largest_eigenvalue(a, g, p, steps=2000)
+    assert got == pytest.approx(exact, rel=1e-6)
+    z = kfac_target(w, a, g, p)
+    start = expectation_approximation(z, a, g, p)
+    edge = 1.0 / (got * got * 2.0 / w[0].numel())  # η·(2/N)·λ² = 2 at η = 2·edge
+    assert fedlpa_gradient_descent(start, z, a, g, p, 3000, 2.2 * edge)[1]  # past it: diverges
+    assert not fedlpa_gradient_descent(start, z, a, g, p, 3000, 1.8 * edge)[1]

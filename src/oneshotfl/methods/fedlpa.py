@@ -28,10 +28,18 @@ authors' code. On the merging benchmark (docs/benchmarks/merging.md) ``approx`` 
 accurate of the three; the default is the exact mean, the paper's stated objective.
 
 Against the authors' code: they log the better of ``approx`` and ``gd`` on the *test* set; we
-report the solver chosen. Their factors come from the network in train mode with the
-KFAC-Pytorch convolution scaling (A/S², G·S² for S output locations: the same A ⊗ G, but a
-damping that weighs differently against each factor); ours in eval mode with the KFC scaling
-(A summed over locations, G averaged), so γ means relatively more on a convolution's G here.
+report the solver chosen. Their factors come from the network in train mode (the same as eval
+mode for a model without dropout or BatchNorm) with the KFAC-Pytorch convolution scaling
+(``scaling=kfac_pytorch``: A/S², G·S² for S output locations: the same A ⊗ G, but a damping
+that weighs differently against each factor); ours by default with the KFC scaling
+(``scaling=kfc``: A summed over locations, G averaged), so γ means relatively more on a
+convolution's G. The split also decides whether ``gd`` is stable: its step (lr 1 on the *mean*
+squared residual of N entries) converges only while the operator's largest eigenvalue is below
+√N, which a convolution's Ã summed over S locations exceeds. On the merging benchmark
+(docs/benchmarks/merging.md, "FedLPA's factors in the authors' scaling") the authors'
+``newton_solve`` reaches chance on ``kfc`` factors and converges on ``kfac_pytorch`` ones, to
+our ``gd``'s model; but every solver is about ten points less accurate on ``kfac_pytorch``
+factors at Dirichlet α = 0.1 (level at 0.5), so ``kfc`` is the default.
 Their one-shot clients train with plain cross-entropy (the posterior penalty of their
 multi-round variant is inactive in one round), as ours do.
 """
@@ -55,6 +63,7 @@ from oneshotfl.methods.common import (
 )
 from oneshotfl.methods.kfac import (
     FisherKind,
+    KfacScaling,
     damped,
     expectation_approximation,
     fedlpa_gradient_descent,
@@ -85,6 +94,8 @@ class FedLPAConfig(Params):
         gd_steps: gradient-descent steps per layer of ``solver=gd``.
         gd_lr: its learning rate.
         fisher: ``empirical`` (the true labels, the paper) or ``true``.
+        scaling: how a convolution's output locations split between A and G: ``kfc``
+            (A summed, G averaged) or ``kfac_pytorch`` (the authors' code: A/S², G·S²).
         weighting: p_k: ``size`` (n_k, the paper), ``clipped`` or ``uniform``.
         factor_examples: the most training examples a client's factors use (0: all).
     """
@@ -96,6 +107,7 @@ class FedLPAConfig(Params):
     gd_steps: int = 10000
     gd_lr: float = 1.0
     fisher: FisherKind = "empirical"
+    scaling: KfacScaling = "kfc"
     weighting: Weighting = "size"
     factor_examples: int = 0
 
@@ -132,13 +144,15 @@ class FedLPA(SendsModelAndStatistics[FedLPAConfig]):
     def statistics(
         self, model: nn.Module, data: LabelledData, device: torch.device
     ) -> dict[str, torch.Tensor]:
-        return kfac_factors(model, data, device, self.config.fisher)
+        return kfac_factors(model, data, device, self.config.fisher, self.config.scaling)
 
     def statistics_examples(self) -> int:
         return self.config.factor_examples
 
     def statistics_key(self) -> dict[str, object]:
-        return {"fisher": self.config.fisher}
+        # the default scaling stays out of the key, so factors cached before the knob are reused
+        scaling = {} if self.config.scaling == "kfc" else {"scaling": self.config.scaling}
+        return {"fisher": self.config.fisher, **scaling}
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         cfg = self.config

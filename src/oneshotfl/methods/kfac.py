@@ -10,9 +10,12 @@ per-example output gradients g = ∂ log p_y(x) / ∂(layer output):
 
 (Grosse and Martens' KFC convention, nngeometry's; S = 1 for a linear layer), so the layer's
 Fisher block is approximated by A ⊗ G acting on the weight matrix W̄ = [W | b] (``out × d``)
-as vec(G W̄ A). ``fisher=empirical`` takes y as the true label (FedLPA); ``true`` takes the
-expectation over the model's own predictive distribution exactly, Σ_c p_c(x) g_c g_cᵀ (one
-backward pass per class; FedFisher through nngeometry). Eval mode, so examples are independent.
+as vec(G W̄ A). ``scaling=kfac_pytorch`` takes the convention of the KFAC-Pytorch code FedLPA's
+authors build on: a convolution's A divided by S² and its G multiplied by S² — the same
+A ⊗ G, but a different split between the factors, which matters once each factor is damped.
+``fisher=empirical`` takes y as the true label (FedLPA); ``true`` takes the expectation over
+the model's own predictive distribution exactly, Σ_c p_c(x) g_c g_cᵀ (one backward pass per
+class; FedFisher through nngeometry). Eval mode, so examples are independent.
 
 Server side. With client shares p_k and factors (A_k, G_k) — damped by γ as FedLPA's prior,
 Ã = A + γI, G̃ = G + γI — the product of the clients' Gaussian posteriors over a layer has
@@ -45,6 +48,8 @@ from oneshotfl.protocol.layer_stats import kfac_input_size, kfac_layers
 from oneshotfl.protocol.spec import WireDims
 
 FisherKind = Literal["true", "empirical"]
+KfacScaling = Literal["kfc", "kfac_pytorch"]
+"""How a convolution's S output locations split between its factors (see the module docs)."""
 KFAC_BATCH = 128
 """Examples per forward pass while the factors are recorded."""
 
@@ -71,7 +76,11 @@ def _output_rows(out: torch.Tensor) -> tuple[torch.Tensor, int]:
 
 
 def kfac_factors(
-    model: nn.Module, data: LabelledData, device: torch.device, fisher: FisherKind
+    model: nn.Module,
+    data: LabelledData,
+    device: torch.device,
+    fisher: FisherKind,
+    scaling: KfacScaling = "kfc",
 ) -> dict[str, torch.Tensor]:
     """``<layer>.A`` and ``<layer>.G`` of every K-FAC layer over ``data`` (see the module
     docs), float32 on the CPU."""
@@ -83,12 +92,15 @@ def kfac_factors(
         acc[f"{name}.A"] = torch.zeros(d, d, dtype=torch.float64, device=device)
         acc[f"{name}.G"] = torch.zeros(out, out, dtype=torch.float64, device=device)
     outputs: dict[str, torch.Tensor] = {}
+    spatial: dict[str, int] = {}  # S of every convolution
 
     def hook(name: str) -> Callable[[nn.Module, tuple[torch.Tensor, ...], torch.Tensor], object]:
         def record(layer: nn.Module, inputs: tuple[torch.Tensor, ...], out: torch.Tensor) -> object:
             rows = _layer_inputs(layer, inputs[0].detach()).double()
             acc[f"{name}.A"] += rows.T @ rows
             outputs[name] = out
+            if out.dim() == 4:
+                spatial[name] = out.shape[2] * out.shape[3]
             return out.clone()  # a following in-place ReLU must not overwrite what we differentiate
 
         return record
@@ -116,6 +128,10 @@ def kfac_factors(
     finally:
         for h in handles:
             h.remove()
+    if scaling == "kfac_pytorch":
+        for name, s in spatial.items():
+            acc[f"{name}.A"] /= s * s
+            acc[f"{name}.G"] *= s * s
     n = max(len(data), 1)
     return {k: (v / n).float().cpu() for k, v in acc.items()}
 
@@ -214,6 +230,25 @@ def fedlpa_gradient_descent(
     before = float((kfac_operator(start, a, g, p) - z).norm())
     after = float((kfac_operator(m, a, g, p) - z).norm())
     return (start, True) if after > before else (m, False)
+
+
+def kfac_largest_eigenvalue(
+    a: torch.Tensor, g: torch.Tensor, p: torch.Tensor, steps: int = 300, seed: int = 0
+) -> float:
+    """λ_max(T) of the (symmetric positive semi-definite) operator T(M) = Σ_k p_k G_k M A_k,
+    by ``steps`` power iterations from a seeded random start. :func:`fedlpa_gradient_descent`
+    at lr η converges only while η·(2/N)·λ_max(T)² < 2 (N = o·d entries), i.e. at the authors'
+    η = 1 while λ_max(T) < √N."""
+    gen = torch.Generator().manual_seed(seed)
+    m = torch.randn(g.shape[-1], a.shape[-1], generator=gen, dtype=torch.float64).to(a)
+    largest = 0.0
+    for _ in range(steps):
+        m = kfac_operator(m, a, g, p)
+        largest = float(m.norm())
+        if largest == 0:
+            return 0.0
+        m = m / largest
+    return largest
 
 
 def damped(factors: torch.Tensor, gamma: float) -> torch.Tensor:
