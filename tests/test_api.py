@@ -132,6 +132,41 @@ def test_claiming_processes_run_every_point_once(tmp_path: Path) -> None:
         oneshotfl.sweep(spec, tmp_path / "t", claim=True)
 
 
+def test_a_point_finished_by_a_process_that_exited_is_read_back_not_run_again(
+    tmp_path: Path,
+) -> None:
+    """Under ``--claim``, a point whose holder finished it and exited (its claim is then taken
+    over) is read back from the result that holder wrote, not trained a second time."""
+    import shutil
+    import socket
+
+    spec = {
+        "name": "tiny",
+        "base": {**TINY, "methods": ["fedavg"], "cache_dir": None},
+        "grid": [{"alpha": [0.5, 1.0]}],
+    }
+    elsewhere = oneshotfl.sweep(spec, tmp_path / "other")  # what the other process wrote
+    second = "alpha=1.0_seed=0"
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], check=True,
+                          capture_output=True, text=True)  # fmt: skip
+
+    def other_process_finished_the_second(run_id: str, doc: dict[str, Any]) -> None:
+        claim = tmp_path / "s" / ".claims" / "point-1"
+        claim.mkdir(parents=True)
+        owner = {"host": socket.gethostname(), "pid": int(gone.stdout), "token": "gone"}
+        (claim / "owner.json").write_text(json.dumps(owner))
+        # written now, as by the other process (copy, not copy2: a fresh modification time)
+        shutil.copytree(
+            tmp_path / "other" / second, tmp_path / "s" / second, copy_function=shutil.copy
+        )
+
+    mine = oneshotfl.sweep(
+        spec, tmp_path / "s", (0, 2), claim=True, on_result=other_process_finished_the_second
+    )
+    assert mine.ran == ("alpha=0.5_seed=0",)
+    assert mine.results[second].methods[0].accuracy == elsewhere.results[second].methods[0].accuracy
+
+
 def test_sweep_resumes_and_matches_the_command(tmp_path: Path) -> None:
     spec = {
         "name": "tiny",

@@ -31,13 +31,12 @@ Needs ``FENS_REPO`` = a checkout of that repository.
 
 from __future__ import annotations
 
+import functools
 import sys
-import types
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -59,17 +58,31 @@ OURS_TO_THEIRS = {"hidden_layer": "fc1", "out": "fc2"}
 """Our ``StackedAggregator`` ``nn`` layers by the names of their ``SmallNN``'s."""
 
 
-def authors_code(all_reduce: Any) -> dict[str, type]:
-    """Their ``FedAdam`` (over a stand-in ``dist`` with ``all_reduce``) and ``SmallNN``."""
+class Ranks:
+    """The stand-in for their ``torch.distributed``: ``all_reduce`` is the sum over the ranks,
+    the replica's own buffer plus every client's change of the round (``sent``)."""
+
+    def __init__(self) -> None:
+        self.sent: list[torch.Tensor] = []
+
+    def all_reduce(self, tensor: torch.Tensor) -> None:
+        for t in self.sent:
+            tensor.add_(t)
+
+
+@functools.cache
+def authors_code() -> tuple[dict[str, type], Ranks]:
+    """Their ``FedAdam`` (over a :class:`Ranks` as ``dist``) and ``SmallNN``, loaded once."""
+    ranks = Ranks()
     helpers = ("flatten_tensors", "unflatten_tensors", "communicate")
     comm = authors_functions(ENV, "comm_helpers.py", helpers, {"torch": torch})
     scope = {"torch": torch, "Optimizer": Optimizer, "required": required, **comm}
-    scope["dist"] = types.SimpleNamespace(all_reduce=all_reduce)
+    scope["dist"] = ranks
     fedadam = authors_definitions(ENV, "distoptim/FedAdam.py", ("FedAdam",), scope)["FedAdam"]
     smallnn = authors_definitions(ENV, "models/smallnn.py", ("SmallNN",), {"nn": nn, "F": F})[
         "SmallNN"
     ]
-    return {"FedAdam": fedadam, "SmallNN": smallnn}
+    return {"FedAdam": fedadam, "SmallNN": smallnn}, ranks
 
 
 def theirs(name: str) -> str:
@@ -111,14 +124,8 @@ class FENSAuthors(FENS):
         all-reduce fed every client's change times its share (their ``get_ratios``)."""
         cfg, device = self.config, next(agg.parameters()).device
         ours = dict(agg.named_parameters())
-        sent: list[torch.Tensor] = []
-
-        def all_reduce(tensor: torch.Tensor) -> None:
-            """The sum over the ranks: this replica's buffer plus every client's."""
-            for t in sent:
-                tensor.add_(t)
-
-        code = authors_code(all_reduce)
+        code, ranks = authors_code()
+        ranks.sent = sent = []
         if cfg.aggregator == "nn":
             net: nn.Module = code["SmallNN"](cfg.hidden, agg.members, agg.classes).to(device)
             names = {theirs(n): n for n in ours}

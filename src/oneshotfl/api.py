@@ -280,7 +280,7 @@ def sweep(
                 raise ConfigError(f"sweep point {point.run_id}: {exc}") from None
     results: dict[str, Result] = {}
     ran: list[str] = []
-    start = time.perf_counter()
+    start, began = time.perf_counter(), time.time()
     with shown_progress(tracker, progress) as shown:
         for i, point in enumerate(runs, 1):
             run_dir = root / point.run_id
@@ -290,6 +290,11 @@ def sweep(
                 continue
             if claims is not None and not claims.take(point.point):
                 log.info("[%d/%d] %s: another process has it", i, len(runs), point.run_id)
+                continue
+            if claims is not None and _finished_since(run_dir, point.config, began):
+                # its claim was taken over from a process that finished it and exited
+                log.info("[%d/%d] %s: finished by another process", i, len(runs), point.run_id)
+                results[point.run_id] = Result.load(run_dir)
                 continue
             log.info("[%d/%d] %s", i, len(runs), point.run_id)
             named = (track_experiment or spec.name, point.run_id)
@@ -321,6 +326,17 @@ def sweep(
         shard=shard,
     )
     return SweepResult(spec.name, root, results, tuple(ran))
+
+
+def _finished_since(run_dir: Path, config: ExperimentConfig, since: float) -> bool:
+    """Whether another process wrote this point's result (:func:`_finished`) at or after
+    ``since`` (a wall-clock time): under ``--claim`` the points finished at the start are
+    known, one finished since by a process that has exited is not run again."""
+    try:
+        fresh = (run_dir / RESULT_FILE).stat().st_mtime >= since
+    except OSError:
+        return False
+    return fresh and _finished(run_dir, config)
 
 
 def _finished(run_dir: Path, config: ExperimentConfig) -> bool:

@@ -225,15 +225,16 @@ def _run_star(
             server_wall += time.perf_counter() - start
             clients_used = sorted(traffic.received)
             traffic.received.clear()  # the payloads, aggregated now: released
-            histograms = ledger.label_histograms()  # as the clients reported them in round 0
             if r < rounds - 1 and method.evaluates_round(r):  # the last one: once, below
                 start = time.perf_counter()
+                histograms = ledger.label_histograms()  # as the clients reported in round 0
                 metrics = evaluate_outcome(outcome, test, histograms, view.device, stacked)
                 evaluating += time.perf_counter() - start
                 history.append(_round_row(r, metrics, upload, download))
             advance(1)
     assert outcome is not None  # rounds >= 1
     start = time.perf_counter()
+    histograms = ledger.label_histograms()
     metrics = evaluate_outcome(outcome, test, histograms, view.device, stacked)
     if rounds > 1:
         history.append(_round_row(rounds - 1, metrics, upload, download))

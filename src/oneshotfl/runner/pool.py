@@ -288,9 +288,8 @@ class PoolTransport:
         self, key: str, method: Method[Any], round_index: int, broadcast: bytes | None
     ) -> tuple[list[ClientReply], Missing]:
         exp = self.federation
-        receive_broadcast(
-            method, broadcast, exp.dims, round_index
-        )  # a bad broadcast fails here, as in process
+        # a bad broadcast fails here, as in process
+        receive_broadcast(method, broadcast, exp.dims, round_index)
         local = self._in_process(method)
         if local is not None:
             return local.upload(key, method, round_index, broadcast)
