@@ -11,6 +11,9 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/benchmarks/results/speed/clean-clone.txt}
 rev=$(git rev-parse --short HEAD)
 work=$(mktemp -d "${TMPDIR:-/tmp}/oneshotfl-clean-clone.XXXXXX")
+# The clone with its .venv is ~7 GiB: removed however the script ends (clones left in /tmp
+# filled this machine's disk and failed a later CI run's pip install); the logs stay in $work.
+trap 'rm -rf "$work/repo" "$work/mplconfig"; echo "clean_clone: logs in $work"' EXIT
 git clone -q "$PWD" "$work/repo"
 cd "$work/repo"
 timed() {  # NAME COMMAND...: run, then "NAME rc=RC wall=Ss"
@@ -28,11 +31,10 @@ timed() {  # NAME COMMAND...: run, then "NAME rc=RC wall=Ss"
   rm -rf .cache runs/demo
   timed demo make demo
   grep "after set-up" "$work/demo.log"
-  fonts=$(mktemp -d)
+  fonts="$work/mplconfig"; rm -rf "$fonts"; mkdir "$fonts"
   for round in first again; do
     start=$(date +%s.%N)
     MPLCONFIGDIR=$fonts .venv/bin/python -c "import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot as p; p.figure(); p.text(0, 0, 'x'); p.savefig('$fonts/a.png')"
     echo "matplotlib, $round import and plot in an empty config folder: $(python3 -c "print(f'{$(date +%s.%N) - $start:.2f}')") s"
   done
 } | tee -a "$OUT"
-rm -rf "$work"
