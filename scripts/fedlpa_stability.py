@@ -5,7 +5,10 @@ For every grid point and seed of ``benchmarks/authors-fedlpa.yaml`` and both K-F
 it), damped by FedLPA's γ, and for every layer the largest eigenvalue of the merge's operator
 T(M) = Σ_k p_k G̃_k M Ã_k (:func:`~oneshotfl.methods.kfac.kfac_largest_eigenvalue`) is set
 against √N, N the layer's entries: the descent at the authors' lr 1 on the *mean* squared
-residual converges only while λ_max(T) < √N (``ratio`` < 1).
+residual converges only while λ_max(T) < √N (``ratio`` < 1). Beside it, how the damping γI
+weighs against each factor: γ over the factor's mean eigenvalue (tr F / d, averaged over the
+clients), for A and G — the only thing the two scalings change (A/S², G·S² for a convolution
+with S output locations leave A ⊗ G as it is).
 
 Writes ``benchmarks/results/fedlpa-stability/stability.json`` and splices the table between the
 ``<!-- report:fedlpa-stability -->`` markers of ``docs/benchmarks/merging.md``.
@@ -52,7 +55,7 @@ def points(spec: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def layer_rows(fed: Federation, clients: int, scaling: str) -> list[dict[str, Any]]:
-    """λ_max(T), √N and their ratio for every K-FAC layer of one federation."""
+    """λ_max(T), √N, their ratio and γ over A's and G's mean eigenvalues, per K-FAC layer."""
     method = build_method(f"fedlpa:scaling={scaling}")
     assert isinstance(method, FedLPA)
     payloads = {c: method.client_update(fed.client_context(c)) for c in range(clients)}
@@ -62,13 +65,21 @@ def layer_rows(fed: Federation, clients: int, scaling: str) -> list[dict[str, An
         start: torch.Tensor, w: torch.Tensor, a: torch.Tensor, g: torch.Tensor, p: torch.Tensor
     ) -> torch.Tensor:
         largest = kfac_largest_eigenvalue(damped(a, gamma), damped(g, gamma), p)
-        found.append((largest, math.sqrt(start.numel())))
+        mean_eig = [float(f.diagonal(dim1=-2, dim2=-1).mean()) for f in (a, g)]
+        found.append((largest, math.sqrt(start.numel()), *(gamma / e for e in mean_eig)))
         return start
 
     merged = merge_kfac_layers(payloads, fed.dims, "size", measure, torch.device("cpu"))
     return [
-        {"layer": name, "lambda_max": lam, "sqrt_n": root, "ratio": lam / root}
-        for name, (lam, root) in zip(kfac_layers(merged), found, strict=True)
+        {
+            "layer": name,
+            "lambda_max": lam,
+            "sqrt_n": root,
+            "ratio": lam / root,
+            "damping_over_a": over_a,
+            "damping_over_g": over_g,
+        }
+        for name, (lam, root, over_a, over_g) in zip(kfac_layers(merged), found, strict=True)
     ]
 
 
@@ -105,9 +116,25 @@ def main(argv: list[str]) -> None:
             ratio = [r["ratio"] for r in mine]
             cells += [f"{min(lam):.3g} – {max(lam):.3g}", f"{statistics.mean(ratio):.3g}"]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "| layer | γ / mean eig(A), `kfc` | γ / mean eig(G), `kfc` "
+        "| γ / mean eig(A), `kfac_pytorch` | γ / mean eig(G), `kfac_pytorch` |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for layer in layers:
+        cells = [f"`{layer}`"]
+        for scaling in SCALINGS:
+            mine = [r for r in rows if r["layer"] == layer and r["scaling"] == scaling]
+            for key in ("damping_over_a", "damping_over_g"):
+                cells.append(f"{statistics.mean(r[key] for r in mine):.3g}")
+        lines.append("| " + " | ".join(cells) + " |")
     command = f"python scripts/fedlpa_stability.py {path}"
     name = {**spec, "name": "fedlpa-stability"}
-    over = f"λ_max: the range, ratio: the mean over the {len(points(spec))} federations"
+    over = (
+        f"λ_max: the range; ratio and γ over a factor's mean eigenvalue (tr F / d, the mean over"
+        f" the clients): the mean over the {len(points(spec))} federations"
+    )
     gamma = FedLPA().config.damping
     over = f"{over} (α × seeds; damping γ = √(1 − coor) = {gamma:.3f})"
     publish(name, command, rows, start, lines, markdown, over, "stability.json")
