@@ -8,7 +8,10 @@ against √N, N the layer's entries: the descent at the authors' lr 1 on the *me
 residual converges only while λ_max(T) < √N (``ratio`` < 1). Beside it, how the damping γI
 weighs against each factor: γ over the factor's mean eigenvalue (tr F / d, averaged over the
 clients), for A and G — the only thing the two scalings change (A/S², G·S² for a convolution
-with S output locations leave A ⊗ G as it is).
+with S output locations leave A ⊗ G as it is). And an ablation of that reading: FedLPA's
+default solver on the factors of either scaling as sent and with each convolution's A (or G)
+replaced by its mean eigenvalue times I (the trace kept, the correlations dropped): the test
+accuracy of the merged model.
 
 Writes ``benchmarks/results/fedlpa-stability/stability.json`` and splices the table between the
 ``<!-- report:fedlpa-stability -->`` markers of ``docs/benchmarks/merging.md``.
@@ -34,14 +37,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fedd3_privacy import publish
 
 from oneshotfl.methods import build_method
+from oneshotfl.methods.common import average_models
 from oneshotfl.methods.fedlpa import FedLPA
 from oneshotfl.methods.kfac import damped, kfac_largest_eigenvalue, merge_kfac_layers
+from oneshotfl.payload import Payload
 from oneshotfl.protocol.layer_stats import kfac_layers
+from oneshotfl.protocol.outcome import GlobalModel
 from oneshotfl.runner.config import make_config
 from oneshotfl.runner.federation import Federation
 from oneshotfl.runner.plan import federation_plan
 
 SCALINGS = ("kfc", "kfac_pytorch")
+ABLATIONS = {  # name → (scaling, the factor of every convolution made isotropic, or None)
+    "kfc": ("kfc", None),
+    "kfc, convolutions' A isotropic": ("kfc", "A"),
+    "kfc, convolutions' G isotropic": ("kfc", "G"),
+    "kfac_pytorch": ("kfac_pytorch", None),
+    "kfac_pytorch, convolutions' A isotropic": ("kfac_pytorch", "A"),
+    "kfac_pytorch, convolutions' G isotropic": ("kfac_pytorch", "G"),
+}
 
 
 def points(spec: dict[str, Any]) -> list[dict[str, Any]]:
@@ -54,12 +68,46 @@ def points(spec: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def client_payloads(fed: Federation, clients: int, scaling: str) -> dict[int, Payload]:
+    """Every client's FedLPA message in one scaling (cached with the run's)."""
+    method = build_method(f"fedlpa:scaling={scaling}")
+    return {c: method.client_update(fed.client_context(c)) for c in range(clients)}
+
+
+def isotropic(payloads: dict[int, Payload], fed: Federation, factor: str) -> dict[int, Payload]:
+    """The payloads with every convolution's ``factor`` (A or G) replaced by (tr F / d)·I."""
+    model = average_models(payloads, fed.dims)
+    convs = [n for n, m in kfac_layers(model).items() if isinstance(m, torch.nn.Conv2d)]
+    out = {}
+    for c, payload in payloads.items():
+        arrays = dict(payload.arrays)
+        for name in convs:
+            f = torch.from_numpy(arrays[f"kfac.{name}.{factor}"])
+            mean = f.diagonal().mean()
+            arrays[f"kfac.{name}.{factor}"] = (mean * torch.eye(f.shape[0], dtype=f.dtype)).numpy()
+        out[c] = Payload(arrays, payload.scalars)
+    return out
+
+
+def ablation_rows(fed: Federation, clients: int) -> list[dict[str, Any]]:
+    """Test accuracy of FedLPA's default merge for every entry of :data:`ABLATIONS`."""
+    method, rows = FedLPA(), []
+    for name, (scaling, factor) in ABLATIONS.items():
+        payloads = client_payloads(fed, clients, scaling)
+        if factor is not None:
+            payloads = isotropic(payloads, fed, factor)
+        merged = method.aggregate(payloads, fed.server_view().server_context(method.requires))
+        assert isinstance(merged, GlobalModel)
+        probs = merged.predict_proba(fed.data.test.x, torch.device("cpu"))
+        accuracy = float((probs.argmax(1) == fed.data.test.y).double().mean())
+        rows.append({"ablation": name, "accuracy": accuracy})
+    return rows
+
+
 def layer_rows(fed: Federation, clients: int, scaling: str) -> list[dict[str, Any]]:
     """λ_max(T), √N, their ratio and γ over A's and G's mean eigenvalues, per K-FAC layer."""
-    method = build_method(f"fedlpa:scaling={scaling}")
-    assert isinstance(method, FedLPA)
-    payloads = {c: method.client_update(fed.client_context(c)) for c in range(clients)}
-    gamma, found = method.config.damping, []
+    payloads = client_payloads(fed, clients, scaling)
+    gamma, found = FedLPA().config.damping, []
 
     def measure(
         start: torch.Tensor, w: torch.Tensor, a: torch.Tensor, g: torch.Tensor, p: torch.Tensor
@@ -83,6 +131,62 @@ def layer_rows(fed: Federation, clients: int, scaling: str) -> list[dict[str, An
     ]
 
 
+def show(row: dict[str, Any]) -> None:
+    print(", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()))
+
+
+def tables(rows: list[dict[str, Any]]) -> list[str]:
+    """The three tables: stability and damping per layer, the ablation's accuracy per α."""
+    per_layer = [r for r in rows if "layer" in r]
+    layers = list(dict.fromkeys(r["layer"] for r in per_layer))
+
+    def mine(layer: str, scaling: str) -> list[dict[str, Any]]:
+        return [r for r in per_layer if r["layer"] == layer and r["scaling"] == scaling]
+
+    lines = [
+        "| layer | √N | λ_max(T), `scaling=kfc` | ratio | λ_max(T), `scaling=kfac_pytorch` "
+        "| ratio |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for layer in layers:
+        cells = [f"`{layer}`", f"{mine(layer, SCALINGS[0])[0]['sqrt_n']:.1f}"]
+        for scaling in SCALINGS:
+            lam = [r["lambda_max"] for r in mine(layer, scaling)]
+            ratio = statistics.mean(r["ratio"] for r in mine(layer, scaling))
+            cells += [f"{min(lam):.3g} – {max(lam):.3g}", f"{ratio:.3g}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "| layer | γ / mean eig(A), `kfc` | γ / mean eig(G), `kfc` "
+        "| γ / mean eig(A), `kfac_pytorch` | γ / mean eig(G), `kfac_pytorch` |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for layer in layers:
+        cells = [f"`{layer}`"]
+        for scaling in SCALINGS:
+            for key in ("damping_over_a", "damping_over_g"):
+                cells.append(f"{statistics.mean(r[key] for r in mine(layer, scaling)):.3g}")
+        lines.append("| " + " | ".join(cells) + " |")
+    found = [r for r in rows if "ablation" in r]
+    alphas = sorted({r["alpha"] for r in found})
+    lines += [
+        "",
+        "| `fedlpa` (solver `cg`) on | " + " | ".join(f"α = {a}" for a in alphas) + " |",
+        "|---|" + "---:|" * len(alphas),
+    ]
+    for name in ABLATIONS:
+        cells = [name]
+        for alpha in alphas:
+            acc = [
+                100 * r["accuracy"] for r in found if r["ablation"] == name and r["alpha"] == alpha
+            ]
+            cells.append(
+                f"{statistics.mean(acc):.2f} (" + " / ".join(f"{a:.2f}" for a in acc) + ")"
+            )
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def main(argv: list[str]) -> None:
     path = Path(argv[1]) if len(argv) > 1 else Path("benchmarks/authors-fedlpa.yaml")
     markdown = Path(argv[2]) if len(argv) > 2 else Path("docs/benchmarks/merging.md")
@@ -96,47 +200,20 @@ def main(argv: list[str]) -> None:
         for scaling in SCALINGS:
             for row in layer_rows(fed, cfg.clients, scaling):
                 rows.append({**point, "scaling": scaling, **row})
-                print(
-                    ", ".join(
-                        f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
-                        for k, v in rows[-1].items()
-                    )
-                )
-    layers = list(dict.fromkeys(r["layer"] for r in rows))
-    lines = [
-        "| layer | √N | λ_max(T), `scaling=kfc` | ratio | λ_max(T), `scaling=kfac_pytorch` "
-        "| ratio |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    for layer in layers:
-        cells = [f"`{layer}`", f"{next(r['sqrt_n'] for r in rows if r['layer'] == layer):.1f}"]
-        for scaling in SCALINGS:
-            mine = [r for r in rows if r["layer"] == layer and r["scaling"] == scaling]
-            lam = [r["lambda_max"] for r in mine]
-            ratio = [r["ratio"] for r in mine]
-            cells += [f"{min(lam):.3g} – {max(lam):.3g}", f"{statistics.mean(ratio):.3g}"]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        "| layer | γ / mean eig(A), `kfc` | γ / mean eig(G), `kfc` "
-        "| γ / mean eig(A), `kfac_pytorch` | γ / mean eig(G), `kfac_pytorch` |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for layer in layers:
-        cells = [f"`{layer}`"]
-        for scaling in SCALINGS:
-            mine = [r for r in rows if r["layer"] == layer and r["scaling"] == scaling]
-            for key in ("damping_over_a", "damping_over_g"):
-                cells.append(f"{statistics.mean(r[key] for r in mine):.3g}")
-        lines.append("| " + " | ".join(cells) + " |")
+                show(rows[-1])
+        for row in ablation_rows(fed, cfg.clients):
+            rows.append({**point, **row})
+            show(rows[-1])
+    lines = tables(rows)
     command = f"python scripts/fedlpa_stability.py {path}"
     name = {**spec, "name": "fedlpa-stability"}
+    gamma = FedLPA().config.damping
     over = (
         f"λ_max: the range; ratio and γ over a factor's mean eigenvalue (tr F / d, the mean over"
-        f" the clients): the mean over the {len(points(spec))} federations"
+        f" the clients): the mean over the {len(points(spec))} federations (α × seeds; damping"
+        f" γ = √(1 − coor) = {gamma:.3f}); accuracy (%): the mean over the seeds, each seed's in"
+        " brackets"
     )
-    gamma = FedLPA().config.damping
-    over = f"{over} (α × seeds; damping γ = √(1 − coor) = {gamma:.3f})"
     publish(name, command, rows, start, lines, markdown, over, "stability.json")
 
 
