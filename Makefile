@@ -132,12 +132,13 @@ bench-fedd3-privacy: setup data
 	OMP_NUM_THREADS=1 $(VENV)/python scripts/fedd3_privacy.py benchmarks/fedd3-privacy.yaml
 
 ## The authors' server steps of FedFisher and FedLPA as plugins on the same clients (seeds 0 and 1),
-## then FedLPA's, theirs and ours, on factors in their K-FAC scaling (benchmarks/authors-fedlpa.yaml)
-## (docs/benchmarks/merging.md); FEDFISHER_REPO and FEDLPA_REPO name checkouts of their code.
+## then FedLPA's, theirs and ours, on factors in their K-FAC scaling (benchmarks/authors-fedlpa.yaml),
+## then per layer where the descent is stable and the factor ablation on the merging table's
+## clients, seeds 0-2 (scripts/fedlpa_stability.py; docs/benchmarks/merging.md); FEDFISHER_REPO and FEDLPA_REPO name checkouts of their code.
 bench-authors-merging: setup data
 	@test -n "$$FEDFISHER_REPO" -a -n "$$FEDLPA_REPO" || { echo "bench-authors-merging: expected FEDFISHER_REPO and FEDLPA_REPO naming checkouts of the authors' code (benchmarks/authors-merging.yaml), got none"; exit 2; }
 	VENV=$(VENV) bash scripts/sweep_shards.sh authors-merging authors-fedlpa
-	OMP_NUM_THREADS=2 $(VENV)/python scripts/fedlpa_stability.py benchmarks/authors-fedlpa.yaml
+	OMP_NUM_THREADS=2 $(VENV)/python scripts/fedlpa_stability.py benchmarks/merging-fmnist.yaml
 
 ## The seed papers' headline claims against the committed results (docs/benchmarks/claims.md).
 claims: setup

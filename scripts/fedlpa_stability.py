@@ -1,6 +1,7 @@
 """Where FedLPA's gradient descent (the authors' ``newton_solve``) is stable, per layer.
 
-For every grid point and seed of ``benchmarks/authors-fedlpa.yaml`` and both K-FAC scalings
+For every grid point and seed of a benchmark (``benchmarks/merging-fmnist.yaml``: the merging
+table's clients, seeds 0–2; its ``methods`` and ``plugins`` are not run) and both K-FAC scalings
 (``fedlpa:scaling=kfc|kfac_pytorch``), the clients' factors are formed as in a run (cached with
 it), damped by FedLPA's γ, and for every layer the largest eigenvalue of the merge's operator
 T(M) = Σ_k p_k G̃_k M Ã_k (:func:`~oneshotfl.methods.kfac.kfac_largest_eigenvalue`) is set
@@ -10,13 +11,14 @@ weighs against each factor: γ over the factor's mean eigenvalue (tr F / d, aver
 clients), for A and G — the only thing the two scalings change (A/S², G·S² for a convolution
 with S output locations leave A ⊗ G as it is). And an ablation of that reading: FedLPA's
 default solver on the factors of either scaling as sent and with each convolution's A (or G)
-replaced by its mean eigenvalue times I (the trace kept, the correlations dropped): the test
-accuracy of the merged model.
+replaced by its mean eigenvalue times I (the trace kept, the correlations dropped), or G
+scaled to one trace for every client (the correlations kept): the test accuracy of the merged
+model.
 
 Writes ``benchmarks/results/fedlpa-stability/stability.json`` and splices the table between the
 ``<!-- report:fedlpa-stability -->`` markers of ``docs/benchmarks/merging.md``.
 
-Usage: python scripts/fedlpa_stability.py [benchmarks/authors-fedlpa.yaml] [MARKDOWN]
+Usage: python scripts/fedlpa_stability.py [benchmarks/merging-fmnist.yaml] [MARKDOWN]
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import yaml
 
@@ -48,13 +51,14 @@ from oneshotfl.runner.federation import Federation
 from oneshotfl.runner.plan import federation_plan
 
 SCALINGS = ("kfc", "kfac_pytorch")
-ABLATIONS = {  # name → (scaling, the factor of every convolution made isotropic, or None)
+ABLATIONS = {  # name → (scaling, (the factor of every convolution changed, how) or None)
     "kfc": ("kfc", None),
-    "kfc, convolutions' A isotropic": ("kfc", "A"),
-    "kfc, convolutions' G isotropic": ("kfc", "G"),
+    "kfc, convolutions' A isotropic": ("kfc", ("A", "isotropic")),
+    "kfc, convolutions' G isotropic": ("kfc", ("G", "isotropic")),
     "kfac_pytorch": ("kfac_pytorch", None),
-    "kfac_pytorch, convolutions' A isotropic": ("kfac_pytorch", "A"),
-    "kfac_pytorch, convolutions' G isotropic": ("kfac_pytorch", "G"),
+    "kfac_pytorch, convolutions' A isotropic": ("kfac_pytorch", ("A", "isotropic")),
+    "kfac_pytorch, convolutions' G isotropic": ("kfac_pytorch", ("G", "isotropic")),
+    "kfac_pytorch, convolutions' G of one scale": ("kfac_pytorch", ("G", "one_scale")),
 }
 
 
@@ -74,28 +78,35 @@ def client_payloads(fed: Federation, clients: int, scaling: str) -> dict[int, Pa
     return {c: method.client_update(fed.client_context(c)) for c in range(clients)}
 
 
-def isotropic(payloads: dict[int, Payload], fed: Federation, factor: str) -> dict[int, Payload]:
-    """The payloads with every convolution's ``factor`` (A or G) replaced by (tr F / d)·I."""
+def altered(
+    payloads: dict[int, Payload], fed: Federation, factor: str, how: str
+) -> dict[int, Payload]:
+    """The payloads with every convolution's ``factor`` (A or G) changed: ``isotropic``,
+    replaced by (tr F_k / d)·I (its scale kept, its correlations dropped); ``one_scale``,
+    multiplied by the clients' mean tr F / tr F_k (its correlations kept, one scale for all)."""
     model = average_models(payloads, fed.dims)
     convs = [n for n, m in kfac_layers(model).items() if isinstance(m, torch.nn.Conv2d)]
-    out = {}
-    for c, payload in payloads.items():
-        arrays = dict(payload.arrays)
-        for name in convs:
-            f = torch.from_numpy(arrays[f"kfac.{name}.{factor}"])
-            mean = f.diagonal().mean()
-            arrays[f"kfac.{name}.{factor}"] = (mean * torch.eye(f.shape[0], dtype=f.dtype)).numpy()
-        out[c] = Payload(arrays, payload.scalars)
-    return out
+    arrays = {c: dict(p.arrays) for c, p in payloads.items()}
+    for name in convs:
+        key = f"kfac.{name}.{factor}"
+        traces = {c: float(np.trace(arrays[c][key])) for c in arrays}
+        mean = sum(traces.values()) / len(traces)
+        for c, mine in arrays.items():
+            f = mine[key]
+            if how == "isotropic":
+                mine[key] = (traces[c] / f.shape[0] * np.eye(f.shape[0])).astype(f.dtype)
+            else:
+                mine[key] = (f * (mean / traces[c])).astype(f.dtype)
+    return {c: Payload(arrays[c], p.scalars) for c, p in payloads.items()}
 
 
 def ablation_rows(fed: Federation, clients: int) -> list[dict[str, Any]]:
     """Test accuracy of FedLPA's default merge for every entry of :data:`ABLATIONS`."""
     method, rows = FedLPA(), []
-    for name, (scaling, factor) in ABLATIONS.items():
+    for name, (scaling, change) in ABLATIONS.items():
         payloads = client_payloads(fed, clients, scaling)
-        if factor is not None:
-            payloads = isotropic(payloads, fed, factor)
+        if change is not None:
+            payloads = altered(payloads, fed, *change)
         merged = method.aggregate(payloads, fed.server_view().server_context(method.requires))
         assert isinstance(merged, GlobalModel)
         probs = merged.predict_proba(fed.data.test.x, torch.device("cpu"))
@@ -188,7 +199,7 @@ def tables(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def main(argv: list[str]) -> None:
-    path = Path(argv[1]) if len(argv) > 1 else Path("benchmarks/authors-fedlpa.yaml")
+    path = Path(argv[1]) if len(argv) > 1 else Path("benchmarks/merging-fmnist.yaml")
     markdown = Path(argv[2]) if len(argv) > 2 else Path("docs/benchmarks/merging.md")
     spec = yaml.safe_load(path.read_text())
     base = {k: v for k, v in spec["base"].items() if k not in ("plugins", "methods")}
