@@ -23,7 +23,6 @@ Usage: python scripts/fedlpa_stability.py [benchmarks/merging-fmnist.yaml] [MARK
 
 from __future__ import annotations
 
-import itertools
 import math
 import statistics
 import sys
@@ -46,9 +45,10 @@ from oneshotfl.methods.kfac import damped, kfac_largest_eigenvalue, merge_kfac_l
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.layer_stats import kfac_layers
 from oneshotfl.protocol.outcome import GlobalModel
-from oneshotfl.runner.config import make_config
 from oneshotfl.runner.federation import Federation
 from oneshotfl.runner.plan import federation_plan
+from oneshotfl.runner.sweep import parse_sweep
+from oneshotfl.training.loop import accuracy
 
 SCALINGS = ("kfc", "kfac_pytorch")
 ABLATIONS = {  # name → (scaling, (the factor of every convolution changed, how) or None)
@@ -62,16 +62,6 @@ ABLATIONS = {  # name → (scaling, (the factor of every convolution changed, ho
 }
 
 
-def points(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    """The grid's points (one axis of lists per entry, as the sweep expands them) × seeds."""
-    out = []
-    for entry in spec["grid"]:
-        axes = {k: v if isinstance(v, list) else [v] for k, v in entry.items()}
-        for values in itertools.product(*axes.values()):
-            out += [{**dict(zip(axes, values, strict=True)), "seed": s} for s in spec["seeds"]]
-    return out
-
-
 def client_payloads(fed: Federation, clients: int, scaling: str) -> dict[int, Payload]:
     """Every client's FedLPA message in one scaling (cached with the run's)."""
     method = build_method(f"fedlpa:scaling={scaling}")
@@ -79,13 +69,12 @@ def client_payloads(fed: Federation, clients: int, scaling: str) -> dict[int, Pa
 
 
 def altered(
-    payloads: dict[int, Payload], fed: Federation, factor: str, how: str
+    payloads: dict[int, Payload], convs: list[str], factor: str, how: str
 ) -> dict[int, Payload]:
-    """The payloads with every convolution's ``factor`` (A or G) changed: ``isotropic``,
-    replaced by (tr F_k / d)·I (its scale kept, its correlations dropped); ``one_scale``,
-    multiplied by the clients' mean tr F / tr F_k (its correlations kept, one scale for all)."""
-    model = average_models(payloads, fed.dims)
-    convs = [n for n, m in kfac_layers(model).items() if isinstance(m, torch.nn.Conv2d)]
+    """The payloads with the ``factor`` (A or G) of every convolution in ``convs`` changed:
+    ``isotropic``, replaced by (tr F_k / d)·I (its scale kept, its correlations dropped);
+    ``one_scale``, multiplied by the clients' mean tr F / tr F_k (its correlations kept, one
+    scale for all)."""
     arrays = {c: dict(p.arrays) for c, p in payloads.items()}
     for name in convs:
         key = f"kfac.{name}.{factor}"
@@ -100,24 +89,24 @@ def altered(
     return {c: Payload(arrays[c], p.scalars) for c, p in payloads.items()}
 
 
-def ablation_rows(fed: Federation, clients: int) -> list[dict[str, Any]]:
-    """Test accuracy of FedLPA's default merge for every entry of :data:`ABLATIONS`."""
+def ablation_rows(fed: Federation, sent: dict[str, dict[int, Payload]]) -> list[dict[str, Any]]:
+    """Test accuracy of FedLPA's default merge for every entry of :data:`ABLATIONS`, from the
+    clients' messages in each scaling (``sent``)."""
     method, rows = FedLPA(), []
+    model = average_models(sent[SCALINGS[0]], fed.dims)
+    convs = [n for n, m in kfac_layers(model).items() if isinstance(m, torch.nn.Conv2d)]
+    ctx = fed.server_view().server_context(method.requires)
     for name, (scaling, change) in ABLATIONS.items():
-        payloads = client_payloads(fed, clients, scaling)
-        if change is not None:
-            payloads = altered(payloads, fed, *change)
-        merged = method.aggregate(payloads, fed.server_view().server_context(method.requires))
+        payloads = sent[scaling] if change is None else altered(sent[scaling], convs, *change)
+        merged = method.aggregate(payloads, ctx)
         assert isinstance(merged, GlobalModel)
         probs = merged.predict_proba(fed.data.test.x, torch.device("cpu"))
-        accuracy = float((probs.argmax(1) == fed.data.test.y).double().mean())
-        rows.append({"ablation": name, "accuracy": accuracy})
+        rows.append({"ablation": name, "accuracy": accuracy(probs, fed.data.test.y)})
     return rows
 
 
-def layer_rows(fed: Federation, clients: int, scaling: str) -> list[dict[str, Any]]:
+def layer_rows(fed: Federation, payloads: dict[int, Payload]) -> list[dict[str, Any]]:
     """λ_max(T), √N, their ratio and γ over A's and G's mean eigenvalues, per K-FAC layer."""
-    payloads = client_payloads(fed, clients, scaling)
     gamma, found = FedLPA().config.damping, []
 
     def measure(
@@ -203,16 +192,19 @@ def main(argv: list[str]) -> None:
     markdown = Path(argv[2]) if len(argv) > 2 else Path("docs/benchmarks/merging.md")
     spec = yaml.safe_load(path.read_text())
     base = {k: v for k, v in spec["base"].items() if k not in ("plugins", "methods")}
+    runs = parse_sweep({**spec, "base": base}).runs
     rows: list[dict[str, Any]] = []
     start = time.perf_counter()
-    for point in points(spec):
-        cfg = make_config({**base, **point})
+    for run in runs:
+        cfg = run.config
+        point = {"partition": cfg.partition, "alpha": cfg.alpha, "seed": cfg.seed}
         fed = Federation.prepare(federation_plan(cfg))
+        sent = {scaling: client_payloads(fed, cfg.clients, scaling) for scaling in SCALINGS}
         for scaling in SCALINGS:
-            for row in layer_rows(fed, cfg.clients, scaling):
+            for row in layer_rows(fed, sent[scaling]):
                 rows.append({**point, "scaling": scaling, **row})
                 show(rows[-1])
-        for row in ablation_rows(fed, cfg.clients):
+        for row in ablation_rows(fed, sent):
             rows.append({**point, **row})
             show(rows[-1])
     lines = tables(rows)
@@ -221,7 +213,7 @@ def main(argv: list[str]) -> None:
     gamma = FedLPA().config.damping
     over = (
         f"λ_max: the range; ratio and γ over a factor's mean eigenvalue (tr F / d, the mean over"
-        f" the clients): the mean over the {len(points(spec))} federations (α × seeds; damping"
+        f" the clients): the mean over the {len(runs)} federations (α × seeds; damping"
         f" γ = √(1 − coor) = {gamma:.3f}); accuracy (%): the mean over the seeds, each seed's in"
         " brackets"
     )
