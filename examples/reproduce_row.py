@@ -140,6 +140,8 @@ def reproduce(path: Path, points: float | None = None) -> int:
     torch.set_num_threads(int(committed.environment.get("threads", 1)))
     device = str(committed.environment.get("device", committed.config.device))
     others = kernel_differences(committed.environment, kernel_signature(device))
+    # known before any run, so that a result without them is refused untrained
+    tol = tolerances(path, committed.data["test_size"], points) if others else {}
     start = time.perf_counter()
     again = oneshotfl.run(committed.config, cache_dir=None, device=device)
     elapsed = time.perf_counter() - start
@@ -162,7 +164,7 @@ def reproduce(path: Path, points: float | None = None) -> int:
         twice = oneshotfl.run(committed.config, cache_dir=None, device=device)
         diffs = [f"not deterministic here: {d}" for d in again.differences(twice)]
         diffs += shared(committed, again)
-        diffs += within(committed, again, tolerances(path, again.data["test_size"], points))
+        diffs += within(committed, again, tol)
         verdict = "reproduced" if not diffs else f"{len(diffs)} difference(s)"
         print(
             f"{verdict}: identical to itself, within tolerance of {path} "

@@ -16,6 +16,10 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/oneshotfl-clean-clone.XXXXXX")
 trap 'rm -rf "$work/repo" "$work/mplconfig"; echo "clean_clone: logs in $work"' EXIT
 git clone -q "$PWD" "$work/repo"
 cd "$work/repo"
+cpu() {  # the CPU's name, family and model (the README's times are quoted per machine)
+  field() { grep -m1 "^$1[[:space:]]*:" /proc/cpuinfo | cut -d: -f2 | xargs; }
+  echo "$(field 'model name') (family $(field 'cpu family') model $(field model))"
+}
 timed() {  # NAME COMMAND...: run, then "NAME rc=RC wall=Ss"
   local name=$1 start rc=0
   shift
@@ -25,9 +29,9 @@ timed() {  # NAME COMMAND...: run, then "NAME rc=RC wall=Ss"
 }
 {
   echo
-  echo "# Fresh clone at $rev, $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), idle (scripts/clean_clone.sh)"
+  echo "# Fresh clone at $rev, $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(cpu), idle (scripts/clean_clone.sh)"
   timed ci env CI=true bash .ci/run </dev/null
-  grep -E "^[0-9]+ passed|exit [0-9]" "$work/ci.log" | tail -n 2
+  grep -E "^bootstrap: installed|^[0-9]+ passed|exit [0-9]|^seconds: " "$work/ci.log" | tail -n 4
   rm -rf .cache runs/demo
   timed demo make demo
   grep "after set-up" "$work/demo.log"

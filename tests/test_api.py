@@ -4,14 +4,17 @@ digits runs, the committed result files read back, and the example script."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 import yaml
 from typer.testing import CliRunner
 
@@ -251,22 +254,77 @@ def _example(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_example_reproduces_its_committed_result() -> None:
+class _Runs:
+    """``oneshotfl.run`` for the example in this process: the first real runs of its config,
+    made once and handed out again in the order an invocation asks for them (its first run
+    the first, its second the second), so that each check still compares two real runs."""
+
+    def __init__(self) -> None:
+        self.run = oneshotfl.run
+        self.made: list[tuple[object, Result]] = []
+        self.calls = 0  # this invocation's
+
+    def __call__(self, config: Any, **kwargs: Any) -> Result:
+        key, n = (config, sorted(kwargs.items())), self.calls
+        self.calls += 1
+        if n < len(self.made) and self.made[n][0] == key:
+            return self.made[n][1]
+        result = self.run(config, **kwargs)  # another config or argument: a run of its own
+        if n == len(self.made):
+            self.made.append((key, result))
+        return result
+
+
+@pytest.fixture(scope="module")
+def example_runs() -> _Runs:
+    """The runs of the tests of one worker (``xdist_group("example")``: all of them)."""
+    return _Runs()
+
+
+Example = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture
+def example(
+    example_runs: _Runs, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Example:
+    """``examples/reproduce_row.py ARGS`` in this process (its ``main``): its exit status,
+    stdout and stderr; torch's thread count, which it sets, is restored afterwards. (Its
+    ``__main__`` path, in a process of its own, is the test on other kernels' one.)"""
+    spec = importlib.util.spec_from_file_location("reproduce_row", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setattr(oneshotfl, "run", example_runs)
+    threads = torch.get_num_threads()
+
+    def run(*args: str) -> tuple[int, str, str]:
+        example_runs.calls = 0
+        capsys.readouterr()
+        try:
+            code = script.main(list(args))
+        finally:
+            torch.set_num_threads(threads)
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return run
+
+
+@pytest.mark.xdist_group("example")
+def test_example_reproduces_its_committed_result(example: Example) -> None:
     """Exactly where the committed result's kernels ran it (same CPU, instruction set, torch,
     threads), within its tolerance elsewhere: the test passes on any machine."""
     committed = Result.load(ROOT / "examples" / "digits-row" / "result.json")
     assert resolve_config(ROOT / "examples" / "digits-row.yaml") == committed.config
     assert {"cpu", "cpu_id", "isa", "torch", "threads"} <= set(committed.environment)
-    done = _example()
-    assert done.returncode == 0, done.stdout + done.stderr
+    code, out, err = example()
+    assert code == 0, out + err
     here = {**kernel_signature("cpu"), "threads": 1}
     if kernel_differences(committed.environment, here):
-        assert "identical to itself, within tolerance" in done.stdout
+        assert "identical to itself, within tolerance" in out
     else:
-        assert (
-            "same kernels as recorded" in done.stdout
-            and "| fedavg | 59.89 | 59.89 |" in done.stdout
-        )
+        assert "same kernels as recorded" in out and "| fedavg | 59.89 | 59.89 |" in out
 
 
 def _elsewhere(tmp_path: Path, **accuracy: float) -> Path:
@@ -282,24 +340,31 @@ def _elsewhere(tmp_path: Path, **accuracy: float) -> Path:
     return tmp_path / "result.json"
 
 
-def test_a_result_recorded_elsewhere_is_checked_within_its_spread(tmp_path: Path) -> None:
-    done = _example(str(_elsewhere(tmp_path)))
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "recorded on other kernels (cpu: 'Other CPU' recorded" in done.stdout
-    assert "identical to itself, within tolerance" in done.stdout
+@pytest.mark.xdist_group("example")
+def test_a_result_recorded_elsewhere_is_checked_within_its_spread(
+    tmp_path: Path, example: Example
+) -> None:
+    code, out, err = example(str(_elsewhere(tmp_path)))
+    assert code == 0, out + err
+    assert "recorded on other kernels (cpu: 'Other CPU' recorded" in out
+    assert "identical to itself, within tolerance" in out
 
 
-def test_a_result_recorded_elsewhere_still_fails_beyond_its_tolerance(tmp_path: Path) -> None:
-    done = _example(str(_elsewhere(tmp_path, centralized=0.5)))
-    assert done.returncode == 1
-    assert "centralized.accuracy: 50.00 committed" in done.stderr and "tolerance ±" in done.stderr
+@pytest.mark.xdist_group("example")
+def test_a_result_recorded_elsewhere_still_fails_beyond_its_tolerance(
+    tmp_path: Path, example: Example, example_runs: _Runs
+) -> None:
+    code, _, err = example(str(_elsewhere(tmp_path, centralized=0.5)))
+    assert code == 1
+    assert "centralized.accuracy: 50.00 committed" in err and "tolerance ±" in err
     spread = json.loads((ROOT / "examples/digits-row/spread.json").read_text())["std"]
     assert set(spread["accuracy"]) == set(Result.load(tmp_path / "result.json").keys)
     no_spread = tmp_path / "alone"
     no_spread.mkdir()
     (no_spread / "result.json").write_text((tmp_path / "result.json").read_text())
-    done = _example(str(no_spread / "result.json"))
-    assert done.returncode != 0 and "expected --tolerance POINTS" in done.stderr
+    with pytest.raises(SystemExit, match="expected --tolerance POINTS"):
+        example(str(no_spread / "result.json"))
+    assert example_runs.calls == 0  # refused before anything trained
 
 
 @pytest.mark.skipif(

@@ -42,6 +42,9 @@ from oneshotfl.training.artefacts import ArtefactStore
 NAMES = METHODS.names()
 RECORDED: dict[str, Any] = json.loads(RECORD.read_text())
 first_run = functools.cache(contract_run)  # shared by the fingerprint and the identity test
+SHARED = [pytest.param(n, marks=pytest.mark.xdist_group(f"contract-{n}")) for n in NAMES]
+"""The methods, each one's tests that read :func:`first_run` kept on one xdist worker
+(``--dist loadgroup``, pyproject.toml): the run is made once, not once per worker."""
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -58,7 +61,7 @@ def test_declaration(name: str) -> None:
     assert (cls.__doc__ or "").strip(), "a method documents itself"
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", SHARED)
 def test_payload_matches_the_recorded_fingerprint(name: str) -> None:
     assert name in RECORDED, f"no fingerprint recorded for {name}: run tests/fingerprints.py"
     payloads, result, _ = first_run(name)
@@ -73,7 +76,7 @@ def test_payload_matches_the_recorded_fingerprint(name: str) -> None:
     assert result["accuracy"] == pytest.approx(RECORDED[name]["accuracy"], abs=0.02)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", SHARED)
 def test_every_tensor_it_makes_lands_on_the_runs_device(name: str) -> None:
     """Issue 34: a tensor made without a device (SimCLR's NT-Xent targets) sits on the CPU and
     fails a GPU run. The contract run is audited (``oneshotfl.devices.DeviceAudit``): no
@@ -122,7 +125,7 @@ def test_the_server_context_has_no_field_for_client_data() -> None:
     assert all("LabelledData" not in str(hint) for hint in hints.values())
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", SHARED)
 def test_the_receiver_holds_no_other_clients_data(name: str) -> None:
     _, _, exp = first_run(name)  # after a run: the caches are full
     clients = {c.client_id: _rows(c.train.x) for c in exp.data.clients}
@@ -170,7 +173,7 @@ def test_declared_requirements_are_enforced(name: str, needs: str) -> None:
         check(exp, [(name, build_method(name))])
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", SHARED)
 def test_a_second_run_is_bit_identical(name: str) -> None:
     method = build_method(name)
     payloads_a, a, exp = first_run(name)
@@ -196,6 +199,7 @@ def test_a_second_run_is_bit_identical(name: str) -> None:
     assert np.isfinite(a["personal_accuracy"])
 
 
+@pytest.mark.xdist_group("contract-fedavg")  # reads fedavg's first_run
 def test_fingerprints_see_a_real_change_and_forgive_float_noise() -> None:
     data = first_run("fedavg")[0][0]
     payload = decode(data)

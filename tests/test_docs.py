@@ -6,10 +6,8 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import inspect
-import os
+import logging
 import re
-import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 from urllib.parse import unquote
@@ -167,7 +165,46 @@ def _unresolved_links(site: Path) -> list[str]:
     return bad
 
 
-def test_the_site_builds_strictly_and_works_from_disk(tmp_path: Path) -> None:
+def _build_site(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``mkdocs build --strict --site-dir SITE`` in the repository, in this process (what the
+    command runs); a warning aborts it (strict), failing the test with mkdocs's log."""
+    from mkdocs.commands.build import build
+    from mkdocs.config import load_config
+    from mkdocs.exceptions import Abort
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("NO_MKDOCS_2_WARNING", "1")
+    logger = logging.getLogger("mkdocs")
+    level, records = logger.level, _Records()
+    logger.setLevel(logging.INFO)  # as the command does: no warning is filtered out
+    logger.addHandler(records)
+    cfg = load_config(str(ROOT / "mkdocs.yml"), strict=True, site_dir=str(site))
+    assert cfg.strict
+    cfg.plugins.on_startup(command="build", dirty=False)
+    try:
+        build(cfg)
+    except Abort as exc:
+        pytest.fail(f"{exc}\n" + "\n".join(records.lines))
+    finally:
+        cfg.plugins.on_shutdown()
+        logger.removeHandler(records)
+        logger.setLevel(level)
+
+
+class _Records(logging.Handler):
+    """The warnings and errors of a build, as lines."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{record.levelname}: {record.getMessage()}")
+
+
+def test_the_site_builds_strictly_and_works_from_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The strict build, a page per method and per topic, and the from-disk property: every
     internal link of every page names a file (``use_directory_urls: false``), so the site
     opened as ``site/index.html`` never lands on a folder's listing. The headless-browser
@@ -175,15 +212,7 @@ def test_the_site_builds_strictly_and_works_from_disk(tmp_path: Path) -> None:
     for module in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python"):
         pytest.importorskip(module)
     site = tmp_path / "site"
-    build = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-        timeout=300,
-    )
-    assert build.returncode == 0, build.stdout + build.stderr
+    _build_site(site, monkeypatch)
     for name in METHODS.names():
         assert (site / "methods" / f"{name}.html").is_file(), name
     topics = ("getting-started", "own-data", "tracking", "plugins", "python-api", "deploy")

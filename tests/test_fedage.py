@@ -104,7 +104,11 @@ def test_fedage_needs_the_encoder(tiny_config: Any) -> None:
 
 
 def test_tiny_fedage_runs_learn_and_send_no_labels(tiny_config: Any) -> None:
-    specs = ["fedage:lr=0.01:epochs=20", "fedage:lr=0.01:epochs=20:previous=live:order=random"]
+    server = "block_epochs=5:ensemble_epochs=5"  # not the authors' 50 + 50: still learns (> 0.75)
+    specs = [
+        f"fedage:lr=0.01:epochs=20:{server}",
+        f"fedage:lr=0.01:epochs=20:previous=live:order=random:{server}",
+    ]
     cfg = tiny_config(methods=specs, encoder="random:dim=32", local_epochs=1)
     setup = prepare(cfg)
     results = {key: run_method(key, method, setup) for key, method in resolve_methods(specs)}
@@ -196,15 +200,14 @@ def test_local_dp_on_latents_and_the_privacy_report(tiny_config: Any, tmp_path: 
     clean_head = FedAGEConfig(dp_epsilon=2.0, label_epsilon=1.0, head_source="clean")
     assert not latent_privacy_report(clean_head)["head"]["covered"]
 
-    doc = run_config(
-        tiny_config(methods=["fedage:dp_epsilon=4", "head_ensemble"], encoder="random:dim=32")
-    )
+    dp = "fedage:block_epochs=1:dp_epsilon=4:ensemble_epochs=1"  # the server's budget is moot
+    doc = run_config(tiny_config(methods=[dp, "head_ensemble"], encoder="random:dim=32"))
     write_result(tmp_path / "run", doc)
     import json
 
     written = json.loads((tmp_path / "run" / "privacy.json").read_text())
-    assert list(written) == ["fedage:dp_epsilon=4"]
-    assert written["fedage:dp_epsilon=4"]["latents"]["epsilon"] == 4.0
+    assert list(written) == [dp]
+    assert written[dp]["latents"]["epsilon"] == 4.0
 
 
 def _separated_toy() -> tuple[Any, dict[int, Payload], Any]:

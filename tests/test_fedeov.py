@@ -14,7 +14,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers import run_config
 from oneshotfl.data.partition import make_partitioner
 from oneshotfl.functional import abstention_weighted_ensemble
 from oneshotfl.methods.fedeov import FedEOVConfig, curriculum, stage_negatives
@@ -229,8 +228,9 @@ def open_set_config(tiny_config: Any) -> Any:
     )
 
 
-def test_every_variant_runs_and_reports_what_it_is(tiny_config: Any) -> None:
-    doc = run_config(open_set_config(tiny_config))
+@pytest.mark.xdist_group("open-set")  # with test_flower's: one worker makes the run once
+def test_every_variant_runs_and_reports_what_it_is(open_set_run: tuple[Any, Any]) -> None:
+    _, doc = open_set_run  # conftest.py: run_config(open_set_config(...)), made once a session
     rows = {m["key"]: m for m in doc["methods"]}
     assert set(rows) == set(OPEN_SET)
     for row in rows.values():

@@ -66,7 +66,9 @@ def test_a_client_over_reporting_its_counts_is_bounded_to_twice_the_median() -> 
 
 
 def test_fedpft_runs_on_the_shared_encoder(tiny_config: Any) -> None:
-    methods = ["fedpft", "fedpft:covariance=diag", "fedpft:covariance=full:wire=float32"]
+    head = ":epochs=1:lr=0.03:min_steps=200"  # the server's head in 200 steps, not 5000
+    kinds = ["fedpft", "fedpft:covariance=diag", "fedpft:covariance=full:wire=float32"]
+    methods = [kind + head for kind in kinds]
     cfg = tiny_config(methods=methods, encoder="random:dim=16", clients=4)
     result = oneshotfl.run(cfg)
     up = [m.upload_bytes_mean for m in result.methods]

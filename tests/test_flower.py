@@ -17,6 +17,7 @@ flwr = pytest.importorskip("flwr")
 
 from flwr.app import Array, ArrayRecord, Error, Message, RecordDict  # noqa: E402
 
+import oneshotfl.flower.grid as grid_module  # noqa: E402
 import toys  # noqa: E402
 from fakegrid import FakeGrid, Tamper, core, run_on_grid, task_identity  # noqa: E402, F401
 from helpers import prepare, registered, run_config  # noqa: E402
@@ -270,13 +271,11 @@ def test_a_malformed_or_misattributed_report_is_refused(tiny_config: Any, tmp_pa
     assert "reported for client 0" in method["no_reply"]["node 102 (client 2)"]
 
 
+@pytest.mark.xdist_group("open-set")  # with test_fedeov's: one worker makes the run once
 def test_the_open_set_methods_on_flower_equal_the_local_simulation(
-    tiny_config: Any, tmp_path: Path
+    open_set_run: tuple[Any, Any], tmp_path: Path
 ) -> None:
-    from test_fedeov import open_set_config  # fedov, fedeov and both variants, tiny
-
-    cfg = open_set_config(tiny_config)
-    local = run_config(cfg)
+    cfg, local = open_set_run  # test_fedeov's fedov, fedeov and both variants, tiny, run locally
     nodes = dataclasses.replace(cfg, cache_dir=str(tmp_path / "nodes"))
     flower = run_on_grid(tmp_path, nodes, FakeGrid(cfg.clients))
     assert core(flower) == core(local)
@@ -412,6 +411,55 @@ def test_a_round_ends_at_the_first_pull_after_its_last_reply() -> None:
     assert 2 <= late.pulls < 50  # gave up at the timeout
 
 
+class FakeClock:
+    """Stands in for the ``time`` module of :mod:`oneshotfl.flower.grid`: sleeping advances
+    it, nothing waits."""
+
+    def __init__(self) -> None:
+        self.now, self.sleeps = 0.0, []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def test_a_waiting_round_pulls_less_often_until_a_reply_comes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = FakeClock()
+    monkeypatch.setattr(grid_module, "time", clock)
+    grid = SlowGrid(ready=8)
+    msgs = [Message(RecordDict(), dst_node_id=100 + i, message_type="train") for i in range(2)]
+    replies = send_and_receive(grid, msgs, timeout=60.0, poll=0.1, max_poll=0.8)
+    assert len(replies) == 2 and grid.pulls == 8
+    assert clock.sleeps == pytest.approx([0.1, 0.2, 0.4, 0.8, 0.8, 0.8, 0.8])  # backed off, capped
+    silent = SlowGrid(ready=10**6)
+    assert send_and_receive(silent, msgs, timeout=10.0, poll=0.1, max_poll=0.8) == []
+    assert silent.pulls <= 16  # 10 s at 0.8 s a pull, not 100 pulls at 0.1 s
+
+
+def test_a_binding_waits_for_its_bound_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    monkeypatch.setattr(grid_module, "time", clock)
+
+    class Arriving:  # nodes 1, 2, 3 at once; bound node 7 connects on the fifth look
+        looks = 0
+
+        def get_node_ids(self) -> list[int]:
+            self.looks += 1
+            return [1, 2, 3] + ([7] if self.looks >= 5 else [])
+
+    arriving = Arriving()
+    assert grid_module.wait_for_nodes(arriving, 3, 60.0, required={1, 7}) == [1, 2, 3, 7]
+    assert arriving.looks == 5  # three nodes were enough in number, not the bound one
+    assert grid_module.wait_for_nodes(Arriving(), 3, 60.0) == [1, 2, 3]  # no binding: at once
+    never = grid_module.wait_for_nodes(Arriving(), 3, 1.0, required={9})
+    assert never == [1, 2, 3] and clock.now >= 1.0  # gave up at the timeout
+
+
 class WindowGrid:
     """Answers each message on the second pull after its push; records how many were
     outstanding at each pull, and never answers node 101 (a silent node)."""
@@ -471,8 +519,20 @@ def test_a_receive_instruction_carries_its_bounded_schedule() -> None:
 @pytest.mark.parametrize(
     "overrides",
     [
-        {"methods": ["fedfisher", "regmean", "fedlpa"], "model": "mlp", "clients": 3},  # statistics
-        {"methods": ["fedpft"], "encoder": "random:dim=16", "clients": 3},  # float16 mixtures
+        {  # statistics; the solvers at 100 steps, the true Fisher on 128 examples (not all)
+            "methods": [
+                "fedfisher:fisher_examples=128:steps=100",
+                "regmean",
+                "fedlpa:cg_steps=100",
+            ],
+            "model": "mlp",
+            "clients": 3,
+        },
+        {  # float16 mixtures; the server's head in 200 steps (not 5000), at 0.74, far from chance
+            "methods": ["fedpft:epochs=1:lr=0.03:min_steps=200"],
+            "encoder": "random:dim=16",
+            "clients": 3,
+        },
         # class statistics, each head's own
         {"methods": ["ghofl", "ghofl:head=nb", "ghofl:head=qda"], "encoder": "random:dim=16"},
         {"methods": ["dedes"], "clients": 4, "val_fraction": 0.2},  # a score scalar, a team

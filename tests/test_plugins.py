@@ -90,6 +90,7 @@ def test_a_plugin_module_reaches_the_worker_processes(
     assert rows["mine_pool"]["accuracy"] == rows["fedavg"]["accuracy"]
 
 
+@pytest.mark.xdist_group("forkserver")  # one forkserver with test_pool.py's forkserver test
 def test_a_plugin_file_reaches_forkserver_workers_and_the_result_is_the_same(
     tiny_config: Any, tmp_path: Path, forget: list[str]
 ) -> None:

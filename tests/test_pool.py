@@ -33,17 +33,19 @@ METHODS = [
 
 
 def test_results_are_bit_identical_for_any_number_of_workers(tiny_config: Any) -> None:
+    """Client c runs in worker c % workers: three workers on four clients take every path
+    two did (a worker holds two clients, one after the other; the others one each, unevenly:
+    {0, 3}, {1}, {2}), so one pool run against the run in process."""
     docs = {}
-    for workers in (1, 2, 3):
+    for workers in (1, 3):
         cfg = tiny_config(
             clients=4, methods=METHODS, workers=workers, val_fraction=0.2, local_epochs=2,
             cache_dir="",
         )  # fmt: skip
         docs[workers] = run_config(cfg)
-    for workers in (2, 3):
-        assert result_differences(docs[1], docs[workers]) == []
-        assert docs[workers]["cache"] == docs[1]["cache"]  # the workers' hits are counted
-        assert docs[workers]["environment"]["workers"] == workers
+    assert result_differences(docs[1], docs[3]) == []
+    assert docs[3]["cache"] == docs[1]["cache"]  # the workers' hits are counted
+    assert docs[3]["environment"]["workers"] == 3
     assert docs[1]["environment"]["workers"] == 1
 
 
@@ -145,6 +147,7 @@ def test_a_worker_that_died_between_steps_is_replaced_at_the_next_submit(
         pool.close()
 
 
+@pytest.mark.xdist_group("forkserver")  # one forkserver with test_plugins.py's forkserver test
 def test_workers_are_not_forked_where_torch_sees_a_gpu(
     tiny_config: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

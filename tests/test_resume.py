@@ -1,6 +1,7 @@
 """Resume inside a run (issue 15): a run killed with SIGKILL after some clients finished
 restarts, trains only the clients whose models are not in the artefact cache, and ends with
-a result identical to an uninterrupted run's."""
+a result identical to an uninterrupted run's. Only the killed run is a process of its own (a
+real SIGKILL); the resumed and the uninterrupted one run the same command in this one."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from oneshotfl.cli.main import app
 from oneshotfl.runner.compare import result_differences
 
 CLIENTS = 6
@@ -25,6 +28,12 @@ def command(out: Path, cache: Path) -> list[str]:
         "dataset=digits", f"clients={CLIENTS}", "model=mlp", "local_epochs=30", "local_steps=0",
         "seed=0", "device=cpu", "partition=iid", f"cache_dir={cache}", "--out", str(out),
     ]  # fmt: skip
+
+
+def in_process(out: Path, cache: Path) -> None:
+    """The command of :func:`command`, run in this process."""
+    done = CliRunner().invoke(app, command(out, cache)[3:])
+    assert done.exit_code == 0, done.output
 
 
 def cached_models(cache: Path) -> int:
@@ -50,12 +59,12 @@ def test_a_killed_run_trains_only_the_missing_clients_and_ends_identical(tmp_pat
         pytest.fail(f"the run finished before it was killed ({finished} clients cached)")
     assert finished >= 1 and not (tmp_path / "killed" / "result.json").exists()
 
-    subprocess.run(command(tmp_path / "resumed", cache), env=env, check=True, capture_output=True)
+    in_process(tmp_path / "resumed", cache)
     resumed = json.loads((tmp_path / "resumed" / "result.json").read_text())
     assert resumed["cache"]["misses"] == CLIENTS - finished  # only the missing clients trained
     assert cached_models(cache) == CLIENTS
 
     fresh = tmp_path / "fresh-cache"
-    subprocess.run(command(tmp_path / "fresh", fresh), env=env, check=True, capture_output=True)
+    in_process(tmp_path / "fresh", fresh)
     uninterrupted = json.loads((tmp_path / "fresh" / "result.json").read_text())
     assert result_differences(uninterrupted, resumed) == []

@@ -131,7 +131,16 @@ def _open_and_close(root: str, run: str) -> None:
 
 
 def test_two_sweep_shards_open_one_fresh_mlflow_store_at_once(tmp_path: Path) -> None:
-    context = multiprocessing.get_context("spawn")
+    """Two processes (as two shards are) race to create one store. They are forked where the
+    worker pool forks its workers (no accelerator: safe), so they start at once and do not
+    import this module, torch and MLflow again; else they come from a forkserver."""
+    from oneshotfl.runner.pool import start_method
+
+    importlib.import_module("mlflow.tracking")  # before the fork: the children have it
+    forked = start_method(1) == "fork"
+    context = (
+        multiprocessing.get_context("fork") if forked else multiprocessing.get_context("forkserver")
+    )
     procs = [
         context.Process(target=_open_and_close, args=(str(tmp_path), f"run-{i}")) for i in range(2)
     ]

@@ -117,8 +117,9 @@ class FlowerPartitioner(Partitioner):
             partitioner.dataset = HFDataset.from_dict(
                 {"label": labels[order].tolist(), "_index": order.tolist()}
             )
+            # a slice reads the column at once (``["_index"]`` is a lazy column, read row by row)
             parts = [
-                np.sort(np.asarray(partitioner.load_partition(i)["_index"], dtype=np.int64))
+                np.sort(np.asarray(partitioner.load_partition(i)[:]["_index"], dtype=np.int64))
                 for i in range(num_clients)
             ]
         except (ValueError, TypeError) as exc:

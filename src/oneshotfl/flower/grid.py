@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Protocol
 
 from flwr.app import Message
@@ -16,8 +16,15 @@ from oneshotfl.runner.errors import clip
 log = logging.getLogger(__name__)
 
 REPLY_POLL_S = 0.2
-"""Seconds between two pulls of a round's replies (Flower's ``Grid.send_and_receive`` waits
-3 s between pulls, so a round would end up to 3 s after its last reply)."""
+"""Seconds between two pulls of a round's replies after one that brought a reply (Flower's
+``Grid.send_and_receive`` waits 3 s between pulls, so a round would end up to 3 s after its
+last reply)."""
+
+REPLY_POLL_MAX_S = 1.0
+"""The longest wait between two pulls: while pulls bring nothing, the wait doubles from
+:data:`REPLY_POLL_S` up to this, so a ServerApp waiting on slow nodes costs the SuperLink a
+pull a second, not five (seen: seven runs at once on one SuperLink, polling every 0.2 s, took
+a sixth of a core of the SuperLink's and their own)."""
 
 
 class GridLike(Protocol):
@@ -36,17 +43,21 @@ def send_and_receive(
     timeout: float,
     poll: float = REPLY_POLL_S,
     in_flight: int = 0,
+    max_poll: float = REPLY_POLL_MAX_S,
 ) -> list[Message]:
-    """Push ``messages`` and pull their replies every ``poll`` seconds; the replies that came.
+    """Push ``messages`` and pull their replies; the replies that came.
 
-    Each message waits ``timeout`` seconds from its push. ``in_flight`` bounds how many are
-    outstanding at once (0: all pushed at once); the next is pushed as soon as one is
-    answered or has timed out, so a round lasts at most ``ceil(n / in_flight)`` timeouts.
+    The wait between pulls starts at ``poll`` seconds and doubles, up to ``max_poll``, while
+    pulls bring nothing; a reply brings it back to ``poll``. Each message waits ``timeout``
+    seconds from its push. ``in_flight`` bounds how many are outstanding at once (0: all
+    pushed at once); the next is pushed as soon as one is answered or has timed out, so a
+    round lasts at most ``ceil(n / in_flight)`` timeouts.
     """
     queue = list(messages)
     limit = in_flight if in_flight > 0 else max(len(queue), 1)
     deadlines: dict[str, float] = {}
     replies: list[Message] = []
+    idle = 0  # pulls in a row that brought nothing
     while queue or deadlines:
         free = limit - len(deadlines)
         if queue and free > 0:
@@ -62,21 +73,32 @@ def send_and_receive(
             del deadlines[mid]  # given up on: its node is named among the silent ones
         if not queue and not deadlines:
             break
+        idle = 0 if pulled else min(idle + 1, 16)
         if not pulled or not queue:
-            time.sleep(poll)
+            time.sleep(min(poll * 2 ** max(idle - 1, 0), max(max_poll, poll)))
     return replies
 
 
-def wait_for_nodes(grid: GridLike, wanted: int, timeout: float, poll: float = 0.5) -> list[int]:
-    """The connected node ids, once ``wanted`` are connected or ``timeout`` has passed."""
+def wait_for_nodes(
+    grid: GridLike,
+    wanted: int,
+    timeout: float,
+    poll: float = 0.5,
+    required: Collection[int] = (),
+) -> list[int]:
+    """The connected node ids, once ``wanted`` are connected and every node in ``required``
+    (a deployment's bound nodes) is among them, or ``timeout`` has passed."""
     deadline = time.monotonic() + timeout
     while True:
         nodes = sorted(grid.get_node_ids())
-        if len(nodes) >= wanted or time.monotonic() >= deadline:
+        missing = set(required) - set(nodes)
+        if (len(nodes) >= wanted and not missing) or time.monotonic() >= deadline:
             break
         time.sleep(poll)
     if len(nodes) < wanted:
         log.warning("%d of %d nodes connected after %.0f s", len(nodes), wanted, timeout)
+    if missing:
+        log.warning("bound node(s) %s not connected after %.0f s", sorted(missing), timeout)
     return nodes
 
 

@@ -20,7 +20,8 @@ Run config keys (``[tool.flwr.app.config]``, overridable with ``flwr run --run-c
 * ``config``: a YAML experiment config on the server ("" = defaults);
 * ``overrides``: space-separated ``key=value`` config overrides;
 * ``out``: the results directory on the server ("" = ``runs/flower-<timestamp>``);
-* ``node-timeout``: seconds to wait for ``clients`` nodes to connect;
+* ``node-timeout``: seconds to wait for ``clients`` nodes to connect (and, with a
+  ``node-clients`` binding, every bound node);
 * ``reply-timeout``: seconds to wait for a node's reply, from the push of its instruction;
 * ``in-flight``: the most instructions outstanding at once (0 = every node's at once); the
   next is pushed as one is answered or times out. On one host with many SuperNodes (each
@@ -333,8 +334,8 @@ def run_server(grid: GridLike, run_config: Mapping[str, Any], mode: str) -> dict
 
     def connect(federation: Federation, plan: Plan) -> GridTransport:
         """After the checks, before any message: wait for the nodes, open the transport."""
-        nodes = wait_for_nodes(grid, cfg.clients, settings.node_timeout)
         binding = settings.node_clients
+        nodes = wait_for_nodes(grid, cfg.clients, settings.node_timeout, required=binding)
         strangers = [n for n in nodes if binding and n not in binding]
         for node in strangers:
             log.warning("node %d is not in the deployment's node-clients: not addressed", node)
