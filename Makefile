@@ -14,8 +14,7 @@ data:
 ## ensemble and centralized on one Fashion-MNIST federation, then its table and plots.
 demo: setup data
 	@start=$$(date +%s); rm -rf runs/demo \
-	  && $(VENV)/oneshotfl run --config configs/demo.yaml --out runs/demo \
-	  && $(VENV)/oneshotfl report runs/demo --out runs/demo/report \
+	  && $(VENV)/oneshotfl run --config configs/demo.yaml --out runs/demo --report runs/demo/report \
 	  && echo "demo: table runs/demo/methods.csv; partition heatmap runs/demo/partition.png;" \
 	    "accuracy vs upload bytes runs/demo/report/accuracy_vs_bytes.png" \
 	    "(personal accuracy: runs/demo/report/personal_accuracy_vs_bytes.png)" \

@@ -97,27 +97,59 @@ run_status() {
     || echo ""
 }
 
+# listed_status NAME CONNECTION RUN-ID SINCE: the run's status from one `flwr ls` of every run
+# on the SuperLink that is no older than SINCE (epoch seconds). The runs waited on side by side
+# share that listing ($WORK/ls-CONNECTION.json, taken under a lock by whichever asks first):
+# each `flwr ls` is a Python process of its own, about 2 s of CPU taken from the runs. The run's
+# row goes to $WORK/NAME-ls.json as `flwr ls --run-id` would write it; "" when the SuperLink
+# does not answer or does not list the run.
+listed_status() {
+  local f="$WORK/ls-$2.json"
+  (
+    flock 9
+    if [ ! -s "$f" ] || [ "$(stat -c %Y "$f")" -lt "$4" ]; then
+      timeout 120 "$BIN/flwr" ls "$2" --format json >"$f.tmp" 2>>"$WORK/logs/ls.log" || true
+      mv "$f.tmp" "$f"
+    fi
+  ) 9>"$WORK/ls-$2.lock"
+  "$BIN/python" - "$f" "$3" "$WORK/$1-ls.json" <<'PY' 2>/dev/null || echo ""
+import json, sys
+
+d = json.load(open(sys.argv[1]))
+rows = [r for r in d.get("runs", []) if r.get("run-id") == sys.argv[2]] if d.get("success") else []
+if rows:
+    json.dump({"success": True, "runs": rows}, open(sys.argv[3], "w"))
+print(rows[0]["status"] if rows else "")
+PY
+}
+
 # submit NAME CONNECTION RUN-CONFIG: submit the app (its results in $WORK/NAME) and wait until
 # the run finishes; the run id goes to $WORK/NAME-id, the final status (from `flwr ls`: `flwr
 # run` exits 0 even when the run fails) to $WORK/NAME-status. No clock of its own: the script
-# looks for the run's result file every 0.2 s and asks `flwr ls` (a Python process of its own,
-# which takes CPU from the runs) once the file is there, and otherwise only every LS_EVERY
-# seconds (default 60), to see a run that failed without writing one. RUN_TIMEOUT bounds it.
+# looks for the run's result file every 0.2 s and asks for a fresh listing (listed_status) once
+# the file is there, and otherwise only every LS_EVERY seconds (default 60; a listing up to half
+# that old will do), to see a run that failed without writing one. RUN_TIMEOUT bounds it.
 submit() {
-  local name=$1 conn=$2 run_id status="" deadline next_ls
+  local name=$1 conn=$2 run_id status="" deadline next_ls every=${LS_EVERY:-60} since
   "$BIN/flwr" run "$WORK/app" "$conn" --format json --run-config "$3 out='$WORK/$name'" \
     >"$WORK/$name-submit.json" 2>>"$WORK/logs/$name-submit.log" || fail "$name: flwr run failed"
   run_id=$(json_get "$WORK/$name-submit.json" "d['run-id']")
   echo "$run_id" >"$WORK/$name-id"
   log "$name: run $run_id submitted"
   deadline=$((SECONDS + RUN_TIMEOUT))
-  next_ls=$((SECONDS + ${LS_EVERY:-60}))
+  next_ls=$((SECONDS + every))
   while :; do
-    if [ -f "$WORK/$name/result.json" ] || [ "$SECONDS" -ge "$next_ls" ]; then
-      status=$(run_status "$name" "$conn" "$run_id")
+    since=""
+    if [ -f "$WORK/$name/result.json" ]; then
+      since=$(date +%s)
+    elif [ "$SECONDS" -ge "$next_ls" ]; then
+      since=$(($(date +%s) - every / 2))
+    fi
+    if [ -n "$since" ]; then
+      status=$(listed_status "$name" "$conn" "$run_id" "$since")
       case "$status" in finished:*) break ;; esac
-      next_ls=$((SECONDS + ${LS_EVERY:-60}))
-      if [ -f "$WORK/$name/result.json" ]; then sleep 0.5; fi  # written: the run ends soon
+      next_ls=$((SECONDS + every))
+      if [ -f "$WORK/$name/result.json" ]; then sleep 1; fi  # written: the run ends soon
     fi
     [ "$SECONDS" -lt "$deadline" ] || fail "$name: run $run_id still '$status' after ${RUN_TIMEOUT}s"
     sleep 0.2

@@ -292,3 +292,15 @@ def test_feddf_distils_heterogeneous_client_models(tiny_config: Any) -> None:
     assert result["rejected"] == {} and 0.0 <= result["accuracy"] <= 1.0
     assert result["diagnostics"]["student_arch"] == "mlp"  # client 0's architecture
     assert result["diagnostics"]["student_init"] == "initial"
+
+
+def test_centralized_trains_the_union_for_its_own_epochs_where_given() -> None:
+    from oneshotfl.methods.centralized import CentralizedConfig, union_budget
+    from oneshotfl.training.loop import TrainConfig
+
+    client = TrainConfig(epochs=3, min_steps=40)
+    assert union_budget(client, 5) == TrainConfig(epochs=3, min_steps=200)  # the clients'
+    assert union_budget(client, 5, 2) == TrainConfig(epochs=2, min_steps=200)
+    with pytest.raises(ValueError, match=r"epochs: expected an int >= 1, got 0"):
+        CentralizedConfig(epochs=0)
+    assert build_method("centralized:epochs=2").config == CentralizedConfig(epochs=2)

@@ -188,6 +188,21 @@ def test_version_answers_without_importing_torch() -> None:
     assert out.stdout.splitlines() == [f"oneshotfl {__version__}", "False"]
 
 
+def test_the_flower_commands_answer_without_importing_torch() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.argv = ['oneshotfl', 'flower', '--help']\n"
+        "from oneshotfl._entry import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print('torch imported:', 'torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "app-dir" in out.stdout and "certs" in out.stdout
+    assert out.stdout.splitlines()[-1] == "torch imported: False"
+
+
 def test_one_run_command_runs_several_seeds(tmp_path: Path) -> None:
     out = tmp_path / "seeds"
     result = runner.invoke(
@@ -232,3 +247,17 @@ def test_cuda_without_a_device_is_one_line_and_a_config_error(tmp_path: Path) ->
     assert "no CUDA device" in out.output and "Traceback" not in out.output
     with pytest.raises(oneshotfl.ConfigError, match="no CUDA device"):
         oneshotfl.run(dataset="digits", clients=2, methods=["fedavg"], device="cuda")
+
+
+def test_run_writes_its_report_as_the_report_command_does(tmp_path: Path) -> None:
+    out = tmp_path / "one"
+    ran = runner.invoke(
+        app, ["run", *TINY, "--method", "fedavg", "--out", str(out), "--report", str(out / "r")]
+    )
+    assert ran.exit_code == 0, ran.output
+    assert f"report: {out / 'r'}" in ran.output
+    apart = runner.invoke(app, ["report", str(out), "--out", str(tmp_path / "apart")])
+    assert apart.exit_code == 0, apart.output
+    for name in ("table.md", "summary.csv"):  # the same files, the same text
+        assert (out / "r" / name).read_text() == (tmp_path / "apart" / name).read_text()
+    assert (out / "r" / "accuracy_vs_bytes.png").is_file()

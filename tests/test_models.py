@@ -101,6 +101,26 @@ def test_builds_on_meta_device(name: str) -> None:
     assert all(p.is_meta for p in model.parameters())
 
 
+def test_shapes_on_meta_draw_nothing_so_they_leave_torchs_compiler_unloaded() -> None:
+    """The wire layer sizes every allowed architecture on the meta device in every Flower
+    node and server process; a normal draw on meta tensors imports torch._dynamo (about 2 s of
+    CPU in a fresh process) for values that do not exist."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from oneshotfl.models import list_models\n"
+        "from oneshotfl.models.base import create_model\n"
+        "with torch.device('meta'):\n"
+        "    for name in list_models():\n"
+        "        create_model(name, 3, 10, 32)\n"
+        "print('torch._dynamo' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
 def test_unknown_name_lists_known_models() -> None:
     with pytest.raises(RegistryError) as info:
         create_model("resnet9000", 3, 10, 32)

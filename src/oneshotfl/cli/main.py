@@ -125,6 +125,10 @@ def run(
         ),
     ] = None,
     verbose: VerboseOption = False,
+    report_dir: Annotated[
+        Path | None,
+        typer.Option("--report", help="then write its report here, as `oneshotfl report` does"),
+    ] = None,
     **options: Any,
 ) -> None:
     """Run methods on one federation (the command's help: :data:`RUN_HELP`)."""
@@ -171,6 +175,8 @@ def run(
         fail(exc)
     console.print(results_table(doc))
     console.print(f"results: {path}  ({cache_summary(doc)}; {doc['wall_time_s']:.1f} s)")
+    if report_dir is not None:
+        report(out_dir, report_dir)
     exit_if_failed([doc])
 
 

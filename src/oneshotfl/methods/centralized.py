@@ -28,7 +28,7 @@ import torch
 from oneshotfl.data.types import LabelledData
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.builders import trained_on_examples, union_arch
-from oneshotfl.params import Params
+from oneshotfl.params import Params, is_int, require
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, Method, ServerContext
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
@@ -43,15 +43,24 @@ class CentralizedConfig(Params):
     Attributes:
         arch: the model; ``None`` means the clients' architecture when they all share one,
             else the configured server model.
+        epochs: passes over the union; ``None`` means the clients' ``local_epochs`` (a union
+            of n shards is n times a client's data, so fewer passes still take more steps
+            than any client did: the demo's budget sets 2 against the clients' 3).
     """
 
     arch: str | None = None
+    epochs: int | None = None
+
+    def validate(self) -> None:
+        require(self.epochs is None or is_int(self.epochs, 1), "epochs", "an int >= 1", self.epochs)
 
 
-def union_budget(client: TrainConfig, clients: int) -> TrainConfig:
+def union_budget(client: TrainConfig, clients: int, epochs: int | None = None) -> TrainConfig:
     """The clients' training settings for the union of ``clients`` clients' data: the step
-    floor multiplied by the number of clients (see the module docs)."""
-    return dataclasses.replace(client, min_steps=client.min_steps * max(1, clients))
+    floor multiplied by the number of clients (see the module docs), and ``epochs`` passes
+    where given."""
+    union = dataclasses.replace(client, min_steps=client.min_steps * max(1, clients))
+    return union if epochs is None else dataclasses.replace(union, epochs=epochs)
 
 
 def canonical_order(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, str]:
@@ -94,7 +103,7 @@ class Centralized(Method[CentralizedConfig]):
         y = np.concatenate([payloads[c].arrays["y"] for c in sorted(payloads)])
         order, set_hash = canonical_order(x, y)
         data = LabelledData(torch.from_numpy(x[order]), torch.from_numpy(y[order]))
-        train = union_budget(ctx.client_train_config, len(payloads))
+        train = union_budget(ctx.client_train_config, len(payloads), self.config.epochs)
         model = trained_on_examples(
             ctx, arch, data, set_hash, train, ("centralized", "train"), "centralized"
         )

@@ -218,14 +218,22 @@ def capped_pool(size: int, cap: int) -> tuple[nn.Module, int]:
     return nn.AdaptiveAvgPool2d(cap), cap
 
 
-def init_conv_bn(model: nn.Module) -> None:
-    """He (fan-out) initialisation of convolutions, unit/zero BatchNorm affine parameters.
+def init_conv_bn(model: nn.Module, head: nn.Linear | None = None, head_std: float = 0.01) -> None:
+    """He (fan-out) initialisation of convolutions, unit/zero BatchNorm affine parameters, and
+    ``head`` (where given) from N(0, ``head_std``) with a zero bias.
 
-    The initialisation of He et al. (2015) as torchvision's ResNet and VGG use it.
+    The initialisation of He et al. (2015) as torchvision's ResNet and VGG use it. A model
+    on the meta device (shapes only) is left as it is: there is nothing to draw, and a normal
+    draw on meta tensors would import torch's compiler (about 2 s of CPU in a fresh process).
     """
+    if _on_meta(model):
+        return
     for m in model.modules():
         if isinstance(m, nn.Conv2d):
             nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
         elif isinstance(m, nn.BatchNorm2d):
             nn.init.ones_(m.weight)
             nn.init.zeros_(m.bias)
+    if head is not None:  # after the trunk: the draws keep their order
+        nn.init.normal_(head.weight, 0.0, head_std)
+        nn.init.zeros_(head.bias)

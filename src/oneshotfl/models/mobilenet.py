@@ -117,9 +117,7 @@ class MobileNetV2(ClassifierModel):
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.num_features = last
         self.head = nn.Linear(last, self.num_classes)
-        init_conv_bn(self)
-        nn.init.normal_(self.head.weight, 0.0, 0.01)
-        nn.init.zeros_(self.head.bias)
+        init_conv_bn(self, head=self.head, head_std=0.01)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         return torch.flatten(self.pool(self.features(x)), 1)
