@@ -49,10 +49,13 @@ test: setup data
 	  echo "seconds: pytest with lint beside it $$((t1 - t0)), Flower end to end $$((t2 - t1))"; \
 	  test $$tests -eq 0 && test $$lint -eq 0 && test $$flower -eq 0
 
-## The inner loop: lint, type-check and the test suite, without the docs build and the Flower
-## end-to-end script.
-test-fast: lint
-	CUDA_VISIBLE_DEVICES= OMP_NUM_THREADS=1 $(VENV)/python -m pytest -q -n auto
+## The inner loop: the test suite with lint and type-check beside it (as `make test`), without
+## the Flower end-to-end script.
+test-fast: setup data
+	@mkdir -p runs; ( $(LINT) ) >$(LINT_LOG) 2>&1 & lint=$$!; \
+	  CUDA_VISIBLE_DEVICES= OMP_NUM_THREADS=1 $(VENV)/python -m pytest -q -n auto; tests=$$?; \
+	  wait $$lint; lint=$$?; echo "--- lint and type-check ($(LINT_LOG))"; cat $(LINT_LOG); \
+	  echo "pytest: exit $$tests; lint: exit $$lint"; test $$tests -eq 0 && test $$lint -eq 0
 
 ## The GPU's own check (issue 34), for a machine with a CUDA device: the demo's config and
 ## every registered method at tiny budgets on it. `make test` hides GPUs (CUDA_VISIBLE_DEVICES

@@ -80,7 +80,7 @@ cleanup() {
     done
     [ -f "$WORK/failures" ] && while read -r line; do log "FAILED: $line"; done <"$WORK/failures"
   fi
-  if [ "${KEEP:-0}" = 1 ]; then log "kept $WORK"; else rm -rf "$WORK"; fi
+  if [ "${KEEP:-0}" = 1 ]; then log "kept $WORK"; else remove_work; fi
   exit "$rc"
 }
 trap cleanup EXIT INT TERM

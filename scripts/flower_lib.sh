@@ -32,6 +32,16 @@ kill_group() {
   done
 }
 
+# remove_work: remove $WORK once its processes are gone. A process killed by the cleanup can
+# still be writing in it for a moment (a node's cache: seen, `rm` failing "Directory not
+# empty" after a passing run, which then exited 1), so it tries again for up to 10 s and never
+# fails the script.
+remove_work() {
+  local _
+  for _ in $(seq 20); do rm -rf "$WORK" 2>/dev/null && return 0; sleep 0.5; done
+  log "could not remove $WORK"
+}
+
 json_get() {  # json_get FILE PYTHON-EXPRESSION-ON-d
   "$BIN/python" -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"
 }
