@@ -186,7 +186,7 @@ stage_config() {  # stage_config NODE-TIMEOUT OVERRIDES: a stage run's run confi
   echo "$STAGE_CONFIG overrides='$STAGE_OVERRIDES $2 cache_dir=' node-timeout=$1 $STAGE_TIMEOUTS"
 }
 
-# faults CONNECTION N FROZEN-NODE KILLED-NODE: fedavg and ensemble over N clients
+# faults CONNECTION N FROZEN-NODE KILLED-NODE: fedavg and ensemble (FAULT_METHODS) over N clients
 # while three nodes misbehave at once: client 0's node sends garbage bytes (the run's
 # `attack=garbage`), FROZEN-NODE (the PID file name of client 1's node) is frozen (SIGSTOP) for
 # the whole run, KILLED-NODE (client 2's) is killed (SIGKILL) once its ClientApp is at work on its
@@ -202,7 +202,7 @@ faults() {
   wait_log "$killed" "SuperNode ID:" 300
   kill_tree STOP "$(cat "$WORK/logs/$frozen.pid")"
   log "faults: $frozen frozen (SIGSTOP); client 0's node sends garbage; $killed is killed once at work"
-  submit faults "$conn" "$(stage_config 120.0 "methods=fedavg,ensemble min_clients=$((n - 3)) malicious=1 attack=garbage")" &
+  submit faults "$conn" "$(stage_config 120.0 "methods=${FAULT_METHODS:-fedavg,ensemble} min_clients=$((n - 3)) malicious=1 attack=garbage")" &
   pid=$!
   if [ "${QUORUM_TOO:-0}" = 1 ]; then quorum_check "$conn" "$n" & qpid=$!; fi
   for _ in $(seq $((RUN_TIMEOUT * 5))); do  # its ClientApp appears when its instruction arrives
@@ -217,7 +217,7 @@ faults() {
     || fail "faults: run ended $(cat "$WORK/faults-status"); $(why faults)"
   local r="$WORK/faults/result.json"
   want=$("$BIN/python" -c "print(list(range(3, $n)))")
-  for m in 0 1; do
+  for m in $(seq 0 $(($(json_get "$r" "len(d['methods'])") - 1))); do
     used=$(json_get "$r" "d['methods'][$m]['clients_used']")
     [ "$used" = "$want" ] || fail "faults: $(json_get "$r" "d['methods'][$m]['key']") aggregated $used, expected clients 3..$((n - 1))"
   done
