@@ -36,12 +36,14 @@ LINT_LOG := runs/lint.log
 LINT = $(VENV)/ruff check src tests examples scripts \
 	&& $(VENV)/ruff format --check src tests examples scripts \
 	&& $(VENV)/mypy
+# the shell steps both test targets share: pytest (one worker per core) with lint and
+# type-check beside it, their exit statuses in $$tests and $$lint, the lint log printed after
+PYTEST_WITH_LINT = ( $(LINT) ) >$(LINT_LOG) 2>&1 & lint=$$!; \
+	  CUDA_VISIBLE_DEVICES= OMP_NUM_THREADS=1 $(VENV)/python -m pytest -q -n auto; tests=$$?; \
+	  wait $$lint; lint=$$?; echo "--- lint and type-check ($(LINT_LOG))"; cat $(LINT_LOG)
 test: setup data
 	@echo "pytest with lint beside it ($(LINT_LOG)), then Flower end to end and under faults ($(E2E_LOG))"
-	@mkdir -p runs; t0=$$(date +%s); ( $(LINT) ) >$(LINT_LOG) 2>&1 & lint=$$!; \
-	  CUDA_VISIBLE_DEVICES= OMP_NUM_THREADS=1 $(VENV)/python -m pytest -q -n auto; tests=$$?; \
-	  wait $$lint; lint=$$?; t1=$$(date +%s); \
-	  echo "--- lint and type-check ($(LINT_LOG))"; cat $(LINT_LOG); \
+	@mkdir -p runs; t0=$$(date +%s); $(PYTEST_WITH_LINT); t1=$$(date +%s); \
 	  CUDA_VISIBLE_DEVICES= bash scripts/flower_e2e.sh >$(E2E_LOG) 2>&1; flower=$$?; t2=$$(date +%s); \
 	  echo "--- Flower end to end and under faults ($(E2E_LOG))"; cat $(E2E_LOG); \
 	  test $$flower -eq 0 || grep "FAILED" $(E2E_LOG) | tail -n 5; \
@@ -52,9 +54,7 @@ test: setup data
 ## The inner loop: the test suite with lint and type-check beside it (as `make test`), without
 ## the Flower end-to-end script.
 test-fast: setup data
-	@mkdir -p runs; ( $(LINT) ) >$(LINT_LOG) 2>&1 & lint=$$!; \
-	  CUDA_VISIBLE_DEVICES= OMP_NUM_THREADS=1 $(VENV)/python -m pytest -q -n auto; tests=$$?; \
-	  wait $$lint; lint=$$?; echo "--- lint and type-check ($(LINT_LOG))"; cat $(LINT_LOG); \
+	@mkdir -p runs; $(PYTEST_WITH_LINT); \
 	  echo "pytest: exit $$tests; lint: exit $$lint"; test $$tests -eq 0 && test $$lint -eq 0
 
 ## The GPU's own check (issue 34), for a machine with a CUDA device: the demo's config and
