@@ -1,11 +1,11 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
 .PHONY: setup data demo test test-fast test-cuda docs check-site check-wheel lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
-	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-fol-defaults bench-user-datasets bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-scale bench-gpu check-kernels bench-membership bench-fedd3-privacy bench-fens bench-stats bench-stats-privacy bench-authors-stats bench-authors-fens bench-authors-fedd3 bench-merging bench-authors-merging claims bench-flower bench-flower-deploy bench-flower-sim bench-flower-scale check-flower-chaos check-reproduce check-committed check-committed-avx2 \
+	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-fol-defaults bench-user-datasets bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-scale bench-gpu check-kernels bench-membership bench-fedd3-privacy bench-fens bench-stats bench-stats-privacy bench-authors-stats bench-authors-fens bench-authors-fedd3 bench-merging bench-authors-merging bench-authors-selection claims bench-flower bench-flower-deploy bench-flower-sim bench-flower-scale check-flower-chaos check-reproduce check-committed check-committed-avx2 \
 	clean-cache
 VENV := .venv/bin
 
 setup:
-	@ONESHOTFL_EXTRAS=dev,flower,docs,track,flwr-datasets bash scripts/bootstrap.sh
+	@ONESHOTFL_EXTRAS=dev,flower,docs,track,flwr-datasets,crosscheck bash scripts/bootstrap.sh
 
 data:
 	@bash scripts/ensure_fashion_mnist.sh
@@ -136,6 +136,12 @@ bench-authors-merging: setup data
 	@test -n "$$FEDFISHER_REPO" -a -n "$$FEDLPA_REPO" || { echo "bench-authors-merging: expected FEDFISHER_REPO and FEDLPA_REPO naming checkouts of the authors' code (benchmarks/authors-merging.yaml), got none"; exit 2; }
 	VENV=$(VENV) bash scripts/sweep_shards.sh authors-merging authors-fedlpa
 	OMP_NUM_THREADS=2 $(VENV)/python scripts/fedlpa_stability.py benchmarks/merging-fmnist.yaml
+
+## The authors' DeDES selection and RegMean merge (FedFisher's algs/regmean.py) as plugins on the
+## same clients as bench-dedes / bench-merging (benchmarks/authors-dedes.yaml, authors-regmean.yaml).
+bench-authors-selection: setup data
+	@test -n "$$DEDES_REPO" -a -n "$$FEDFISHER_REPO" || { echo "bench-authors-selection: expected DEDES_REPO and FEDFISHER_REPO naming checkouts of the authors' code (benchmarks/authors-dedes.yaml, benchmarks/authors-regmean.yaml), got none"; exit 2; }
+	VENV=$(VENV) bash scripts/sweep_shards.sh authors-dedes authors-regmean
 
 ## The seed papers' headline claims against the committed results (docs/benchmarks/claims.md).
 claims: setup

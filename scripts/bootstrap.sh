@@ -2,7 +2,8 @@
 # Creates .venv with oneshotfl and its dev tools, once; re-installs when pyproject.toml changes
 # or when the requested extras change.
 # torch/torchvision are pinned to the builds this project is tested with (TORCH_SPEC overrides).
-# ONESHOTFL_EXTRAS picks the extras (default "dev"; "dev,flower" adds the Flower adapter).
+# ONESHOTFL_EXTRAS picks the extras (default "dev"; "dev,flower" adds the Flower adapter;
+# "crosscheck" the libraries tests/test_statistics_libraries.py checks client statistics against).
 #
 # The installer is uv (from the package registry, into a folder of .venv) where it can be had:
 # it resolves the same pins and extras as pip, from the same places (the index URLs, find-links

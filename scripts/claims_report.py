@@ -1,23 +1,28 @@
-"""The seed papers' headline claims against our committed results (issue 43).
+"""The seed papers' headline claims against our committed results (issues 43 and 51).
 
 ``benchmarks/claims.yaml`` lists, per claim, the paper's number and the settings of ours that
 come nearest: for each setting a method ``a`` of a committed sweep and what it is compared with
 (``b``: one method, or ``best_of`` several, the best on the mean; ``b_cell`` and
-``b_bench`` where it ran in another cell or sweep). This script reads the
-``result.json`` files, computes our difference (percentage points, mean ± std over seeds), and
-a verdict by one rule for every row:
+``b_bench`` where it ran in another cell or sweep). This script reads the ``result.json``
+files and, per setting, the **paired** difference ``a − b`` over the seeds both ran (the same
+federations): its mean and 95% t-interval (:mod:`oneshotfl.intervals`). One rule gives each
+setting a verdict from that interval:
 
-* ``beats`` (the paper's margin per setting): a setting *holds* where our margin is at least
-  half the paper's, *in direction* where it is positive but smaller, *fails* where it is not
-  positive. The row holds if every setting holds, holds in direction only if every setting is
-  at least in direction, does not hold if none is, and otherwise holds in k of n settings;
-* ``no_worse`` (a claim of parity, tolerance ``tol`` points): a setting holds where our
-  difference is above −tol;
-* ``ratio`` (a cost ratio b/a, e.g. bytes): holds where ours is at least half the paper's,
-  in direction where it is above 1.
+* ``beats`` (the paper's margin per setting): **holds** where the interval's lower end is at
+  least half the paper's margin, **in direction** where it is above 0, **fails** where the
+  upper end is below 0, **inconclusive** otherwise (and with fewer than 2 seeds); a setting
+  whose margin is ``null`` (the paper gives a direction, no number) holds where the lower end
+  is above 0;
+* ``no_worse`` (a claim of parity, tolerance ``tol`` points): the same rule on ``a − b + tol``
+  with no margin: holds where the lower end is above −tol, fails where the upper end is below
+  −tol;
+* ``ratio`` (a cost ratio b/a, e.g. bytes, the same on every seed): holds where the interval's
+  lower end is at least half the paper's ratio, in direction above 1, fails below 1.
 
-Writes ``benchmarks/results/claims/claims.json`` and the table between the
-``<!-- report:claims -->`` markers of ``docs/benchmarks/claims.md``.
+A row's verdict is its settings' verdict when they agree, else the count of each. A row whose
+result files are missing says which and is left out of the verdict count; a row on fewer than
+``MIN_SEEDS`` seeds is flagged. Writes ``benchmarks/results/claims/claims.json`` and the table
+between the ``<!-- report:claims -->`` markers of ``docs/benchmarks/claims.md``.
 
 Usage: python scripts/claims_report.py [benchmarks/claims.yaml] [MARKDOWN]
 """
@@ -33,9 +38,12 @@ from typing import Any
 
 import yaml
 
+from oneshotfl.intervals import VERDICTS, Interval, claim_verdict, mean_interval
 from oneshotfl.runner.report import splice_markdown
 
 RESULTS = Path("benchmarks/results")
+MIN_SEEDS = 5
+"""The seeds a claims row needs (issue 51); a row on fewer is flagged."""
 
 
 def series(bench: str, cell: str, key: str, field: str) -> dict[int, float]:
@@ -71,65 +79,78 @@ def reference(setting: dict[str, Any], field: str) -> tuple[str, dict[int, float
     return best, found[best]
 
 
-def mean_std(values: list[float]) -> str:
-    spread = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.fmean(values):+.2f} ± {spread:.2f}"
-
-
-def judge(kind: str, ours: float, paper: float | None, tol: float) -> str:
-    """``holds``, ``direction`` or ``fails`` for one setting (see the module docs)."""
-    if kind == "no_worse":
-        return "holds" if ours > -tol else "fails"
+def judge(kind: str, values: list[float], paper: float | None, tol: float) -> tuple[str, str]:
+    """One setting's verdict (see the module docs) and how its interval reads."""
+    found = mean_interval(values)
     if kind == "ratio":
         assert paper is not None
-        return "holds" if ours >= paper / 2 else "direction" if ours > 1 else "fails"
-    assert paper is not None
-    return "holds" if ours >= paper / 2 else "direction" if ours > 0 else "fails"
+        shown = f"{found.mean:.2f}×" + (
+            f" [{found.low:.2f}, {found.high:.2f}]" if found.available else " (CI n/a)"
+        )
+        if not found.available:
+            return "inconclusive", shown
+        if found.low >= paper / 2:
+            return "holds", shown
+        return ("in direction" if found.low > 1 else "fails" if found.high < 1
+                else "inconclusive"), shown  # fmt: skip
+    if kind == "no_worse":
+        shifted = Interval(found.mean + tol, found.low + tol, found.high + tol, found.n,
+                           found.level, found.reason)  # fmt: skip
+        return claim_verdict(shifted), found.bracket()
+    return claim_verdict(found, paper), found.bracket()
 
 
 def verdict(marks: list[str]) -> str:
-    if all(m == "holds" for m in marks):
-        return "holds"
-    if all(m != "fails" for m in marks):
-        return "holds in direction only"
-    if all(m == "fails" for m in marks):
-        return "does not hold"
-    good = sum(m != "fails" for m in marks)
-    return f"holds in {good} of {len(marks)} settings"
+    """A row's verdict: its settings' when they agree, else how many of each."""
+    if len(set(marks)) == 1:
+        return marks[0]
+    counts = {m: marks.count(m) for m in VERDICTS if m in marks}
+    return "mixed: " + ", ".join(f"{k} in {n}" for k, n in counts.items())
 
 
 def evaluate(claim: dict[str, Any]) -> dict[str, Any]:
     kind, field = claim.get("kind", "beats"), claim.get("field", "accuracy")
+    head = {k: claim[k] for k in ("id", "paper", "claim", "paper_number", "nearest")}
+    head |= {"reason": claim.get("reason", ""), "authors": claim.get("authors", "not run")}
     rows = []
-    for i, setting in enumerate(claim["settings"]):
-        a = series(setting["bench"], setting["cell"], setting["a"], field)
-        b_key, b = reference(setting, field)
-        seeds = sorted(set(a) & set(b))
-        if kind == "ratio":
-            values = [b[s] / a[s] for s in seeds]
-            shown = f"{statistics.fmean(values):.2f}×"
-        else:
-            values = [a[s] - b[s] for s in seeds]
-            shown = mean_std(values) + f" (n={len(seeds)})"
-        paper = claim["paper_values"][i] if "paper_values" in claim else None
-        mark = judge(kind, statistics.fmean(values), paper, float(claim.get("tol", 1.0)))
-        rows.append({"label": setting["label"], "against": b_key, "ours": shown,
-                     "values": values, "seeds": seeds, "mark": mark})  # fmt: skip
-    return {**{k: claim[k] for k in ("id", "paper", "claim", "paper_number", "nearest")},
-            "reason": claim.get("reason", ""), "authors": claim.get("authors", "not run"),
-            "settings": rows, "verdict": verdict([r["mark"] for r in rows])}  # fmt: skip
+    try:
+        for i, setting in enumerate(claim["settings"]):
+            a = series(setting["bench"], setting["cell"], setting["a"], field)
+            b_key, b = reference(setting, field)
+            seeds = sorted(set(a) & set(b))
+            if kind == "ratio":
+                values = [b[s] / a[s] for s in seeds]
+            else:
+                values = [a[s] - b[s] for s in seeds]
+            paper = claim["paper_values"][i] if "paper_values" in claim else None
+            mark, shown = judge(kind, values, paper, float(claim.get("tol", 1.0)))
+            rows.append({"label": setting["label"], "against": b_key, "ours": shown,
+                         "n": len(seeds), "values": values, "seeds": seeds,
+                         "mark": mark})  # fmt: skip
+    except (OSError, ValueError) as exc:
+        return {**head, "settings": rows, "missing": str(exc), "verdict": "missing results"}
+    fewest = min(r["n"] for r in rows)
+    return {**head, "settings": rows, "fewest_seeds": fewest,
+            "verdict": verdict([r["mark"] for r in rows])}  # fmt: skip
 
 
 def table(results: list[dict[str, Any]]) -> str:
     lines = [
-        "| # | paper | claim | the paper | nearest setting here | ours (a − b, points) "
+        "| # | paper | claim | the paper | nearest setting here "
+        "| ours (a − b, points: paired mean [95% interval], n seeds) "
         "| authors' code on our clients | verdict |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        ours = "; ".join(
-            f"{s['label']}: {s['ours']} vs `{s['against']}` ({s['mark']})" for s in r["settings"]
-        )
+        if "missing" in r:
+            ours = f"result files missing: {r['missing']}"
+        else:
+            ours = "; ".join(
+                f"{s['label']}: {s['ours']} (n={s['n']}) vs `{s['against']}` ({s['mark']})"
+                for s in r["settings"]
+            )
+            if r["fewest_seeds"] < MIN_SEEDS:
+                ours += f" — fewer than {MIN_SEEDS} seeds"
         why = f" — {r['reason']}" if r["reason"] else ""
         lines.append(
             f"| {r['id']} | {r['paper']} | {r['claim']} | {r['paper_number']} | {r['nearest']} "
@@ -147,14 +168,22 @@ def main(argv: list[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     document = {"command": f"python scripts/claims_report.py {path}", "claims": results}
     (out / "claims.json").write_text(json.dumps(document, indent=2) + "\n")
-    counts = statistics.multimode([r["verdict"] for r in results])
+    counted = [r for r in results if "missing" not in r]
+    tally = {v: sum(r["verdict"] == v for r in counted) for v in VERDICTS}
+    mixed = sum(r["verdict"].startswith("mixed") for r in counted)
+    short = sum(r["fewest_seeds"] < MIN_SEEDS for r in counted)
+    summary = ", ".join(f"{n} {v}" for v, n in tally.items() if n)
+    summary += f", {mixed} mixed" if mixed else ""
+    left_out = [r["id"] for r in results if "missing" in r]
     body = table(results) + (
-        f"\n\n{len(results)} claims (`{document['command']}`; most common verdict: "
-        f"{', '.join(counts)})."
+        f"\n\n{len(counted)} claims counted (`{document['command']}`): {summary}"
+        + (f"; {short} on fewer than {MIN_SEEDS} seeds" if short else "")
+        + (f"; left out, result files missing: {', '.join(left_out)}" if left_out else "")
+        + "."
     )
     splice_markdown(markdown, "claims", body)
     for r in results:
-        print(f"{r['id']}: {r['verdict']}")
+        print(f"{r['id']}: {r['verdict']}" + (f" ({r['missing']})" if "missing" in r else ""))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,13 @@
 """Render "FOL against local at the library's defaults" (issue 36) from committed results.
 
 Reads ``benchmarks/results/fol-defaults`` (digits, a 3 000-image Fashion-MNIST subset and the
-breast-cancer table, with and without the 300-step floor, 3 seeds) and
+breast-cancer table, with and without the 300-step floor, 5 seeds) and
 ``benchmarks/results/fol-defaults-fmnist`` (full Fashion-MNIST at the defaults, one seed) and
 splices the table ``fol-defaults-table`` into ``docs/benchmarks/personalisation.md``: per
 federation and budget, each method's personal accuracy (mean over seeds of the mean over
-clients, %), FOL − local per seed (mean, and the smallest and largest seed), and the share of
-FOL's teacher weight on the client's own model (mean over clients and seeds, round 1).
+clients, %), the share of FOL's teacher weight on the client's own model (mean over clients
+and seeds, round 1), and the paired differences (mean [95% t-interval] over the seeds, points)
+that decide the defaults: FOL − local, and each reading of the stage-3 weights − FOL's default.
 
 Usage: ``python scripts/fol_defaults_report.py [RESULTS_ROOT] [MARKDOWN]``.
 """
@@ -20,6 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from oneshotfl.intervals import difference_words, mean_interval
 from oneshotfl.runner.report import splice_markdown
 
 COLUMNS = (
@@ -30,6 +32,13 @@ COLUMNS = (
     ("fol:weight_split=val", "FOL, weights fitted on val"),
     ("peer_ensemble", "Neighbourhood ensemble"),
 )
+PAIRS = (
+    ("fol", "local", "FOL − local"),
+    ("fol:weights=uniform", "fol", "uniform weights − FOL"),
+    ("fol:weight_split=val", "fol", "weights fitted on val − FOL"),
+    ("fol-a", "fol", "FOL-A − FOL"),
+)
+"""The paired differences the table gives: (a, b, heading) for a − b over the seeds."""
 Doc = dict[str, Any]
 
 
@@ -59,31 +68,49 @@ def own_weight(method: Doc) -> list[float]:
     return shares
 
 
+def paired(values: list[float]) -> str:
+    """``+mean [low, high]`` of a paired difference, and its words where it is measurable."""
+    found = mean_interval(values)
+    if not found.available:
+        return f"{found.mean:+.2f} (1 seed)"
+    words = difference_words(found)
+    return found.bracket() + ("" if words.startswith("no") else f" ({words})")
+
+
 def table(docs: list[Doc]) -> str:
     acc: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    gain: dict[str, list[float]] = defaultdict(list)
     weight: dict[str, list[float]] = defaultdict(list)
     for doc in docs:
         row = federation(doc)
         means = {m["key"]: 100 * m["personal_accuracy"] for m in doc["methods"]}
         for key, value in means.items():
             acc[row][key].append(value)
-        gain[row].append(means["fol"] - means["local"])
         fol = next(m for m in doc["methods"] if m["key"] == "fol")
         weight[row] += own_weight(fol)
-    head = ["Federation, budget", *(name for _, name in COLUMNS)]
-    head += ["FOL − local (min … max)", "Own model's weight"]
+    head = ["Federation, budget", *(name for _, name in COLUMNS), "Own model's weight"]
     lines = ["| " + " | ".join(head) + " |", "|---" + "|---:" * (len(head) - 1) + "|"]
+    diffs = ["| Federation, budget | " + " | ".join(h for _, _, h in PAIRS) + " |"]
+    diffs.append("|---" + "|---:" * len(PAIRS) + "|")
     for row in sorted(acc):
+        n = len(acc[row]["fol"])
+        seeds = f"{n} seed{'s' if n > 1 else ''}"
         cells = [f"{statistics.fmean(acc[row][k]):.2f}" for k, _ in COLUMNS]
-        g = gain[row]
-        cells.append(f"{statistics.fmean(g):+.2f} ({min(g):+.2f} … {max(g):+.2f})")
         cells.append(f"{100 * statistics.fmean(weight[row]):.0f}%")
-        seeds = f"{len(g)} seed{'s' if len(g) > 1 else ''}"
         lines.append(f"| {row} ({seeds}) | " + " | ".join(cells) + " |")
+        gaps = [
+            paired([x - y for x, y in zip(acc[row][a], acc[row][b], strict=True)])
+            for a, b, _ in PAIRS
+        ]
+        diffs.append(f"| {row} ({seeds}) | " + " | ".join(gaps) + " |")
     env = docs[0]["environment"]
     where = f"{env['cpu']} ({env['cpu_id']}), torch {env['torch']}, {env['threads']} thread(s)"
-    lines += ["", f"Personal accuracy in %; recorded on {where}."]
+    lines += ["", f"Personal accuracy in %; recorded on {where}.", ""]
+    lines += [
+        "Paired differences in points, mean [95% t-interval] over the seeds (the same "
+        "federations); no words where the interval includes 0 (no measurable difference):",
+        "",
+        *diffs,
+    ]
     return "\n".join(lines)
 
 

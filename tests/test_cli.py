@@ -212,7 +212,7 @@ def test_one_run_command_runs_several_seeds(tmp_path: Path) -> None:
     docs = [json.loads((out / f"seed={s}" / "result.json").read_text()) for s in (0, 1)]
     assert [d["config"]["seed"] for d in docs] == [0, 1]
     assert "2 run(s), one per seed" in result.output
-    assert "mean ± std over 2 seeds" in result.output  # the spread, not only two tables
+    assert "mean ± 95% interval (Student t) over 2 seeds" in result.output  # not two tables
     mean = 100 * (docs[0]["methods"][0]["accuracy"] + docs[1]["methods"][0]["accuracy"]) / 2
     assert f"{mean:.2f} ±" in result.output
     bad = runner.invoke(app, ["run", *TINY, "--seed", "0,0", "--out", str(tmp_path / "b")])

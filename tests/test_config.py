@@ -96,8 +96,10 @@ def test_report_keeps_runs_that_differ_in_more_than_the_seed_apart() -> None:
 
     report = collect([doc(10, 0, 0.5), doc(10, 1, 0.7), doc(20, 0, 0.1)])
     assert report.settings == ["dirichlet α=0.1 · clients=10", "dirichlet α=0.1 · clients=20"]
-    mean, std = report.cells[("dirichlet α=0.1 · clients=10", "fedavg")].mean_std()
-    assert mean == 0.6 and abs(std - 0.1414) < 1e-3
+    cell = report.cells[("dirichlet α=0.1 · clients=10", "fedavg")]
+    found = cell.interval()  # t(0.975, 1) · 0.1414 / √2: the 95% half-width of two seeds
+    assert abs(found.mean - 0.6) < 1e-12 and abs(found.half_width - 1.2706) < 1e-3
+    assert cell.by_seed() == {0: 0.5, 1: 0.7}
 
 
 def test_sweep_groups_and_seed_order() -> None:
@@ -242,7 +244,9 @@ def test_report_tables_the_clients_facts_by_setting() -> None:
     header = "| pseudo_label_agreement (%) | dirichlet α=0.1 | dirichlet α=1.0 |"
     assert table.splitlines()[0] == header
     # seed 0: mean over clients 0.95, seed 1: 0.8 (a missing value is left out): 87.5 ± 10.61
-    assert "| fedage | 87.50 ± 10.61 | 50.00 ± 0.00 |" in table
+    # two seeds at α = 0.1: the 95% half-width t(0.975, 1) · 10.61 / √2; one seed at α = 1:
+    # no interval, the mean alone
+    assert "| fedage | 87.50 ± 95.30 | 50.00 |" in table
     assert "fedavg" not in table  # no facts, no row
     assert facts_table(collect([doc(0.1, 0, [])])) == ""
 

@@ -51,6 +51,19 @@ def test_the_mixed_pick_prefers_data_when_it_is_uneven_and_the_score_otherwise()
     assert pick_representative([1], sizes, scores, tau=0.9) == 1
 
 
+def test_the_mixed_pick_reads_the_median_of_an_even_cluster_as_the_authors_code_does() -> None:
+    """Sizes ordered largest first, position ⌊m/2⌋: in a pair that is the smaller member, so
+    an uneven pair goes to the larger (issue 51: read from the ascending order, a pair's
+    "median" was the largest itself, a ratio of 1, and the data rule never fired)."""
+    assert pick_representative([0, 1], [100.0, 50.0], [0.5, 0.9], tau=0.9) == 0  # 50/100 < τ
+    assert pick_representative([0, 1], [100.0, 95.0], [0.5, 0.9], tau=0.9) == 1  # 95/100 ≥ τ
+    four, scores = [0, 1, 2, 3], [0.5, 0.9, 0.6, 0.7]
+    # the third largest (80 < τ·100), not the second (95), is held against the largest
+    assert pick_representative(four, [100.0, 80.0, 95.0, 10.0], scores, tau=0.9) == 0
+    # tied largest: the first of them in the members' order
+    assert pick_representative(four, [100.0, 100.0, 10.0, 10.0], scores[::-1], tau=0.9) == 0
+
+
 def test_the_vote_is_the_weighted_majority_of_labels() -> None:
     logits = torch.tensor([[[5.0, 0.0]], [[0.0, 1.0]], [[0.0, 1.0]]])  # labels 0, 1, 1
     assert weighted_hard_vote(logits, torch.tensor([1.0, 1.0, 1.0])).argmax().item() == 1

@@ -111,3 +111,8 @@ def test_fedd3_runs_on_images_and_tables(tiny_config: Any, dataset: str, tmp_pat
     for m in result.methods:
         assert m.accuracy > chance + 0.2, (m.key, m.accuracy)
         assert m.upload_bytes_mean >= 10 * (row + 8)  # ten examples and their labels
+
+
+def test_a_negative_weight_decay_is_named_with_the_value_given() -> None:
+    with pytest.raises(ValueError, match=r"^server_weight_decay: expected >= 0, got -0\.5$"):
+        FedD3Config(server_weight_decay=-0.5)

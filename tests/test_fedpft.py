@@ -5,19 +5,25 @@ the shared encoder with bytes ordered by covariance type."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 import oneshotfl
+from helpers import make_server_context
+from oneshotfl.data.types import TaskInfo
 from oneshotfl.methods.fedpft import (
+    FedPft,
     FedPftConfig,
     bounded_counts,
     class_mixtures,
     psd_factor,
     sample_mixture,
 )
+from oneshotfl.protocol.outcome import GlobalModel
 
 
 def test_the_message_is_each_classs_mixture_and_a_rare_class_is_not_sent() -> None:
@@ -75,3 +81,31 @@ def test_fedpft_runs_on_the_shared_encoder(tiny_config: Any) -> None:
     assert up[0] < up[1] < up[2]
     for m in result.methods:
         assert m.accuracy > 0.5, (m.key, m.accuracy)
+        assert {"counts_limit", "clipped_clients", "clipped_features"} <= set(m.diagnostics)
+
+
+def test_clipping_an_honest_large_client_is_reported_and_noted() -> None:
+    rng = np.random.default_rng(0)
+    sizes = [100, 120, 100, 1000]  # quantity skew: client 3 holds ten times the others
+    cfg = FedPftConfig(wire="float32", epochs=1, min_steps=0)
+    payloads = {}
+    for client, n in enumerate(sizes):
+        y = np.arange(n) % 2
+        z = rng.normal(0, 1, (n, 4)) + 3 * y[:, None]
+        payloads[client] = class_mixtures(z, y, 2, cfg, seed=client)
+    task = TaskInfo(dataset="table", num_classes=2, in_channels=1, image_size=2)
+    encoder = SimpleNamespace(module=nn.Identity(), preprocess=None, task=task)
+    ctx = make_server_context(task, encoder=encoder, client_archs=("mlp",) * 4)
+    method = FedPft(cfg)
+    outcome = method.aggregate(payloads, ctx)
+    assert isinstance(outcome, GlobalModel)
+    info = outcome.info
+    assert info["counts_limit"] == 2 * 110  # twice the median client's 110
+    assert info["clipped_clients"] == [{"client": 3, "reported": 1000, "kept": 220}]
+    assert info["clipped_features"] == 780.0 and info["sampled_features"] == 540.0
+    (note,) = method.notes(info)
+    assert "3 (1000 -> 220)" in note and "780 of their 1000" in note, note
+    assert "honest" in note and "\n" not in note
+    unclipped = method.aggregate({c: payloads[c] for c in range(3)}, ctx)
+    assert isinstance(unclipped, GlobalModel) and unclipped.info["clipped_clients"] == []
+    assert method.notes(unclipped.info) == []

@@ -17,7 +17,15 @@ import oneshotfl
 from helpers import TINY, prepare, run_over, table_npz
 from oneshotfl.data.types import LabelledData, TaskInfo
 from oneshotfl.methods import MethodSpec, build_method
-from oneshotfl.methods.fens import FENS, FENSConfig, ServerAggregator, fedadam_step, proxy_split
+from oneshotfl.methods.fens import (
+    FENS,
+    FENSConfig,
+    ServerAggregator,
+    epoch_batches,
+    examples_seen,
+    fedadam_step,
+    proxy_split,
+)
 from oneshotfl.methods.fens_wire import AggregatorFields, aggregator_arrays
 from oneshotfl.models import create_model
 from oneshotfl.models.aggregator import StackedAggregator, stack_member_logits
@@ -188,3 +196,31 @@ def test_a_multi_round_method_shows_its_rounds_as_one_task(tmp_path: Path) -> No
     oneshotfl.run({**TINY, "methods": ["fedavg", spec], "cache_dir": None}, tracker=Recorder())
     assert ("fens:aggregator=linear:eval_every=2:rounds=4: 5 rounds", 5) in tasks
     assert not any(d.startswith("fedavg:") for d, _ in tasks)  # one round: no bar of rounds
+
+
+def test_local_steps_walk_epochs_and_weigh_a_client_by_its_examples_once() -> None:
+    # the authors' get_ratios: n once the steps cover an epoch, batch · steps below one
+    assert examples_seen(1000, 3, 128) == 384
+    assert examples_seen(300, 3, 128) == 300  # past one epoch: n, not 3 · 128 = 384
+    assert examples_seen(50, 1, 128) == 50
+    batches = epoch_batches(10, 5, 4, torch.Generator().manual_seed(0))
+    assert [len(b) for b in batches] == [4, 4, 2, 4, 4]  # an epoch's last batch: the rest
+    assert sorted(torch.cat(batches[:3]).tolist()) == list(range(10))  # each once an epoch
+    one = epoch_batches(10, 1, 4, torch.Generator().manual_seed(0))[0]
+    assert torch.equal(one, torch.randperm(10, generator=torch.Generator().manual_seed(0))[:4])
+    assert epoch_batches(0, 3, 4, torch.Generator()) == []
+    cfg = make_config({**TINY, "methods": ["fens"], "cache_dir": None})
+    fed = prepare(cfg)
+    reports: list[tuple[int, int]] = []
+
+    class Recording(FENS):
+        def client_update(self, ctx: Any) -> Payload:
+            out = super().client_update(ctx)
+            if ctx.round > 0:
+                reports.append((len(self._split(ctx)[1]), int(out.scalars["n_seen"])))
+            return out
+
+    knobs = FENSConfig(rounds=1, eval_every=1, aggregator="linear", local_steps=8, batch=16)
+    run_over("fens", Recording(knobs), fed, LocalTransport(fed))
+    assert len(reports) == 3 and all(n < 8 * 16 for n, _ in reports)
+    assert [seen for _, seen in reports] == [n for n, _ in reports]  # each its own n

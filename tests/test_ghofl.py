@@ -114,3 +114,22 @@ def test_a_gram_that_is_no_gram_cannot_break_the_head() -> None:
         model, _ = gaussian_head(stats, GhOflConfig(head=head))  # type: ignore[arg-type]
         assert torch.isfinite(model(torch.from_numpy(x))).all(), head
     assert np.allclose(psd_part(np.diag([2.0, -1.0])), np.diag([2.0, 0.0]))
+
+
+@pytest.mark.parametrize("head", ["nb", "lda", "qda"])
+def test_an_absent_class_costs_only_its_prior_and_is_predicted_far_from_the_rest(
+    head: str,
+) -> None:
+    rng = np.random.default_rng(0)
+    y = np.repeat([0, 1], 100)  # class 2 of 3: no client holds it
+    centres = np.array([[10.0, 0.0, 0.0], [-10.0, 0.0, 0.0]])
+    x = (centres[y] + rng.normal(0, 0.5, (200, 3))).astype(np.float32)
+    cfg = GhOflConfig(head=head)  # type: ignore[arg-type]
+    model, info = gaussian_head(class_statistics(x, y, 3, cfg.head).arrays, cfg)
+    assert info["classes_present"] == 2.0
+    probe = torch.tensor([[0.0, 0.0, 0.0], [10.0, 0.0, 0.0], [-10.0, 0.0, 0.0]])
+    logits = model(probe)
+    # the origin is far from both present means (their logits < −27.6): the absent class wins
+    assert logits.argmax(1).tolist() == [2, 0, 1]
+    if head == "lda":  # its mean is 0: its logit is log 1e-12 wherever x is
+        assert torch.allclose(logits[:, 2], torch.full((3,), np.log(1e-12)), atol=1e-4)

@@ -64,4 +64,5 @@ def test_the_upload_plot_shows_the_spread_of_the_seeds_of_one_setting() -> None:
     fedavg = next(m["accuracy"] for m in doc["methods"] if m["key"] == "fedavg")
     ((_, mean, spread),) = bytes_points(report, personal=False)["fedavg"]
     assert mean == pytest.approx(fedavg - 0.05)
-    assert spread == pytest.approx(0.1 / 2**0.5)  # std (n − 1) of two runs 0.1 apart
+    # the 95% half-width of two runs 0.1 apart: t(0.975, 1) · std (0.1 / √2) / √2
+    assert spread == pytest.approx(12.7062047 * 0.1 / 2**0.5 / 2**0.5, rel=1e-6)

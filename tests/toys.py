@@ -1,7 +1,12 @@
 """Two toy methods that prove the core carries new shapes of method in a few lines each
 (``tests/test_extending.py`` runs them and checks their length): a peer method and a
 generator-based (data-free) method. Neither is registered globally: tests register them in a
-scope with :func:`helpers.registered`."""
+scope with :func:`helpers.registered`.
+
+They are documented example plugins (``docs/adding-a-method.md``): they import from the plugin
+API, ``oneshotfl.extend``, and nothing else of oneshotfl, and ``tests/plugin_api.json`` pins
+their code to its version — a change of oneshotfl that makes them need an edit changes the
+version (``tests/test_plugin_api.py``)."""
 
 from __future__ import annotations
 
@@ -13,26 +18,29 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from oneshotfl.functional import kl_to_student
-from oneshotfl.methods.common import SendsTrainedModel, average_models, initial_model
-from oneshotfl.payload import Payload
-from oneshotfl.protocol.contract import (
+from oneshotfl.extend import (
+    BatchNormStatistics,
     ClientContext,
+    GlobalModel,
+    NoAugmentation,
     NoConfig,
+    Outcome,
+    Payload,
     PeerMethod,
     Requires,
+    SendsTrainedModel,
     ServerContext,
-    Topology,
-)
-from oneshotfl.protocol.fields import model_fields, model_from_fields
-from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.seeding import seeded_torch, torch_generator
-from oneshotfl.training.services import train_model
-from oneshotfl.training.synthesis import (
-    BatchNormStatistics,
-    NoAugmentation,
     SynthesisConfig,
+    Topology,
+    average_models,
+    kl_to_student,
+    model_fields,
+    model_from_fields,
+    seeded_torch,
+    shared_initial_model,
     synthesise,
+    torch_generator,
+    train_model,
 )
 
 
@@ -98,7 +106,7 @@ class DataFreeDistillation(SendsTrainedModel[NoConfig]):
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         task = ctx.task
         teachers = [model_from_fields(p, ctx.dims).to(ctx.device) for p in payloads.values()]
-        student = initial_model(ctx.server_arch or ctx.client_archs[0], task, ctx.seed)
+        student = shared_initial_model(ctx, ctx.server_arch or ctx.client_archs[0])
         shape = (task.in_channels, task.image_size, task.image_size)
         with seeded_torch(ctx.seed, "toy", "generator"):
             generator = Generator(16, task.num_classes, shape)

@@ -78,7 +78,8 @@ def line_plot(
     logx: bool = False,
     xfmt: Callable[[float], str] = "{:g}".format,
 ) -> Path:
-    """One line per series of ``(x, mean, std)`` points, with error bars.
+    """One line per series of ``(x, mean, error)`` points, with error bars (in the reports:
+    the half-width of the 95% interval over seeds).
 
     With ``logx`` and at most 8 distinct x values, the ticks sit on the measured points and
     are labelled by ``xfmt``.
@@ -107,7 +108,7 @@ def line_plot(
     return path
 
 
-#: One multi-round method in one setting: ``(round, mean, std, cumulative upload bytes)``.
+#: One multi-round method in one setting: ``(round, mean, error, cumulative upload bytes)``.
 RoundsCurve = Sequence[tuple[float, float, float, float]]
 
 
@@ -137,13 +138,15 @@ def rounds_plot(
             top.axhline(curve[0], ls="--", lw=1, color=colour, label=name)
             bottom.plot([curve[1]], [curve[0]], ls="none", marker="s", color=colour, label=name)
         for i, (name, points) in enumerate(sorted(curves.items())):
-            rounds, means, stds, sizes = (
+            rounds, means, errors, sizes = (
                 np.array(v, dtype=float) for v in zip(*points, strict=True)
             )
             colour = colours[i % len(colours)]
-            top.errorbar(rounds, means, yerr=stds, marker="o", capsize=3, color=colour, label=name)
+            top.errorbar(
+                rounds, means, yerr=errors, marker="o", capsize=3, color=colour, label=name
+            )
             bottom.errorbar(
-                sizes, means, yerr=stds, marker="o", capsize=3, color=colour, label=name
+                sizes, means, yerr=errors, marker="o", capsize=3, color=colour, label=name
             )
         top.set_title(setting, fontsize=9)
         top.set_xlabel("communication rounds")

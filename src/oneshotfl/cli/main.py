@@ -343,13 +343,24 @@ def report(
         Path | None, typer.Option(help="splice the table into this markdown")
     ] = None,
     section: Annotated[str, typer.Option(help="marker name in the markdown file")] = "",
+    baseline: Annotated[
+        str | None,
+        typer.Option(
+            help="the method the others are paired against (default: fedavg, else the first)"
+        ),
+    ] = None,
 ) -> None:
-    """Mean ± std over seeds as a markdown table, CSV summary and PNG plots."""
+    """Mean ± 95% interval over seeds and paired differences against a baseline method, as
+    markdown tables, CSV (summary.csv, paired.csv) and PNG plots."""
     setup_logging(False)
     out_dir = out or results / "report"
     try:
         _, text = write_report(
-            results, out_dir, str(results.name), link_from=markdown.parent if markdown else None
+            results,
+            out_dir,
+            str(results.name),
+            link_from=markdown.parent if markdown else None,
+            baseline=baseline,
         )
         if markdown is not None:
             splice_markdown(markdown, section or results.name, text)

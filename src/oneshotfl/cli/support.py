@@ -21,6 +21,7 @@ from oneshotfl.registry import RegistryError
 from oneshotfl.runner.config import ConfigError
 from oneshotfl.runner.errors import QuorumError
 from oneshotfl.runner.report import collect, human_bytes, setting_label
+from oneshotfl.runner.report_tables import interval_cell
 
 # Off a terminal (pipes, CI logs) rich would wrap tables at 80 columns; give them room.
 console = Console(width=None if sys.stdout.isatty() else 140)
@@ -117,21 +118,18 @@ def exit_if_failed(docs: Sequence[Mapping[str, Any]]) -> None:
 
 
 def seeds_table(docs: Sequence[Mapping[str, Any]]) -> Table:
-    """Mean ± standard deviation over the runs of one setting that differ in their seed (the
-    runs of ``run --seed 0,1,2``): each method's test and personal accuracy (%)."""
+    """Mean ± the half-width of the 95% t-interval over the runs of one setting that differ in
+    their seed (the runs of ``run --seed 0,1,2``): each method's test and personal accuracy (%)."""
     report = collect(docs)
-    table = Table(title=f"mean ± std over {len(docs)} seeds (standard deviation, n − 1)")
+    table = Table(title=f"mean ± 95% interval (Student t) over {len(docs)} seeds")
     for name in ("method", "setting", "accuracy", "personal", "runs"):
         table.add_column(name, justify="left" if name in ("method", "setting") else "right")
     for (setting, method), cell in report.cells.items():
-        mean, std = cell.mean_std()
-        personal = np.asarray(cell.personal, dtype=float)
-        spread = float(personal.std(ddof=1)) if len(personal) > 1 else 0.0
         table.add_row(
             method,
             setting,
-            f"{100 * mean:.2f} ± {100 * std:.2f}",
-            f"{100 * personal.mean():.2f} ± {100 * spread:.2f}" if len(personal) else "",
+            interval_cell(cell.interval()),
+            interval_cell(cell.interval(personal=True)) if cell.personal else "",
             str(len(cell.accuracy)),
         )
     return table

@@ -17,9 +17,11 @@ server, with no data:
    use for label skew, or a hierarchical linkage cut at K clusters — ``ward``, ``average``,
    ``complete``, ``single``), K = ``team`` (0: half the clients, rounded up — the paper's
    "about half of m");
-4. takes one model per cluster (:func:`pick_representative`, their "mixed" rule): the
-   largest-data member where the cluster's median member holds less than τ = ``tau`` of the
-   largest's data, else the best-scoring member;
+4. takes one model per cluster (:func:`pick_representative`, their "mixed" rule): with the
+   cluster's m members ordered by data, largest first, the largest-data member where the
+   member at position ⌊m/2⌋ of that order (the median; of an even cluster the lower of the
+   two middle ones, of a pair the smaller) holds less than τ = ``tau`` of the largest's
+   data, else the best-scoring member;
 5. predicts by the team's majority vote of labels weighted by n_k (``vote=hard``; their
    ``max_voting``) or by the n_k-weighted mean of softmaxes (``soft``).
 
@@ -38,6 +40,7 @@ from typing import Literal
 
 import numpy as np
 import torch
+from torch import nn
 
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.builders import client_models
@@ -101,6 +104,20 @@ def representations(last_layers: Sequence[np.ndarray]) -> np.ndarray:
     return np.where(span > 0, (r - low) / np.where(span > 0, span, 1.0), 0.0)
 
 
+def last_layer_vectors(models: Sequence[nn.Module]) -> list[np.ndarray]:
+    """Each model's last linear layer (of the first model's architecture), its weight then
+    its bias, flattened."""
+    last = list(linear_layers(models[0]))[-1]
+    vectors = []
+    for model in models:
+        state = model.state_dict()
+        parts = [state[f"{last}.weight"].numpy().ravel()]
+        if f"{last}.bias" in state:
+            parts.append(state[f"{last}.bias"].numpy())
+        vectors.append(np.concatenate(parts))
+    return vectors
+
+
 def cluster_labels(r: np.ndarray, k: int, method: Clustering, seed: int) -> np.ndarray:
     """A cluster label per row of ``r``, at most ``k`` clusters."""
     if k >= len(r):
@@ -117,10 +134,14 @@ def cluster_labels(r: np.ndarray, k: int, method: Clustering, seed: int) -> np.n
 def pick_representative(
     members: Sequence[int], sizes: Sequence[float], scores: Sequence[float], tau: float
 ) -> int:
-    """The "mixed" rule: the largest-data member when the median member holds less than τ of
-    its data, else the best-scoring member (ties: the first in ``members``)."""
-    by_size = sorted(members, key=lambda i: sizes[i])
-    largest = by_size[-1]
+    """The "mixed" rule of the authors' code. ``members`` (in ascending order, as a cluster's
+    members are listed) are ordered by data, largest first (ties keep their order); the
+    member at position ⌊m/2⌋ of that order is the median — the lower of the two middle ones
+    when m is even, the smaller of a pair. When the median's data is less than τ of the
+    first's, the first (the largest, the earliest of tied largest) is picked; otherwise the
+    best-scoring member (ties: the first in ``members``). A single member is picked."""
+    by_size = sorted(members, key=lambda i: sizes[i], reverse=True)  # stable: ties keep order
+    largest = by_size[0]
     if len(by_size) > 1 and sizes[by_size[len(by_size) // 2]] / sizes[largest] < tau:
         return largest
     return max(members, key=lambda i: scores[i])
@@ -151,24 +172,20 @@ class Dedes(SendsTrainedModel[DedesConfig]):
         score = accuracy(predict_logits(model, val.x, ctx.device), val.y)
         return super().client_update(ctx).merged(Payload({}, {"val_accuracy": float(score)}))
 
-    def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
+    def select(
+        self,
+        vectors: Sequence[np.ndarray],
+        sizes: Sequence[float],
+        scores: Sequence[float],
+        seed: int,
+    ) -> tuple[list[int], int]:
+        """Steps 1–4 on every model's last-layer vector (:func:`last_layer_vectors`), data size
+        and score: the team's positions (ascending) and how many models the filter dropped."""
         cfg = self.config
-        ids = sorted(payloads)
-        models = client_models(payloads, ctx.dims)
-        sizes = [float(payloads[c].scalars["n_examples"]) for c in ids]
-        scores = [float(payloads[c].scalars["val_accuracy"]) for c in ids]
         kept = outlier_filter(scores, cfg.outlier_scale, cfg.threshold)
-        last = list(linear_layers(models[0]))[-1]
-        layers = []
-        for i in kept:
-            state = models[i].state_dict()
-            parts = [state[f"{last}.weight"].numpy().ravel()]
-            if f"{last}.bias" in state:
-                parts.append(state[f"{last}.bias"].numpy())
-            layers.append(np.concatenate(parts))
-        k = cfg.team or -(-len(ids) // 2)
+        k = cfg.team or -(-len(scores) // 2)
         labels = cluster_labels(
-            representations(layers), k, cfg.clustering, derive_seed(ctx.seed, "dedes")
+            representations([vectors[i] for i in kept]), k, cfg.clustering, seed
         )
         team = sorted(
             pick_representative(
@@ -176,11 +193,21 @@ class Dedes(SendsTrainedModel[DedesConfig]):
             )
             for g in np.unique(labels)
         )
+        return team, len(scores) - len(kept)
+
+    def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
+        cfg = self.config
+        ids = sorted(payloads)
+        models = client_models(payloads, ctx.dims)
+        sizes = [float(payloads[c].scalars["n_examples"]) for c in ids]
+        scores = [float(payloads[c].scalars["val_accuracy"]) for c in ids]
+        seed = derive_seed(ctx.seed, "dedes")
+        team, outliers = self.select(last_layer_vectors(models), sizes, scores, seed)
         weights = torch.tensor([sizes[i] for i in team], dtype=torch.float32)
         info = {
             "team": [ids[i] for i in team],
             "team_size": float(len(team)),
-            "outliers": float(len(ids) - len(kept)),
+            "outliers": float(outliers),
         }
         rule = "vote" if cfg.vote == "hard" else "probabilities"
         return Ensemble([models[i] for i in team], weights, rule=rule, info=info)

@@ -1,7 +1,8 @@
-"""FedD3 (Song, Granqvist and Truong, "Federated Learning via Decentralized Dataset
-Distillation in Resource-Constrained Edge Environments", IJCNN 2023, arXiv 2208.11311;
-authors' code ``rruisong/FedD3``): every client distils its data into ``images`` synthetic
-examples and sends them once; the server trains a model from scratch on their union.
+"""FedD3 (Song, Liu, Chen, Festag, Trinitis, Schulz and Knoll, "Federated Learning via
+Decentralized Dataset Distillation in Resource-Constrained Edge Environments", IJCNN 2023,
+arXiv 2208.11311; authors' code ``rruisong/FedD3``): every client distils its data into
+``images`` synthetic examples and sends them once; the server trains a model from scratch on
+their union.
 
 Client k (``distill=kip``, the default as in both of the authors' examples) runs Kernel
 Inducing Points (Nguyen, Chen and Lee, ICLR 2021) with the neural tangent kernel Θ of an
@@ -118,7 +119,12 @@ class FedD3Config(Params):
         require(self.server_epochs >= 1, "server_epochs", ">= 1", self.server_epochs)
         require(self.server_batch >= 1, "server_batch", ">= 1", self.server_batch)
         require(self.server_lr > 0, "server_lr", "> 0", self.server_lr)
-        require(self.server_weight_decay >= 0, "server_weight_decay", ">= 0", 0.0)
+        require(
+            self.server_weight_decay >= 0,
+            "server_weight_decay",
+            ">= 0",
+            self.server_weight_decay,
+        )
 
 
 def ntk_fc_relu(

@@ -29,9 +29,10 @@ and Fisher to 15 bits per tensor to match a float32 model's bytes; ours sends fl
 client uploads about twice a model. Their models have no biases and no BatchNorm; ours may.
 
 ``curvature=kfac`` (their FedFisher(K-FAC)): per linear and convolutional layer the client
-sends the true Fisher's Kronecker factors (A_k, G_k) (:mod:`oneshotfl.methods.kfac`, the
-nngeometry convention), the objective's gradient is Σ_k p_k G_k (W̄ − W̄_k) A_k on W̄ = [W | b],
-and ``solver=adam`` runs the same rule with ε inside the root, w ← w − η m/√(v + ε), as their
+sends the true Fisher's Kronecker factors (A_k, G_k) (:mod:`oneshotfl.methods.kfac`: the
+product A ⊗ G nngeometry computes, split as in Grosse and Martens' KFC), the objective's
+gradient is Σ_k p_k G_k (W̄ − W̄_k) A_k on W̄ = [W | b], and ``solver=adam`` runs the same rule
+with ε inside the root, w ← w − η m/√(v + ε), as their
 code; ``closed`` solves the layer's system by conjugate gradients (at most ``steps``). No
 damping: directions the factors do not see keep FedAvg's values. They compress the factors
 (rank-50 SVD, 8 bits for LeNet) to a model's bytes; ours go whole, as float32.

@@ -25,6 +25,12 @@ types). The classifier is E followed by the head.
 The counts are each client's own report: before sampling, a client whose counts sum above
 twice the median client's is scaled down to it, so one client cannot make the server
 allocate for more features than twice the federation's typical client (nor buy weight).
+The server cannot tell a liar from an honest client that holds that much more data (quantity
+skew): both are scaled down alike, and the honest one's classes are under-sampled. A run
+says so: the method's diagnostics in ``result.json`` hold the limit (``counts_limit``), every
+scaled client with its reported and kept totals (``clipped_clients``) and the features not
+sampled (``clipped_features``), and where any client was scaled the run logs one warning
+line, kept in the method's ``notes``.
 
 ``noise``: ``independent`` (default: every mixture draws its own ε) or ``shared`` — the
 baseline rebuilds every mixture with the same ``random_state``, so every (client, class)
@@ -40,7 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -187,13 +193,50 @@ def sample_mixture(
     return means[which] + noise
 
 
+def counts_limit(counts: list[np.ndarray]) -> float:
+    """The most features one client's counts may sum to: twice the median client's sum."""
+    return CLIP_MEDIANS * float(np.median([float(c.sum()) for c in counts]))
+
+
 def bounded_counts(counts: list[np.ndarray]) -> list[np.ndarray]:
     """Each client's counts scaled so that their sum is at most twice the median client's."""
     totals = np.array([float(c.sum()) for c in counts])
-    limit = CLIP_MEDIANS * float(np.median(totals))
+    limit = counts_limit(counts)
     return [
         np.floor(c * min(1.0, limit / t)).astype(np.int64) if t > 0 else c
         for c, t in zip(counts, totals, strict=True)
+    ]
+
+
+def clipping(ids: list[int], reported: list[np.ndarray], kept: list[np.ndarray]) -> dict[str, Any]:
+    """What :func:`bounded_counts` did: the limit, each scaled client's reported and kept
+    totals (``clipped_clients``) and the features it dropped in all."""
+    scaled = [
+        {"client": c, "reported": int(r.sum()), "kept": int(k.sum())}
+        for c, r, k in zip(ids, reported, kept, strict=True)
+        if int(k.sum()) < int(r.sum())
+    ]
+    return {
+        "counts_limit": counts_limit(reported),
+        "clipped_clients": scaled,
+        "clipped_features": float(sum(s["reported"] - s["kept"] for s in scaled)),
+    }
+
+
+def clipping_note(diagnostics: Mapping[str, Any], listed: int = 5) -> list[str]:
+    """One line on the clients :func:`clipping` reports scaled down (none: no line)."""
+    scaled = diagnostics.get("clipped_clients") or []
+    if not scaled:
+        return []
+    reported = sum(s["reported"] for s in scaled)
+    who = ", ".join(f"{s['client']} ({s['reported']} -> {s['kept']})" for s in scaled[:listed])
+    more = f" and {len(scaled) - listed} more" if len(scaled) > listed else ""
+    dropped = int(diagnostics.get("clipped_features", 0))
+    return [
+        f"counts of {len(scaled)} client(s) summed above twice the median client's "
+        f"({diagnostics.get('counts_limit', 0):g}) and were scaled down to it: {who}{more}; "
+        f"{dropped} of their {reported} reported features not sampled (under quantity skew "
+        "these may be honest clients with more data)"
     ]
 
 
@@ -234,7 +277,8 @@ class FedPft(Method[FedPftConfig]):
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         cfg = self.config
         ids = sorted(payloads)
-        counts = bounded_counts([np.asarray(payloads[c].arrays["counts"]) for c in ids])
+        reported = [np.asarray(payloads[c].arrays["counts"]) for c in ids]
+        counts = bounded_counts(reported)
         features, labels = [], []
         for client, n_c in zip(ids, counts, strict=True):
             arrays = {
@@ -283,5 +327,9 @@ class FedPft(Method[FedPftConfig]):
         info = {
             "sampled_features": float(len(x)),
             "classes_sent": float(sum(int((n > 0).sum()) for n in counts)),
+            **clipping(ids, reported, counts),
         }
         return GlobalModel(encoded_head(ctx, head.cpu().eval()), info)
+
+    def notes(self, diagnostics: Mapping[str, Any]) -> list[str]:
+        return clipping_note(diagnostics)

@@ -12,9 +12,12 @@ stacked member-major, width K·C) with the labels — held in its artefact store
 rounds, which send only the aggregator.
 
 Rounds 1 … R: each client takes ``local_steps`` SGD steps (lr ``client_lr`` 1.0) of
-cross-entropy on a batch of ``batch`` (128) of its (z, y) and sends the change Δ_k with the
-examples it used r_k; the server averages Δ = Σ r_k Δ_k / Σ r_k and takes the authors'
-FedAdam step (:func:`fedadam_step`, no bias correction):
+cross-entropy on batches of ``batch`` (128) of its n_k pairs (z, y), a fresh shuffle of them
+each epoch walked in order (:func:`epoch_batches`, as the authors' shuffled data loader), and
+sends the change Δ_k with r_k = min(n_k, ``local_steps`` · ``batch``), the examples it used
+(:func:`examples_seen`: n_k once the steps cover an epoch, as the authors' ``get_ratios``
+weighs clients); the server averages Δ = Σ r_k Δ_k / Σ r_k and takes the authors' FedAdam
+step (:func:`fedadam_step`, no bias correction):
 
     m ← β₁ m + (1 − β₁) Δ,   v ← β₂ v + (1 − β₂) Δ²,   θ ← θ + η m / (√v + ε)
 
@@ -160,6 +163,27 @@ def mean_change(
     return mean
 
 
+def examples_seen(n: int, steps: int, batch: int) -> int:
+    """r = min(n, steps · batch): the distinct examples ``steps`` batches of ``batch`` take
+    from n walked through in order — all n once the steps cover an epoch (the authors'
+    weight: n_i from one epoch on, batch · steps below it)."""
+    return min(n, steps * batch)
+
+
+def epoch_batches(n: int, steps: int, batch: int, gen: torch.Generator) -> list[torch.Tensor]:
+    """The indices of ``steps`` batches of ``batch`` from n examples: a fresh shuffle of all
+    n each epoch, walked in order (an epoch's last batch holds what is left), as a shuffled
+    data loader gives them."""
+    batches: list[torch.Tensor] = []
+    order = torch.empty(0, dtype=torch.long)
+    for _ in range(steps if n else 0):
+        if not len(order):
+            order = torch.randperm(n, generator=gen)
+        batches.append(order[:batch])
+        order = order[batch:]
+    return batches
+
+
 def proxy_split(
     data: LabelledData, fraction: float, seed: int, client: int
 ) -> tuple[LabelledData, LabelledData]:
@@ -284,14 +308,14 @@ class FENS(Method[FENSConfig]):
         start = {n: p.detach().clone() for n, p in agg.named_parameters()}
         gen = torch_generator(ctx.seed, "client", ctx.client_id, "fens", ctx.round)
         opt = torch.optim.SGD(agg.parameters(), lr=cfg.client_lr)
-        seen = 0
-        for _ in range(cfg.local_steps if len(y) else 0):
-            pick = torch.randperm(len(y), generator=gen)[: cfg.batch].to(ctx.device)
+        steps = cfg.local_steps if len(y) else 0
+        for pick in epoch_batches(len(y), steps, cfg.batch, gen):
+            pick = pick.to(ctx.device)
             opt.zero_grad()
             F.cross_entropy(agg(z[pick]), y[pick]).backward()
             opt.step()
-            seen += len(pick)
         delta = {n: p.detach() - start[n] for n, p in agg.named_parameters()}
+        seen = examples_seen(len(y), steps, cfg.batch)
         return Payload(aggregator_arrays(delta, "delta"), {"n_seen": seen})
 
     # -- the server -----------------------------------------------------------------------

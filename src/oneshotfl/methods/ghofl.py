@@ -12,7 +12,7 @@ as the authors' client sums them):
 
 The server adds them up over the clients — so its head depends only on the sums and equals the
 head fitted on the pooled data, whatever the partition (GH-OFL's point) — and forms, with
-N_c = Σ n_c, N = Σ N_c, π_c = max(N_c / N, 10⁻¹²) (an absent class is never predicted):
+N_c = Σ n_c, N = Σ N_c, π_c = max(N_c / N, 10⁻¹²):
 
 * μ_c = A_c / max(N_c, 1);
 * Σ_pool = (B − Σ_c N_c μ_c μ_cᵀ) / (N − C), the pooled within-class covariance
@@ -31,6 +31,15 @@ onto the positive semi-definite cone (:func:`psd_part`; a no-op on honest statis
 client's Gram that is no Gram (negative eigenvalues) cannot make the Cholesky factor fail.
 Defaults are the authors' YAML: ``lda_shrink`` 0.05, ``qda_shrink`` 0.1. Linear algebra runs
 in float64 on the CPU.
+
+A class no client holds is *not* ruled out, in ours as in the authors' code (their
+``aggregate_clients_x`` clamps the prior and the count the same way): its mean is the origin
+(μ_c = 0) and its prior costs only log 10⁻¹² ≈ −27.6 nats. Its LDA logit is that constant
+everywhere, so it is predicted wherever every present class's logit falls below −27.6, as
+for features near the origin and far from all the present classes' means. Under NB its
+variances are all ε (at the origin its logit gains ½·d·log(1/ε) ≈ 6.9·d nats, and loses
+½‖x‖²/ε away from it); under QDA its covariance is Σ_pool. ``classes_present`` in a run's
+diagnostics says whether a class was absent.
 
 Against the authors' code (read through notes/issue-43/statistics-distilled-aggregator.md,
 commit fd6daf2 of their repository): the same statistics, estimators, shrinkage, ε and

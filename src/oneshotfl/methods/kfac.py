@@ -8,14 +8,18 @@ per-example output gradients g = ∂ log p_y(x) / ∂(layer output):
 
     A = (1/n) Σ_x Σ_s a_s a_sᵀ,      G = (1/n) Σ_x (1/S) Σ_s g_s g_sᵀ
 
-(Grosse and Martens' KFC convention, nngeometry's; S = 1 for a linear layer), so the layer's
+(Grosse and Martens' KFC convention; S = 1 for a linear layer), so the layer's
 Fisher block is approximated by A ⊗ G acting on the weight matrix W̄ = [W | b] (``out × d``)
 as vec(G W̄ A). ``scaling=kfac_pytorch`` takes the convention of the KFAC-Pytorch code FedLPA's
 authors build on: a convolution's A divided by S² and its G multiplied by S² — the same
 A ⊗ G, but a different split between the factors, which matters once each factor is damped.
 ``fisher=empirical`` takes y as the true label (FedLPA); ``true`` takes the expectation over
 the model's own predictive distribution exactly, Σ_c p_c(x) g_c g_cᵀ (one backward pass per
-class; FedFisher through nngeometry). Eval mode, so examples are independent.
+class; FedFisher through nngeometry). Eval mode, so examples are independent. nngeometry
+splits the same product A ⊗ G over the output locations as we do, but its A is ours times √m
+and its G ours over √m (m = C in nngeometry 0.3, C − 1 in 0.4, 1 for the empirical Fisher);
+FedFisher's server uses only the product, and tests/test_statistics_libraries.py checks both
+factors and the product against nngeometry and curvlinops.
 
 Server side. With client shares p_k and factors (A_k, G_k) — damped by γ as FedLPA's prior,
 Ã = A + γI, G̃ = G + γI — the product of the clients' Gaussian posteriors over a layer has

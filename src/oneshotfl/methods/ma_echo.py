@@ -170,14 +170,17 @@ def _class_split_average(
     states: list[dict[str, torch.Tensor]], holds: torch.Tensor
 ) -> dict[str, torch.Tensor]:
     """The plain average of every tensor, each head row (and bias) over the clients that hold
-    its class (all clients for a class nobody holds)."""
-    out = {k: torch.stack([s[k].float() for s in states]).mean(0) for k in states[0]}
-    weights = holds.float()
+    its class (all clients for a class nobody holds). In float64, rounded once to the
+    tensors' dtype: clients with equal tensors average to exactly that tensor, so that their
+    echo steps are exactly 0 (a rounding-size W − W_m would become a step of length λ once
+    ``normalise`` scales each row to unit length)."""
+    out = {k: torch.stack([s[k].double() for s in states]).mean(0) for k in states[0]}
+    weights = holds.double()
     weights[:, weights.sum(0) == 0] = 1.0
     weights = weights / weights.sum(0, keepdim=True)  # [N, C]
     for key in ("head.weight", "head.bias"):
         if key in out:
-            stacked = torch.stack([s[key].float() for s in states])  # [N, C, ...]
+            stacked = torch.stack([s[key].double() for s in states])  # [N, C, ...]
             shape = (len(states), -1) + (1,) * (stacked.dim() - 2)
             out[key] = (weights.view(shape) * stacked).sum(0)
     return {k: v.to(states[0][k].dtype) for k, v in out.items()}

@@ -13,11 +13,15 @@ With p_k = n_k / Σ n_j (``weighting``), the server solves, per linear weight W 
 the least-squares merge min_W Σ_k ‖X_k Wᵀ − X_k W_kᵀ‖² in the paper's closed form
 
     G̃_k = α·(p_k G_k) + (1 − α)·diag(p_k G_k)           (:func:`reduce_non_diagonal`)
-    W   = ((Σ_k G̃_k)⁺ Σ_k G̃_k W_kᵀ)ᵀ                      (:func:`regmean_weight`)
+    W   = W̄ + ((Σ_k G̃_k)⁺ Σ_k G̃_k (W_k − W̄)ᵀ)ᵀ,  W̄ = Σ_k p_k W_k     (:func:`regmean_weight`)
 
 with α = ``alpha`` (the off-diagonal scale; 1 is the exact least-squares merge) and ⁺ the
-Moore-Penrose pseudo-inverse (float64, Hermitian), so a singular Gram — an input feature a
-client never activates — gives no NaN. Every other tensor (convolutions, biases, BatchNorm) is
+Moore-Penrose pseudo-inverse (float64, Hermitian), so a singular Gram gives no NaN. Where the
+Grams span every input this is the paper's ((Σ_k G̃_k)⁻¹ Σ_k G̃_k W_kᵀ)ᵀ. Where they do not — an
+input no client's data activate: a dead ReLU unit, a pixel that is always 0 — the objective
+leaves those directions of W free, and W keeps the p-weighted average W̄ there (as FedFisher
+and the K-FAC merges keep FedAvg where their curvature is blind), so one client, or identical
+clients, merge to their own model. Every other tensor (convolutions, biases, BatchNorm) is
 averaged: uniformly (``others=uniform``, the authors' code) or with the p_k (``weighted``).
 
 Against the authors' code: they pick α from {0.1, 0.9} by accuracy on 500 labelled training
@@ -25,7 +29,12 @@ examples the server holds; ours holds no labels, so α is a knob (default 0.9, t
 own default). They compute G_k over at most 16,000 shuffled examples; ours over all n_k (or
 the first ``gram_examples``). They compress the Grams (rank-95 SVD + 8 bits for LeNet) to
 match a model's bytes; ours sends them whole (a 784-input MLP's first layer alone is 784²
-floats, about 2.4 MB). They run it on bias-free, BatchNorm-free models.
+floats, about 2.4 MB). They run it on bias-free, BatchNorm-free models. Their merge is the
+pseudo-inverse alone, ((Σ_k G̃_k)⁺ Σ_k G̃_k W_kᵀ)ᵀ: the minimum-norm solution, which sets W
+to 0 along every input direction the Grams do not span (a dead unit's column; with α = 1
+also the differences between inputs that are always equal, such as constant pixels), so a
+client merging alone, or identical clients, lose those weights; ours keeps W̄ there and is
+theirs on everything the Grams span.
 """
 
 from __future__ import annotations
@@ -118,14 +127,20 @@ def reduce_non_diagonal(gram: np.ndarray, alpha: float) -> np.ndarray:
 def regmean_weight(
     grams: list[np.ndarray], weights: list[np.ndarray], p: list[float], alpha: float
 ) -> np.ndarray:
-    """W = ((Σ_k G̃_k)⁺ Σ_k G̃_k W_kᵀ)ᵀ with G̃_k = reduce(p_k G_k, α) (float64)."""
+    """W = W̄ + ((Σ_k G̃_k)⁺ Σ_k G̃_k (W_k − W̄)ᵀ)ᵀ with G̃_k = reduce(p_k G_k, α) and
+    W̄ = Σ_k p_k W_k (float64): the least-squares merge ((Σ_k G̃_k)⁺ Σ_k G̃_k W_kᵀ)ᵀ on the
+    inputs the Grams span, W̄ on those they do not (see the module docs)."""
+    mean = sum(
+        (pk * w.astype(np.float64) for w, pk in zip(weights, p, strict=True)),
+        np.zeros(weights[0].shape, dtype=np.float64),
+    )
     total = np.zeros_like(grams[0], dtype=np.float64)
     target = np.zeros((grams[0].shape[0], weights[0].shape[0]), dtype=np.float64)
     for gram, w, pk in zip(grams, weights, p, strict=True):
         reduced = reduce_non_diagonal(pk * gram.astype(np.float64), alpha)
         total += reduced
-        target += reduced @ w.astype(np.float64).T
-    return (np.linalg.pinv(total, hermitian=True) @ target).T
+        target += reduced @ (w.astype(np.float64) - mean).T
+    return mean + (np.linalg.pinv(total, hermitian=True) @ target).T
 
 
 @register_method("regmean", "RegMean: linear layers merged in closed form from input Grams")

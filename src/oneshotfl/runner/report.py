@@ -1,4 +1,6 @@
-"""Benchmark reports: mean ± std over seeds as markdown, CSV and PNG plots."""
+"""Benchmark reports: mean ± 95% interval over seeds, paired differences against a reference
+method on the same federations, as markdown, CSV and PNG plots (the intervals:
+:mod:`oneshotfl.intervals`)."""
 
 from __future__ import annotations
 
@@ -14,9 +16,28 @@ import numpy as np
 
 from oneshotfl.runner.files import atomic_write_text, write_csv
 from oneshotfl.runner.report_plots import Cell, Report, human_bytes, natural_key, report_plots
+from oneshotfl.runner.report_tables import (
+    bytes_table,
+    cost_table,
+    facts_table,
+    markdown_table,
+    paired_rows,
+    paired_table,
+    reference_method,
+    summary_rows,
+)
 from oneshotfl.runner.results import iter_results
 
-__all__ = ["collect", "human_bytes", "natural_key", "splice_markdown", "write_report"]
+__all__ = [
+    "collect",
+    "cost_table",
+    "facts_table",
+    "human_bytes",
+    "markdown_table",
+    "natural_key",
+    "splice_markdown",
+    "write_report",
+]
 
 
 def setting_label(config: Mapping[str, Any]) -> str:
@@ -147,6 +168,7 @@ def collect(docs: Iterable[Mapping[str, Any]]) -> Report:
                 Cell(method=result.get("method", key), params=dict(result.get("params", {}))),
             )
             cell.accuracy.append(float(result["accuracy"]))
+            cell.seeds.append(marker[2])
             if result.get("personal_accuracy") is not None:
                 cell.personal.append(float(result["personal_accuracy"]))
             cell.personalised |= result.get("outcome") == "Personalised"
@@ -168,123 +190,15 @@ def collect(docs: Iterable[Mapping[str, Any]]) -> Report:
     return report
 
 
-def markdown_table(report: Report) -> str:
-    """Accuracy (%) mean ± std over seeds: methods as rows, settings as columns."""
-    head = "| method | " + " | ".join(report.settings) + " | upload / client |"
-    rule = "|---|" + "---:|" * (len(report.settings) + 1)
-    lines = [head, rule]
-    for method in report.methods:
-        cells, uploads = [], []
-        for setting in report.settings:
-            cell = report.cells.get((setting, method))
-            failed = len(report.failed.get((setting, method), []))
-            if cell is None:
-                cells.append(f"failed (n={failed})" if failed else "–")
-                continue
-            mean, std = cell.mean_std()
-            text = f"{100 * mean:.2f} ± {100 * std:.2f} (n={len(cell.accuracy)})"
-            cells.append(text + (f", {failed} failed" if failed else ""))
-            uploads.extend(cell.upload_bytes)
-        upload = human_bytes(float(np.mean(uploads))) if uploads else "–"
-        lines.append(f"| {method} | " + " | ".join(cells) + f" | {upload} |")
-    reasons = sorted({(m, why) for (_, m), whys in report.failed.items() for why in whys})
-    lines += ["", *(f"- {m} failed: {why}" for m, why in reasons)] if reasons else []
-    return "\n".join(lines)
-
-
-def bytes_table(report: Report) -> str:
-    """Upload bytes per client for every method (mean over all its runs), with the ratio to
-    the smallest non-zero upload: predictions against models at a glance."""
-    uploads: dict[str, float] = {}
-    for method in report.methods:
-        values = [b for (_, m), c in report.cells.items() if m == method for b in c.upload_bytes]
-        uploads[method] = float(np.mean(values))
-    positive = [v for v in uploads.values() if v > 0]
-    smallest = min(positive) if positive else 0.0
-    lines = ["| method | upload / client | × smallest |", "|---|---:|---:|"]
-    for method, value in sorted(uploads.items(), key=lambda kv: (kv[1], kv[0])):
-        ratio = f"{value / smallest:.1f}" if value > 0 and smallest > 0 else "–"
-        lines.append(f"| {method} | {human_bytes(value)} | {ratio} |")
-    return "\n".join(lines)
-
-
-COST_COLUMNS = {
-    "parameters": "parameters of the final model",
-    "flops_per_image": "forward FLOPs / image",
-    "trainable_server_parameters": "trained on the server",
-}
-"""The inference-cost columns of :func:`cost_table` (``inference`` and diagnostics)."""
-
-
-def cost_table(report: Report) -> str:
-    """Per method, over all its runs: the server's seconds (mean) and what the final model
-    costs to use (parameters, forward FLOPs per image, parameters the server trained — the
-    mean, since heterogeneous federations differ per run; a column no run reports is left
-    out). Empty when nothing was measured."""
-    if not any(c.costs or any(c.server_s) for c in report.cells.values()):
-        return ""
-    columns = [n for n in COST_COLUMNS if any(c.costs.get(n) for c in report.cells.values())]
-    head = "| method | server s (mean) | " + " | ".join(COST_COLUMNS[n] for n in columns)
-    lines = [head.rstrip(" |") + " |", "|---|" + "---:|" * (len(columns) + 1)]
-    for method in report.methods:
-        cells = [c for (_, m), c in report.cells.items() if m == method]
-        row = [f"{np.mean([s for c in cells for s in c.server_s]):.1f}"]
-        for name in columns:
-            values = [v for c in cells for v in c.costs.get(name, [])]
-            row.append(f"{np.mean(values):.4g}" if values else "–")
-        lines.append(f"| {method} | " + " | ".join(row) + " |")
-    return "\n".join(lines)
-
-
-def facts_table(report: Report) -> str:
-    """Per client fact (``client_facts`` of the results), its mean over each run's clients in
-    %, mean ± std over seeds: methods as rows, settings as columns ("" when none)."""
-    names = sorted({name for cell in report.cells.values() for name in cell.facts})
-    blocks = []
-    for name in names:
-        values_all = [v for c in report.cells.values() for v in c.facts.get(name, [])]
-        fraction = all(0.0 <= float(v) <= 1.0 for v in values_all)  # shown in %
-        unit = " (%)" if fraction else ""
-        lines = [f"| {name}{unit} | " + " | ".join(report.settings) + " |"]
-        lines.append("|---|" + "---:|" * len(report.settings))
-        for method in report.methods:
-            cells = [report.cells.get((s, method)) for s in report.settings]
-            if not any(c is not None and c.facts.get(name) for c in cells):
-                continue
-            row = []
-            for cell in cells:
-                values = np.asarray(cell.facts.get(name, []) if cell else [], dtype=float)
-                std = values.std(ddof=1) if len(values) > 1 else 0.0
-                scale = 100.0 if fraction else 1.0
-                mean, spread = scale * values.mean(), scale * std
-                text = f"{mean:.2f} ± {spread:.2f}" if fraction else f"{mean:.4g} ± {spread:.2g}"
-                row.append(text if len(values) else "–")
-            lines.append(f"| {method} | " + " | ".join(row) + " |")
-        blocks.append("\n".join(lines))
-    return "\n\n".join(blocks)
-
-
-def summary_rows(report: Report) -> list[dict[str, Any]]:
-    rows = []
-    for (setting, method), cell in report.cells.items():
-        mean, std = cell.mean_std()
-        rows.append(
-            {
-                "setting": setting,
-                "method": method,
-                "accuracy_mean": mean,
-                "accuracy_std": std,
-                "seeds": len(cell.accuracy),
-                "upload_bytes_mean": float(np.mean(cell.upload_bytes)),
-            }
-        )
-    return rows
-
-
 def write_report(
-    results_dir: Path, out_dir: Path, title: str = "", link_from: Path | None = None
+    results_dir: Path,
+    out_dir: Path,
+    title: str = "",
+    link_from: Path | None = None,
+    baseline: str | None = None,
 ) -> tuple[Report, str]:
-    """Write ``table.md``, ``summary.csv`` and PNG plots for every result under ``results_dir``.
+    """Write ``table.md``, ``summary.csv``, ``paired.csv`` and PNG plots for every result under
+    ``results_dir``.
 
     Args:
         results_dir: searched recursively for ``result.json``.
@@ -292,6 +206,8 @@ def write_report(
         title: plot title.
         link_from: directory the returned markdown's image links are relative to
             (default ``out_dir``).
+        baseline: the method every other one is paired against (default: ``fedavg`` when it
+            ran, else the first method).
 
     Returns:
         The report and its markdown (table, plot links, run count and wall time).
@@ -302,8 +218,14 @@ def write_report(
     )
     if report.runs == 0:
         raise FileNotFoundError(f"no result.json files under {results_dir}")
+    reference = reference_method(report, baseline)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_csv(out_dir / "summary.csv", summary_rows(report), list(summary_rows(report)[0]))
+    pairs = paired_rows(report, reference) if reference else []
+    if pairs:
+        write_csv(out_dir / "paired.csv", pairs, list(pairs[0]))
+    else:
+        (out_dir / "paired.csv").unlink(missing_ok=True)
     plots = report_plots(report, out_dir, title)
     sweep_metas = [json.loads(f.read_text()) for f in sorted(results_dir.glob("sweep*.json"))]
 
@@ -333,10 +255,18 @@ def write_report(
                 "Server time and what the final model costs to use (mean over runs; "
                 f"seconds measured on this machine):\n\n{costs}\n\n"
             )
+        paired = paired_table(report, reference) if reference else ""
+        if paired:
+            paired = (
+                f"Paired differences against `{reference}` on the same federations (points; "
+                "mean [95% t-interval] over the seeds both ran; an interval that includes 0 "
+                f"is no measurable difference):\n\n{paired}\n\n"
+            )
         return (
-            f"{markdown_table(report)}\n\nUpload per client (bytes counted on the wire, summed "
-            f"over rounds for multi-round methods):\n\n{bytes_table(report)}\n\n{costs}{facts}"
-            f"{links}\n\n{timing}.\n"
+            f"Test accuracy (%), mean ± the half-width of its 95% t-interval over seeds:\n\n"
+            f"{markdown_table(report)}\n\n{paired}Upload per client (bytes counted on the "
+            f"wire, summed over rounds for multi-round methods):\n\n{bytes_table(report)}\n\n"
+            f"{costs}{facts}{links}\n\n{timing}.\n"
         )
 
     atomic_write_text(out_dir / "table.md", render(out_dir))

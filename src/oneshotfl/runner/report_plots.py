@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from oneshotfl.intervals import Interval, mean_interval
 from oneshotfl.plots import RoundsCurve, line_plot, rounds_plot
 
 
@@ -21,6 +22,8 @@ class Cell:
     """The runs of one method in one setting (one value per seed)."""
 
     accuracy: list[float] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=list)
+    """The model seed of each value of ``accuracy`` (the federations paired differences pair)."""
     personal: list[float] = field(default_factory=list)
     personalised: bool = False
     upload_bytes: list[float] = field(default_factory=list)
@@ -31,9 +34,18 @@ class Cell:
     method: str = ""
     params: dict[str, Any] = field(default_factory=dict)
 
-    def mean_std(self) -> tuple[float, float]:
-        values = np.asarray(self.accuracy, dtype=float)
-        return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else 0.0
+    def interval(self, personal: bool = False) -> Interval:
+        """The mean accuracy over seeds (or the personal accuracy) and its 95% t-interval."""
+        return mean_interval(self.personal if personal else self.accuracy)
+
+    def by_seed(self) -> dict[int, float]:
+        """Accuracy by model seed (for paired differences)."""
+        return dict(zip(self.seeds, self.accuracy, strict=True))
+
+    def mean_ci(self) -> tuple[float, float]:
+        """``(mean, half-width of the 95% interval)`` for error bars (0 with one seed)."""
+        found = self.interval()
+        return found.mean, found.half_width if found.available else 0.0
 
 
 @dataclass
@@ -79,7 +91,7 @@ def report_plots(report: Report, out_dir: Path, title: str) -> dict[str, Path]:
             if setting in report.alphas:
                 alpha, extra = report.alphas[setting]
                 name = f"{method} ({extra})" if extra else method
-                series[name].append((alpha, *cell.mean_std()))
+                series[name].append((alpha, *cell.mean_ci()))
         plots["accuracy vs alpha"] = line_plot(
             series,
             out_dir / "accuracy_vs_alpha.png",
@@ -121,12 +133,12 @@ def report_plots(report: Report, out_dir: Path, title: str) -> dict[str, Path]:
 
 
 def bytes_points(report: Report, personal: bool) -> dict[str, list[tuple[float, float, float]]]:
-    """``method → [(upload bytes per client, mean, std)]`` of every method that uploads: test
-    accuracy, or with ``personal`` the personal accuracy (each client's final model on its own
-    label distribution; methods without one for every run are left out). The mean is over
-    settings (each setting's mean over its seeds); the spread is the standard deviation over
-    every run — seeds and settings — so one setting run with several seeds shows its seeds'
-    spread, not zero."""
+    """``method → [(upload bytes per client, mean, half-width)]`` of every method that uploads:
+    test accuracy, or with ``personal`` the personal accuracy (each client's final model on its
+    own label distribution; methods without one for every run are left out). The mean is over
+    settings (each setting's mean over its seeds); the error bar is the half-width of the 95%
+    t-interval over every run — seeds and settings — so one setting run with several seeds
+    shows its seeds' spread, not zero (no bar with one run)."""
     points: dict[str, list[tuple[float, float, float]]] = {}
     for method in report.methods:
         cells = [c for (_, m), c in report.cells.items() if m == method]
@@ -135,14 +147,15 @@ def bytes_points(report: Report, personal: bool) -> dict[str, list[tuple[float, 
             continue
         means = [float(np.mean(c.personal if personal else c.accuracy)) for c in cells]
         runs = [v for c in cells for v in (c.personal if personal else c.accuracy)]
-        spread = float(np.std(runs, ddof=1)) if len(runs) > 1 else 0.0
+        found = mean_interval(runs)
+        spread = found.half_width if found.available else 0.0
         points[method] = [(upload, float(np.mean(means)), spread)]
     return points
 
 
 def setting_series(report: Report) -> dict[str, dict[str, list[tuple[float, float, float]]]]:
     """When settings differ in exactly one numeric config key besides the partition (e.g.
-    ``clients``), ``key → method → [(value, mean, std)]`` for an accuracy-vs-key plot."""
+    ``clients``), ``key → method → [(value, mean, half-width)]`` for an accuracy-vs-key plot."""
     keys = {k for extras in report.extras.values() for k in extras}
     labels = {s.split(" · ")[0] for s in report.settings}  # the partition part
     if len(keys) != 1 or len(labels) != 1 or len(report.settings) < 2:
@@ -153,7 +166,7 @@ def setting_series(report: Report) -> dict[str, dict[str, list[tuple[float, floa
         return {}
     series: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
     for (setting, method), cell in report.cells.items():
-        series[method].append((float(report.extras[setting][key]), *cell.mean_std()))
+        series[method].append((float(report.extras[setting][key]), *cell.mean_ci()))
     return {key: dict(series)}
 
 
@@ -162,7 +175,7 @@ def parameter_series(
 ) -> dict[tuple[str, str], dict[str, list[tuple[float, float, float]]]]:
     """Sweeps of one hyper-parameter: for every method run as ``name`` and as several
     ``name:param=value`` variants that differ from it in that one numeric parameter,
-    ``(name, param) → setting → [(value, mean, std)]`` (the plain ``name`` row sits at its
+    ``(name, param) → setting → [(value, mean, half-width)]`` (the plain ``name`` row sits at its
     default value when that is a number). Kept when a setting has ``minimum`` points."""
     out: dict[tuple[str, str], dict[str, list[tuple[float, float, float]]]] = defaultdict(dict)
     for setting in report.settings:
@@ -176,11 +189,11 @@ def parameter_series(
             changed = [p for p in cell.params if cell.params[p] != base.get(p)]
             value = cell.params[changed[0]] if len(changed) == 1 else None
             if isinstance(value, int | float) and not isinstance(value, bool):
-                found[(cell.method, changed[0])].append((float(value), *cell.mean_std()))
+                found[(cell.method, changed[0])].append((float(value), *cell.mean_ci()))
         for (method, param), points in found.items():
             default = defaults[method].get(param)
             if isinstance(default, int | float) and not isinstance(default, bool):
-                points.append((float(default), *report.cells[(setting, method)].mean_std()))
+                points.append((float(default), *report.cells[(setting, method)].mean_ci()))
             if len(points) >= minimum:
                 out[(method, param)][setting] = points
     return dict(out)
@@ -193,7 +206,7 @@ ROUNDS_REFERENCES = ("fedol", "fedavg", "fedprox", "feddf", "fedhkt", "fedet", "
 def rounds_panels(
     report: Report, references: tuple[str, ...] = ROUNDS_REFERENCES
 ) -> dict[str, tuple[dict[str, RoundsCurve], dict[str, tuple[float, float]]]]:
-    """Per setting with a multi-round method: its curves (mean ± std over seeds of every
+    """Per setting with a multi-round method: its curves (mean ± 95% half-width over seeds of every
     round) and the one-shot reference methods' mean accuracy and upload bytes."""
     panels: dict[str, tuple[dict[str, RoundsCurve], dict[str, tuple[float, float]]]] = {}
     for setting in report.settings:
@@ -208,11 +221,12 @@ def rounds_panels(
                 for r in range(rounds):
                     accs = np.array([h[r]["accuracy"] for h in cell.histories], dtype=float)
                     sizes = np.mean([h[r]["upload_bytes_mean"] for h in cell.histories])
-                    std = float(accs.std(ddof=1)) if len(accs) > 1 else 0.0
-                    curve.append((float(r + 1), float(accs.mean()), std, float(sizes)))
+                    found = mean_interval(accs.tolist())
+                    half = found.half_width if found.available else 0.0
+                    curve.append((float(r + 1), found.mean, half, float(sizes)))
                 curves[key] = curve
             elif cell.method in references:
-                one_shot[key] = (cell.mean_std()[0], float(np.mean(cell.upload_bytes)))
+                one_shot[key] = (cell.mean_ci()[0], float(np.mean(cell.upload_bytes)))
         if curves:
             panels[setting] = (curves, one_shot)
     return panels

@@ -1,0 +1,143 @@
+"""Intervals over seeds (oneshotfl.intervals), the report's paired table and the claims rule
+(scripts/claims_report.py) on result files the test writes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scipy import stats
+
+from oneshotfl.intervals import (
+    claim_verdict,
+    difference_words,
+    mean_interval,
+    paired_difference,
+)
+from oneshotfl.runner.report import collect
+from oneshotfl.runner.report_tables import paired_rows, paired_table, reference_method
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_mean_interval_is_the_student_t_interval() -> None:
+    values = [0.61, 0.58, 0.66, 0.63, 0.60]
+    found = mean_interval(values)
+    low, high = stats.t.interval(0.95, 4, loc=sum(values) / 5, scale=stats.sem(values))
+    assert found.available and found.n == 5
+    assert found.low == pytest.approx(low, abs=1e-12)
+    assert found.high == pytest.approx(high, abs=1e-12)
+    assert mean_interval(values, level=0.9).half_width < found.half_width
+
+
+def test_fewer_than_two_values_give_no_interval_and_say_why() -> None:
+    one = mean_interval([0.7])
+    assert not one.available and one.n == 1 and one.mean == 0.7
+    assert math.isnan(one.low) and math.isnan(one.half_width)
+    assert "1 seed" in (one.reason or "")
+    assert one.text() == "0.70 (CI n/a)" and "n/a" in one.bracket()
+    none = mean_interval([])
+    assert not none.available and none.n == 0 and none.bracket() == "n/a"
+    assert claim_verdict(one, 1.0) == "inconclusive"  # never a verdict on one seed
+    assert difference_words(one) == "no measurable difference"
+    with pytest.raises(ValueError, match="level"):
+        mean_interval([1.0, 2.0], level=1.5)
+
+
+def test_paired_difference_pairs_by_seed_and_is_tighter_than_the_separate_intervals() -> None:
+    # the federation of each seed moves both methods; b is a steady 2 points above a
+    a = {0: 60.0, 1: 70.0, 2: 55.0, 3: 65.0, 4: 58.0}
+    b = {4: 60.1, 3: 66.9, 2: 57.2, 1: 71.8, 0: 62.0, 9: 99.0}  # seed 9: a never ran it
+    found, seeds = paired_difference(a, b)
+    assert seeds == [0, 1, 2, 3, 4]
+    assert found.mean == pytest.approx(-2.0, abs=1e-9)
+    assert found.high < 0 and difference_words(found) == "lower"
+    separate = mean_interval(a.values()).half_width + mean_interval(list(b.values())[:5]).half_width
+    assert found.half_width < separate / 10
+
+
+@pytest.mark.parametrize(
+    ("values", "margin", "verdict"),
+    [
+        ([5.0, 6.0, 5.5, 6.5, 5.8], 8.0, "holds"),  # lower end ≥ 4 = half the paper's 8
+        ([2.0, 3.0, 2.5, 3.5, 2.8], 8.0, "in direction"),  # above 0, below half the margin
+        ([-2.0, -3.0, -2.5, -3.5, -2.8], 8.0, "fails"),  # upper end below 0
+        ([-2.0, 3.0, 1.0, -1.0, 0.5], 8.0, "inconclusive"),  # the interval holds 0
+        ([2.0, 3.0, 2.5, 3.5, 2.8], None, "holds"),  # a claim of direction only
+    ],
+)
+def test_the_claims_rule_reads_the_interval(
+    values: list[float], margin: float | None, verdict: str
+) -> None:
+    assert claim_verdict(mean_interval(values), margin) == verdict
+
+
+def _doc(seed: int, accuracies: dict[str, float]) -> dict[str, Any]:
+    return {
+        "config": {"partition": "dirichlet", "alpha": 0.5, "seed": seed},
+        "methods": [
+            {"key": k, "accuracy": v, "upload_bytes_mean": 10.0} for k, v in accuracies.items()
+        ],
+    }
+
+
+def test_the_report_pairs_each_method_with_the_baseline_on_the_same_seeds() -> None:
+    docs = [
+        _doc(0, {"fedavg": 0.50, "ensemble": 0.60, "local": 0.40}),
+        _doc(1, {"fedavg": 0.70, "ensemble": 0.81, "local": 0.71}),
+        _doc(2, {"fedavg": 0.60, "ensemble": 0.69}),  # local did not run on seed 2
+    ]
+    report = collect(docs)
+    assert reference_method(report) == "fedavg"
+    rows = {r["method"]: r for r in paired_rows(report, "fedavg")}
+    assert rows["ensemble"]["seeds"] == 3
+    assert rows["ensemble"]["difference_mean"] == pytest.approx(10.0)
+    assert rows["ensemble"]["verdict"] == "higher"
+    assert rows["local"]["seeds"] == 2  # only the seeds both ran
+    assert rows["local"]["verdict"] == "no measurable difference"
+    table = paired_table(report, "fedavg")
+    assert "| minus `fedavg` |" in table and "(no measurable difference)" in table
+    with pytest.raises(ValueError, match="expected --baseline to be one of"):
+        reference_method(report, "fedol")
+    one = collect([_doc(0, {"fedavg": 0.5})])
+    assert reference_method(one) is None
+
+
+def _claims_module() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "claims_report", ROOT / "scripts/claims_report.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["claims_report"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_claims_rows_judge_the_paired_interval_and_a_missing_row_is_left_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    claims = _claims_module()
+    results = tmp_path / "results"
+    for seed, (a, b) in enumerate([(0.71, 0.60), (0.74, 0.62), (0.69, 0.59), (0.72, 0.61)]):
+        run = results / "bench" / f"cell=x_seed={seed}"
+        run.mkdir(parents=True)
+        doc = {"methods": [{"key": "a", "accuracy": a}, {"key": "b", "accuracy": b}]}
+        (run / "result.json").write_text(json.dumps(doc))
+    monkeypatch.setattr(claims, "RESULTS", results)
+    setting = {"label": "x", "bench": "bench", "cell": "cell=x", "a": "a", "b": "b"}
+    head = {"id": "T1", "paper": "P", "claim": "a beats b", "paper_number": "+10", "nearest": ""}
+    row = claims.evaluate({**head, "paper_values": [10.0], "settings": [setting]})
+    assert row["verdict"] == "holds" and row["fewest_seeds"] == 4  # lower end ≥ 5 points
+    assert row["settings"][0]["n"] == 4
+    gone = claims.evaluate({**head, "paper_values": [10.0], "settings": [{**setting, "cell": "y"}]})
+    assert gone["verdict"] == "missing results" and "expected results at" in gone["missing"]
+    text = claims.table([row, gone])
+    assert "fewer than 5 seeds" in text and "result files missing" in text
+    parity = claims.evaluate({**head, "kind": "no_worse", "tol": 1.0, "settings": [setting]})
+    assert parity["verdict"] == "holds"
