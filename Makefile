@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
 .PHONY: setup data demo test test-fast test-cuda docs check-site check-wheel lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
-	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-fol-defaults bench-user-datasets bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-scale bench-gpu check-kernels bench-membership bench-fedd3-privacy bench-fens bench-stats bench-stats-privacy bench-authors-stats bench-authors-fens bench-authors-fedd3 bench-merging bench-authors-merging bench-authors-selection claims bench-flower bench-flower-deploy bench-flower-sim bench-flower-scale check-flower-chaos check-reproduce check-committed check-committed-avx2 \
+	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-fol-defaults bench-user-datasets bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-scale bench-gpu check-kernels bench-membership bench-fedd3-privacy bench-fens bench-stats bench-fedpft-defaults bench-stats-privacy bench-authors-stats bench-authors-fens bench-authors-fedd3 bench-authors-fedage bench-authors-fedeov bench-authors-intactofl bench-merging bench-authors-merging bench-authors-selection claims bench-flower bench-flower-deploy bench-flower-sim bench-flower-scale check-flower-chaos check-reproduce check-committed check-committed-avx2 \
 	clean-cache
 VENV := .venv/bin
 
@@ -92,15 +92,38 @@ bench-core: setup data
 ## core benchmark's federations, two single-threaded shards.
 bench-merging: setup data
 	VENV=$(VENV) bash scripts/sweep_shards.sh merging-fmnist merging-clients
+	$(VENV)/python scripts/paired.py methods benchmarks/results/merging-fmnist $(MERGING_PAIRS) \
+	  > benchmarks/results/merging-fmnist/paired-readings.md
+
+## The readings the merging page compares, paired seed by seed (scripts/paired.py).
+MERGING_PAIRS := "fedfisher - fedavg" "fedfisher:solver=closed - fedfisher" "regmean - fedavg" \
+  "regmean:others=weighted - regmean" "regmean:alpha=0.1 - regmean" \
+  "regmean:others=weighted - ensemble" "fedfisher:curvature=kfac - fedfisher" \
+  "fedfisher:curvature=kfac - ensemble" "fedlpa - fedavg" "fedlpa:solver=approx - fedlpa" \
+  "fedlpa:solver=gd - fedlpa" "fedd3 - ensemble" "fedd3:images=100 - ensemble" \
+  "fedd3 - fedd3:threshold=1.01" "fedd3 - fedd3:distill=gmm"
 
 ## FENS's aggregator rounds beside the ensembles, and over client count (docs/benchmarks/merging.md).
 bench-fens: setup data
 	VENV=$(VENV) bash scripts/sweep_shards.sh fens-fmnist fens-clients
+	$(VENV)/python scripts/paired.py methods benchmarks/results/fens-fmnist "fens - ensemble" \
+	  "fens:aggregator=linear - ensemble" "fens:proxy=train - fens" \
+	  > benchmarks/results/fens-fmnist/paired-readings.md
 
 ## GH-OFL's and FedPFT's class statistics of the shared encoder, and over client count
 ## (docs/benchmarks/merging.md).
 bench-stats: setup data
 	VENV=$(VENV) bash scripts/sweep_shards.sh stats-fmnist stats-clients
+	$(VENV)/python scripts/paired.py methods benchmarks/results/stats-fmnist \
+	  "ghofl - centralized_head" "ghofl - head_ensemble" "ghofl - head_avg" \
+	  "ghofl:head=qda - ghofl" "ghofl:head=nb - ghofl" "fedpft:components=3 - fedpft" \
+	  "fedpft:covariance=diag - fedpft" "fedpft:components=3 - ghofl" \
+	  > benchmarks/results/stats-fmnist/paired-readings.md
+
+## FedPFT's lr and step floor against the baseline's, on five seeds (issue 51;
+## docs/benchmarks/merging.md): benchmarks/fedpft-defaults.yaml, two single-threaded shards.
+bench-fedpft-defaults: setup data
+	VENV=$(VENV) bash scripts/sweep_shards.sh fedpft-defaults
 
 ## The authors' server steps of GH-OFL and FedPFT as plugins on the same shared-encoder clients
 ## (seeds 0 and 1; docs/benchmarks/merging.md); GHOFL_REPO and FEDPFT_REPO name checkouts.
@@ -143,6 +166,24 @@ bench-authors-selection: setup data
 	@test -n "$$DEDES_REPO" -a -n "$$FEDFISHER_REPO" || { echo "bench-authors-selection: expected DEDES_REPO and FEDFISHER_REPO naming checkouts of the authors' code (benchmarks/authors-dedes.yaml, benchmarks/authors-regmean.yaml), got none"; exit 2; }
 	VENV=$(VENV) bash scripts/sweep_shards.sh authors-dedes authors-regmean
 
+## The authors' FedAGE (their pipeline.py client and server lines, unedited) as a plugin on the
+## clients of bench-fedage (seeds 0-4; docs/benchmarks/shared-encoder.md); FEDAGE_REPO names a checkout.
+bench-authors-fedage: setup data
+	@test -n "$$FEDAGE_REPO" || { echo "bench-authors-fedage: expected FEDAGE_REPO naming a checkout of the authors' code (benchmarks/authors-fedage.yaml), got none"; exit 2; }
+	VENV=$(VENV) bash scripts/sweep_shards.sh authors-fedage
+
+## The FedEOV authors' negatives and vote as plugins on our FedEOV/FedOV clients
+## (n = 10, disjoint, seeds 0-4; docs/benchmarks/open-set.md); FEDEOV_REPO names a checkout.
+bench-authors-fedeov: setup data
+	@test -n "$$FEDEOV_REPO" || { echo "bench-authors-fedeov: expected FEDEOV_REPO naming a checkout of the authors' code (benchmarks/authors-fedeov.yaml), got none"; exit 2; }
+	VENV=$(VENV) bash scripts/sweep_shards.sh authors-fedeov
+
+## The authors' IntactOFL server step (their generator, MoE gate and loop, unedited) as a plugin on
+## the clients of bench-intactofl's mixed group, seeds 0-4 (benchmarks/authors-intactofl.yaml).
+bench-authors-intactofl: setup data
+	@test -n "$$INTACTOFL_REPO" || { echo "bench-authors-intactofl: expected INTACTOFL_REPO naming a checkout of the authors' code (benchmarks/authors-intactofl.yaml), got none"; exit 2; }
+	VENV=$(VENV) bash scripts/sweep_shards.sh authors-intactofl
+
 ## The seed papers' headline claims against the committed results (docs/benchmarks/claims.md).
 claims: setup
 	$(VENV)/python scripts/claims_report.py benchmarks/claims.yaml
@@ -150,6 +191,9 @@ claims: setup
 ## DeDES on the same federations with validation splits (docs/benchmarks/merging.md).
 bench-dedes: setup data
 	VENV=$(VENV) bash scripts/sweep_shards.sh dedes-fmnist dedes-clients
+	$(VENV)/python scripts/paired.py methods benchmarks/results/dedes-fmnist "dedes - ensemble" \
+	  "dedes:vote=soft - dedes" "dedes - ensemble:weighting=size" \
+	  "dedes:vote=soft - ensemble:weighting=size" > benchmarks/results/dedes-fmnist/paired-readings.md
 
 ## The FedOL benchmark of issue 3 (docs/benchmarks/prediction-sharing.md): two single-threaded
 ## shards of the grid run in parallel, one per core (runs are deterministic at a fixed thread
@@ -219,7 +263,7 @@ bench-fol: setup data
 
 ## FOL against local at the library's defaults (issue 36; docs/benchmarks/personalisation.md):
 ## digits, a Fashion-MNIST subset and the breast-cancer table with and without the step floor,
-## and full Fashion-MNIST (the runs' recorded wall times: 21 min single-threaded in all).
+## and full Fashion-MNIST, five seeds (each run's wall time in its result.json).
 bench-fol-defaults: setup data
 	$(VENV)/python scripts/make_user_datasets.py runs/data/user
 	REPORT=0 VENV=$(VENV) bash scripts/sweep_shards.sh fol-defaults fol-defaults-fmnist
@@ -263,6 +307,8 @@ bench-scale: setup data
 	$(VENV)/python scripts/bench_client_batch.py cpu
 	OMP_NUM_THREADS=1 $(VENV)/oneshotfl sweep benchmarks/floor-bound.yaml --out benchmarks/results/floor-bound
 	$(VENV)/oneshotfl report benchmarks/results/floor-bound
+	$(VENV)/python scripts/paired.py settings benchmarks/results/floor-bound local_floor_epochs 0 50 \
+	  > benchmarks/results/floor-bound/paired-floor.md
 
 bench-gpu: setup data
 	$(VENV)/python scripts/bench_gpu.py

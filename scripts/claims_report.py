@@ -17,7 +17,8 @@ setting a verdict from that interval:
   with no margin: holds where the lower end is above −tol, fails where the upper end is below
   −tol;
 * ``ratio`` (a cost ratio b/a, e.g. bytes, the same on every seed): holds where the interval's
-  lower end is at least half the paper's ratio, in direction above 1, fails below 1.
+  lower end is above 1 by at least half the paper's margin (1 + (paper − 1) / 2), in direction
+  where it is above 1, fails where the upper end is below 1.
 
 A row's verdict is its settings' verdict when they agree, else the count of each. A row whose
 result files are missing says which and is left out of the verdict count; a row on fewer than
@@ -52,10 +53,12 @@ def series(bench: str, cell: str, key: str, field: str) -> dict[int, float]:
     out: dict[int, float] = {}
     for path in sorted((RESULTS / bench).glob(f"{cell}_seed=*/result.json")):
         seed = int(re.search(r"_seed=(\d+)$", path.parent.name).group(1))  # type: ignore[union-attr]
-        methods = json.loads(path.read_text())["methods"]
-        row = next((m for m in methods if m["key"] == key), None)
-        if row is None:
-            raise ValueError(f"{path}: expected a method {key!r}, got none")
+        doc = json.loads(path.read_text())
+        row = next((m for m in doc["methods"] if m["key"] == key), None)
+        if row is None and key in (doc.get("failed_methods") or {}):
+            continue  # it failed on this seed: the seeds it ran are paired
+        if row is None or row.get(field) is None:
+            raise ValueError(f"{path}: expected method {key!r} with a {field!r}, got none")
         value = float(row[field])
         out[seed] = 100 * value if field.endswith("accuracy") else value
     if not out:
@@ -83,13 +86,14 @@ def judge(kind: str, values: list[float], paper: float | None, tol: float) -> tu
     """One setting's verdict (see the module docs) and how its interval reads."""
     found = mean_interval(values)
     if kind == "ratio":
-        assert paper is not None
+        if paper is None:
+            raise ValueError("a ratio claim: expected a paper ratio in paper_values, got none")
         shown = f"{found.mean:.2f}×" + (
             f" [{found.low:.2f}, {found.high:.2f}]" if found.available else " (CI n/a)"
         )
         if not found.available:
             return "inconclusive", shown
-        if found.low >= paper / 2:
+        if found.low > 1 and found.low >= 1 + (paper - 1) / 2:  # half the paper's margin
             return "holds", shown
         return ("in direction" if found.low > 1 else "fails" if found.high < 1
                 else "inconclusive"), shown  # fmt: skip
@@ -127,8 +131,9 @@ def evaluate(claim: dict[str, Any]) -> dict[str, Any]:
             rows.append({"label": setting["label"], "against": b_key, "ours": shown,
                          "n": len(seeds), "values": values, "seeds": seeds,
                          "mark": mark})  # fmt: skip
-    except (OSError, ValueError) as exc:
-        return {**head, "settings": rows, "missing": str(exc), "verdict": "missing results"}
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+        why = str(exc) if isinstance(exc, OSError | ValueError) else f"{type(exc).__name__}: {exc}"
+        return {**head, "settings": rows, "missing": why, "verdict": "missing results"}
     fewest = min(r["n"] for r in rows)
     return {**head, "settings": rows, "fewest_seeds": fewest,
             "verdict": verdict([r["mark"] for r in rows])}  # fmt: skip

@@ -21,7 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from oneshotfl.intervals import difference_words, mean_interval
+from oneshotfl.intervals import difference_words, paired_difference
 from oneshotfl.runner.report import splice_markdown
 
 COLUMNS = (
@@ -68,9 +68,10 @@ def own_weight(method: Doc) -> list[float]:
     return shares
 
 
-def paired(values: list[float]) -> str:
-    """``+mean [low, high]`` of a paired difference, and its words where it is measurable."""
-    found = mean_interval(values)
+def paired(a: dict[int, float], b: dict[int, float]) -> str:
+    """``+mean [low, high]`` of ``a − b`` over the seeds both ran, and its words where it is
+    measurable."""
+    found, _ = paired_difference(a, b)
     if not found.available:
         return f"{found.mean:+.2f} (1 seed)"
     words = difference_words(found)
@@ -78,13 +79,13 @@ def paired(values: list[float]) -> str:
 
 
 def table(docs: list[Doc]) -> str:
-    acc: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    acc: dict[str, dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
     weight: dict[str, list[float]] = defaultdict(list)
     for doc in docs:
         row = federation(doc)
         means = {m["key"]: 100 * m["personal_accuracy"] for m in doc["methods"]}
         for key, value in means.items():
-            acc[row][key].append(value)
+            acc[row][key][int(doc["config"]["seed"])] = value
         fol = next(m for m in doc["methods"] if m["key"] == "fol")
         weight[row] += own_weight(fol)
     head = ["Federation, budget", *(name for _, name in COLUMNS), "Own model's weight"]
@@ -94,13 +95,10 @@ def table(docs: list[Doc]) -> str:
     for row in sorted(acc):
         n = len(acc[row]["fol"])
         seeds = f"{n} seed{'s' if n > 1 else ''}"
-        cells = [f"{statistics.fmean(acc[row][k]):.2f}" for k, _ in COLUMNS]
+        cells = [f"{statistics.fmean(acc[row][k].values()):.2f}" for k, _ in COLUMNS]
         cells.append(f"{100 * statistics.fmean(weight[row]):.0f}%")
         lines.append(f"| {row} ({seeds}) | " + " | ".join(cells) + " |")
-        gaps = [
-            paired([x - y for x, y in zip(acc[row][a], acc[row][b], strict=True)])
-            for a, b, _ in PAIRS
-        ]
+        gaps = [paired(acc[row][a], acc[row][b]) for a, b, _ in PAIRS]
         diffs.append(f"| {row} ({seeds}) | " + " | ".join(gaps) + " |")
     env = docs[0]["environment"]
     where = f"{env['cpu']} ({env['cpu_id']}), torch {env['torch']}, {env['threads']} thread(s)"

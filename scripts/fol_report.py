@@ -6,14 +6,15 @@ splices between markers of ``docs/benchmarks/personalisation.md``:
 
 * ``fol-table`` — the Tables 1/2 analogue, one table per graph: each method's personal
   accuracy (its model on the test split re-weighted to each client's own label distribution)
-  as mean ± std over clients and seeds, per ψ; the global references repeat in both tables.
+  as each seed's mean over its clients, mean ± the 95% half-width over seeds, per ψ; the
+  global references repeat in both tables.
 * ``fol-order`` — how often the paper's ordering FOL-A > FOL > FOL-AN > FOL-N holds, per pair,
   over every (graph, ψ, E, seed), and per E.
 * ``fol-claims`` — the differences the reading cites (FOL against ``local``, FedAvg with
   E = 3 rounds and the ensemble; what more rounds and the pruning buy), per ψ and graph: the
   mean over seeds and the smallest and largest seed.
 * ``fol-clients`` — the per-client table (the paper's "Satellite #" columns) at ψ = 0.7 on
-  the ring: each client's personal accuracy, mean ± std over seeds.
+  the ring: each client's personal accuracy, mean ± the 95% half-width over seeds.
 * ``fol-cost`` — bytes each client sends and receives, and the measured cost of FOL's stages
   per client: seconds to align one received model (fine-tune, prune, post-tune) and to
   distil one round (measured when the stage was computed; a cache hit repeats the figure).
@@ -37,6 +38,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from oneshotfl.intervals import mean_interval
 from oneshotfl.runner.report import splice_markdown
 
 PSIS = (0.7, 0.5, 0.3, 0.1)
@@ -106,11 +108,15 @@ def personal(docs: Iterable[Doc]) -> dict[tuple[str, float, str], Seeds]:
 
 
 def cell(seeds: Seeds) -> str:
-    pooled = [v for s in seeds for v in s.values()]
-    if not pooled:
+    """Each seed's mean over its clients, then their mean ± the half-width of the 95%
+    t-interval over the seeds (n = seeds)."""
+    means = [statistics.fmean(s.values()) for s in seeds if s]
+    if not means:
         return "–"
-    spread = statistics.pstdev(pooled) if len(pooled) > 1 else 0.0
-    return f"{statistics.fmean(pooled):.2f} ± {spread:.2f} (n={len(seeds)})"
+    found = mean_interval(means)
+    if not found.available:
+        return f"{found.mean:.2f} (n=1; CI n/a)"
+    return f"{found.mean:.2f} ± {found.half_width:.2f} (n={found.n})"
 
 
 def main_tables(peer: list[Doc], refs: list[Doc], csv_path: Path) -> str:
@@ -118,7 +124,8 @@ def main_tables(peer: list[Doc], refs: list[Doc], csv_path: Path) -> str:
     parts, records = [], []
     for graph, title in GRAPHS.items():
         lines = [
-            f"**{title}** — personal accuracy %, mean ± std over clients and seeds:",
+            f"**{title}** — personal accuracy % (each seed's mean over its clients), mean ± "
+            "the half-width of its 95% t-interval over seeds:",
             "",
             "| method | " + " | ".join(f"ψ = {p}" for p in PSIS) + " |",
             "|---|" + "---:|" * len(PSIS),
@@ -194,8 +201,9 @@ CLAIMS = (
 
 
 def claims_table(peer: list[Doc], refs: list[Doc]) -> str:
-    """The reading's comparisons, in points of personal accuracy, per ψ and graph: the mean
-    over seeds and [smallest, largest] seed; then how often FOL's variants beat ``local``."""
+    """The reading's comparisons, in points of personal accuracy, per ψ and graph: the paired
+    difference over seeds, mean [95% t-interval] (the same federations: one run holds both);
+    then how often FOL's variants beat ``local``."""
     ref_acc = {(d["config"]["psi"], d["config"]["seed"]): run_means(d) for d in refs}
     diffs: dict[tuple[str, float, str], list[float]] = defaultdict(list)
     above, cells = 0, 0
@@ -217,11 +225,8 @@ def claims_table(peer: list[Doc], refs: list[Doc]) -> str:
         row = []
         for psi, graph in columns:
             values = diffs.get((name, psi, graph), [])
-            row.append(
-                f"{statistics.fmean(values):+.2f} [{min(values):+.1f}, {max(values):+.1f}]"
-                if values
-                else "–"
-            )
+            found = mean_interval(values)
+            row.append(found.bracket() if found.n else "–")
         lines.append(f"| {name} | " + " | ".join(row) + " |")
     lines += ["", f"FOL's variants (every E) above `local`: {above} of {cells} runs × variants."]
     return "\n".join(lines)
@@ -250,9 +255,13 @@ def clients_table(peer: list[Doc], refs: list[Doc], psi: float = 0.7, graph: str
             continue
         cells = []
         for k in range(n):
-            vals = [s[k] for s in seeds if k in s]
-            spread = statistics.pstdev(vals) if len(vals) > 1 else 0.0
-            cells.append(f"{statistics.fmean(vals):.1f} ± {spread:.1f}" if vals else "–")
+            found = mean_interval(s[k] for s in seeds if k in s)
+            if not found.n:
+                cells.append("–")
+            elif not found.available:
+                cells.append(f"{found.mean:.1f}")
+            else:
+                cells.append(f"{found.mean:.1f} ± {found.half_width:.1f}")
         lines.append(f"| {row} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -304,13 +313,15 @@ def ablation_table(docs: list[Doc], full: str = "fol-a:rounds=3") -> str:
             per[m["key"]].append(by_client(m))
     means = [run_means(d) for d in docs]
     lines = [
-        "| row | personal accuracy % (mean ± std over clients and seeds) "
-        f"| against `{full}`, per seed |",
-        "|---|---:|---:|",
+        "| row | personal accuracy % (mean ± 95% half-width over seeds) "
+        f"| against `{full}`, per seed | paired, mean [95% interval] |",
+        "|---|---:|---:|---:|",
     ]
     for key, seeds in per.items():
-        against = " / ".join(f"{m[key] - m[full]:+.2f}" for m in means if key in m and full in m)
-        lines.append(f"| `{key}` | {cell(seeds)} | {against or '–'} |")
+        gaps = [m[key] - m[full] for m in means if key in m and full in m]
+        against = " / ".join(f"{g:+.2f}" for g in gaps)
+        paired = mean_interval(gaps).bracket() if key != full and gaps else "–"
+        lines.append(f"| `{key}` | {cell(seeds)} | {against or '–'} | {paired} |")
     return "\n".join(lines)
 
 

@@ -44,9 +44,11 @@ def test_fewer_than_two_values_give_no_interval_and_say_why() -> None:
     none = mean_interval([])
     assert not none.available and none.n == 0 and none.bracket() == "n/a"
     assert claim_verdict(one, 1.0) == "inconclusive"  # never a verdict on one seed
-    assert difference_words(one) == "no measurable difference"
+    assert difference_words(one) == "n/a"  # no interval: no claim either way
     with pytest.raises(ValueError, match="level"):
         mean_interval([1.0, 2.0], level=1.5)
+    with pytest.raises(ValueError, match="finite"):
+        mean_interval([1.0, float("nan")])
 
 
 def test_paired_difference_pairs_by_seed_and_is_tighter_than_the_separate_intervals() -> None:
@@ -106,6 +108,13 @@ def test_the_report_pairs_each_method_with_the_baseline_on_the_same_seeds() -> N
         reference_method(report, "fedol")
     one = collect([_doc(0, {"fedavg": 0.5})])
     assert reference_method(one) is None
+    # a method that only failed is no baseline: it has nothing to pair
+    failed = [
+        {**_doc(s, {"ensemble": 0.6 + s / 100, "local": 0.4}), "failed_methods": {"fedlpa": "x"}}
+        for s in (0, 1)
+    ]
+    assert collect(failed).methods[0] == "fedlpa"
+    assert reference_method(collect(failed)) == "ensemble"
 
 
 def _claims_module() -> Any:

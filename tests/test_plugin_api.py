@@ -131,7 +131,8 @@ def example_sources() -> dict[str, str]:
 
 
 def code_digest(source: str) -> str:
-    """A digest of a module's code: its docstrings and comments do not count."""
+    """A digest of a module's code: its docstrings and comments do not count, nor how a
+    Python version dumps its syntax tree (the code is written back by ``ast.unparse``)."""
     tree = ast.parse(source)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
@@ -139,7 +140,7 @@ def code_digest(source: str) -> str:
         value = first.value if isinstance(first, ast.Expr) else None
         if isinstance(value, ast.Constant) and isinstance(value.value, str):  # a docstring
             node.body = body[1:] or [ast.Pass()]  # type: ignore[attr-defined]
-    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()[:16]
+    return hashlib.sha256(ast.unparse(tree).encode()).hexdigest()[:16]  # stable across Pythons
 
 
 def live_examples() -> dict[str, str]:

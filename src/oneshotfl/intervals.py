@@ -97,6 +97,8 @@ def mean_interval(values: Iterable[float], level: float = 0.95) -> Interval:
     if not 0.0 < level < 1.0:
         raise ValueError(f"mean_interval: expected a level in (0, 1), got {level}")
     data = [float(v) for v in values]
+    if not all(math.isfinite(v) for v in data):
+        raise ValueError(f"mean_interval: expected finite values, got {data}")
     n = len(data)
     if n == 0:
         return Interval(math.nan, math.nan, math.nan, 0, level, "no values")
@@ -120,8 +122,10 @@ def paired_difference(
 
 
 def difference_words(interval: Interval) -> str:
-    """``higher``, ``lower`` or ``no measurable difference`` (the interval includes 0, or
-    there is none)."""
+    """``higher``, ``lower``, ``no measurable difference`` (the interval includes 0) or
+    ``n/a`` (there is no interval: fewer than 2 values)."""
+    if not interval.available:
+        return "n/a"
     if interval.contains_zero():
         return "no measurable difference"
     return "higher" if interval.low > 0 else "lower"

@@ -129,7 +129,8 @@ def regmean_weight(
 ) -> np.ndarray:
     """W = W̄ + ((Σ_k G̃_k)⁺ Σ_k G̃_k (W_k − W̄)ᵀ)ᵀ with G̃_k = reduce(p_k G_k, α) and
     W̄ = Σ_k p_k W_k (float64): the least-squares merge ((Σ_k G̃_k)⁺ Σ_k G̃_k W_kᵀ)ᵀ on the
-    inputs the Grams span, W̄ on those they do not (see the module docs)."""
+    inputs the Grams span, W̄ on those they do not (see the module docs). The pseudo-inverse
+    cuts singular values below d · ε₃₂ of the largest: the Grams are sent in float32."""
     mean = sum(
         (pk * w.astype(np.float64) for w, pk in zip(weights, p, strict=True)),
         np.zeros(weights[0].shape, dtype=np.float64),
@@ -140,7 +141,10 @@ def regmean_weight(
         reduced = reduce_non_diagonal(pk * gram.astype(np.float64), alpha)
         total += reduced
         target += reduced @ (w.astype(np.float64) - mean).T
-    return mean + (np.linalg.pinv(total, hermitian=True) @ target).T
+    # the Grams arrive in float32: directions below d · ε₃₂ of the largest are rounding, not
+    # data, and keep W̄ (numpy's default cut-off, 1e-15, would invert that noise)
+    cutoff = total.shape[0] * float(np.finfo(np.float32).eps)
+    return mean + (np.linalg.pinv(total, rcond=cutoff, hermitian=True) @ target).T
 
 
 @register_method("regmean", "RegMean: linear layers merged in closed form from input Grams")

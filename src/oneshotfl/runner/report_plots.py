@@ -137,8 +137,8 @@ def bytes_points(report: Report, personal: bool) -> dict[str, list[tuple[float, 
     test accuracy, or with ``personal`` the personal accuracy (each client's final model on its
     own label distribution; methods without one for every run are left out). The mean is over
     settings (each setting's mean over its seeds); the error bar is the half-width of the 95%
-    t-interval over every run — seeds and settings — so one setting run with several seeds
-    shows its seeds' spread, not zero (no bar with one run)."""
+    t-interval over seeds of each seed's mean over the settings it ran — the spread between
+    federations, not between settings (no bar with one seed)."""
     points: dict[str, list[tuple[float, float, float]]] = {}
     for method in report.methods:
         cells = [c for (_, m), c in report.cells.items() if m == method]
@@ -146,8 +146,11 @@ def bytes_points(report: Report, personal: bool) -> dict[str, list[tuple[float, 
         if upload <= 0 or (personal and any(len(c.personal) != len(c.accuracy) for c in cells)):
             continue
         means = [float(np.mean(c.personal if personal else c.accuracy)) for c in cells]
-        runs = [v for c in cells for v in (c.personal if personal else c.accuracy)]
-        found = mean_interval(runs)
+        by_seed: dict[int, list[float]] = defaultdict(list)
+        for c in cells:
+            for seed, value in zip(c.seeds, c.personal if personal else c.accuracy, strict=True):
+                by_seed[seed].append(value)
+        found = mean_interval(float(np.mean(v)) for v in by_seed.values())
         spread = found.half_width if found.available else 0.0
         points[method] = [(upload, float(np.mean(means)), spread)]
     return points

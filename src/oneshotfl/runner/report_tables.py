@@ -62,7 +62,8 @@ def markdown_table(report: Report) -> str:
 
 def reference_method(report: Report, wanted: str | None = None) -> str | None:
     """The method paired differences are taken against: ``wanted`` (it must be a row of the
-    report), else ``fedavg`` when it ran, else the first method; ``None`` for one method."""
+    report), else ``fedavg`` when it ran, else the first method that ran (a method that only
+    failed has no values to pair); ``None`` when fewer than two methods ran."""
     if wanted is not None:
         if wanted not in report.methods:
             raise ValueError(
@@ -70,9 +71,10 @@ def reference_method(report: Report, wanted: str | None = None) -> str | None:
                 f"({', '.join(report.methods)}), got {wanted!r}"
             )
         return wanted
-    if len(report.methods) < 2:
+    ran = [m for m in report.methods if any(k == m for _, k in report.cells)]
+    if len(ran) < 2:
         return None
-    return "fedavg" if "fedavg" in report.methods else report.methods[0]
+    return "fedavg" if "fedavg" in ran else ran[0]
 
 
 def paired_rows(report: Report, reference: str) -> list[dict[str, Any]]:
@@ -98,7 +100,7 @@ def paired_rows(report: Report, reference: str) -> list[dict[str, Any]]:
                     "difference_ci_low": found.low,
                     "difference_ci_high": found.high,
                     "seeds": len(seeds),
-                    "verdict": difference_words(found) if found.available else "n/a",
+                    "verdict": difference_words(found),
                     "text": (
                         found.bracket()
                         if found.available

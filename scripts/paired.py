@@ -1,0 +1,137 @@
+"""Paired differences over seeds that ``oneshotfl report``'s one baseline does not give.
+
+* ``settings RESULTS KEY A B``: each method at ``KEY=B`` minus the same method at ``KEY=A`` on
+  the same seed — a default decided between two settings (the step floor bounded at 50 epochs
+  or not, …); the key must not change the data, so a seed is the same federation;
+* ``methods RESULTS "X - Y" ...``: method X minus method Y in every setting both ran (readings
+  of one method against each other, a method against the ensemble, …).
+
+Both read every ``result.json`` under RESULTS, pair by seed, and print the mean difference in
+points and its 95% t-interval (:mod:`oneshotfl.intervals`) as a markdown table.
+
+Usage: python scripts/paired.py settings RESULTS KEY A B [--field accuracy|personal_accuracy]
+       python scripts/paired.py methods RESULTS "X - Y" ["X - Y" ...] [--field …]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from oneshotfl.intervals import difference_words, paired_difference
+from oneshotfl.runner.report import setting_label
+from oneshotfl.runner.results import iter_results
+
+IGNORED = {"seed", "cache_dir", "device", "workers", "methods"}
+"""Config keys that do not make two runs different federations."""
+LABEL_KEYS = {"clients", "dataset", "group", "model", "max_train"}
+"""Config keys that name a setting beside its partition, where they differ between runs."""
+
+
+def identity(config: dict[str, Any], key: str) -> str:
+    """What two runs to pair share: their config without ``key`` and the seed."""
+    return json.dumps({k: v for k, v in config.items() if k not in IGNORED | {key}}, sort_keys=True)
+
+
+def parse_value(text: str) -> Any:
+    """A command-line value as the config holds it (``50`` → 50, ``true`` → True)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def table(results: Path, key: str, a: Any, b: Any, field: str) -> str:
+    found: dict[tuple[str, str, Any], dict[int, float]] = defaultdict(dict)
+    for _, doc in iter_results(results):
+        config = doc["config"]
+        if config.get(key) not in (a, b):
+            continue
+        for method in doc["methods"]:
+            if method.get(field) is not None:
+                where = (identity(config, key), method["key"], config.get(key))
+                found[where][int(config["seed"])] = 100 * float(method[field])
+    rows = []
+    for (ident, method, value), by_seed in sorted(found.items(), key=lambda kv: str(kv[0])):
+        other = found.get((ident, method, a))
+        if value != b or other is None:
+            continue
+        diff, seeds = paired_difference(by_seed, other)
+        rows.append(f"| {method} | {len(seeds)} | {diff.bracket()} | {difference_words(diff)} |")
+    if not rows:
+        raise SystemExit(
+            f"paired: expected runs with {key}={a!r} and {key}={b!r} under {results}, found no pair"
+        )
+    head = [
+        f"| method | seeds | {key}={b} minus {key}={a} ({field}, points, mean [95% interval]) "
+        "| reading |",
+        "|---|---:|---:|---|",
+    ]
+    return "\n".join(head + rows)
+
+
+def methods_table(results: Path, pairs: list[str], field: str) -> str:
+    """Per setting (the config without its seed) and pair ``X - Y``: X minus Y over seeds."""
+    found: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
+    configs: dict[str, dict[str, Any]] = {}
+    for _, doc in iter_results(results):
+        config = doc["config"]
+        ident = identity(config, "seed")
+        configs[ident] = config
+        for method in doc["methods"]:
+            if method.get(field) is not None:
+                found[(ident, method["key"])][int(config["seed"])] = 100 * float(method[field])
+    varying = [k for k in sorted(LABEL_KEYS) if len({str(c.get(k)) for c in configs.values()}) > 1]
+    labels = {
+        ident: " · ".join(
+            [setting_label(c), *(f"{k}={c.get(k)}" for k in varying if c.get(k) is not None)]
+        )
+        for ident, c in configs.items()
+    }
+    rows = []
+    for pair in pairs:
+        x, sep, y = (part.strip() for part in pair.partition(" - "))
+        if not sep:
+            raise SystemExit(f"paired: expected a pair as 'X - Y', got {pair!r}")
+        for ident in sorted(labels, key=lambda i: labels[i]):
+            if (ident, x) in found and (ident, y) in found:
+                diff, seeds = paired_difference(found[(ident, x)], found[(ident, y)])
+                rows.append(
+                    f"| {labels[ident]} | `{x}` − `{y}` | {len(seeds)} | {diff.bracket()} "
+                    f"| {difference_words(diff)} |"
+                )
+    if not rows:
+        raise SystemExit(f"paired: expected runs of {', '.join(pairs)} under {results}, got none")
+    head = [
+        f"| setting | pair | seeds | difference ({field}, points, mean [95% interval]) | reading |",
+        "|---|---|---:|---:|---|",
+    ]
+    return "\n".join(head + rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="mode", required=True)
+    by_key = sub.add_parser("settings")
+    by_key.add_argument("results", type=Path)
+    by_key.add_argument("key")
+    by_key.add_argument("a")
+    by_key.add_argument("b")
+    by_method = sub.add_parser("methods")
+    by_method.add_argument("results", type=Path)
+    by_method.add_argument("pairs", nargs="+")
+    for each in (by_key, by_method):
+        each.add_argument("--field", default="accuracy")
+    args = parser.parse_args()
+    if args.mode == "settings":
+        a, b = parse_value(args.a), parse_value(args.b)
+        print(table(args.results, args.key, a, b, args.field))
+    else:
+        print(methods_table(args.results, args.pairs, args.field))
+
+
+if __name__ == "__main__":
+    main()
