@@ -13,7 +13,7 @@ HEADER = re.compile(
     r"^# Fresh clone at (\w+), [^,]+, (\d+) cores, (.+), idle \(scripts/clean_clone\.sh\)$"
 )
 QUOTE = re.compile(
-    r"From clean clones? of ((?:`[0-9a-f]{7,}`(?:,? (?:and )?)?)+) on a (\d+)-core (.+?),"
+    r"From (?:a )?clean clones? of ((?:`[0-9a-f]{7,}`(?:,? (?:and )?)?)+) on a (\d+)-core (.+?),"
     r" with nothing else running.*?`bash \.ci/run`, set-up included, took"
     r" \*\*([\d,]+(?:–[\d,]+)?) s\*\*.*?"
     r"`make demo` \*\*([\d,]+(?:–[\d,]+)?) s\*\* after set-up",
