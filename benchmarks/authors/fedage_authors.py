@@ -108,8 +108,8 @@ from torch.utils.data import DataLoader, RandomSampler, TensorDataset
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from load import authors_file, authors_functions
+from load import test_split as shared_test_split
 
-from oneshotfl.data.datasets import load_dataset
 from oneshotfl.encoders.base import EncodedClassifier
 from oneshotfl.extend import (
     ClientContext,
@@ -418,25 +418,10 @@ def authors_server_step(
     )
 
 
-_TEST: dict[str, LabelledData] = {}
-
-
 def test_split(task: TaskInfo) -> LabelledData:
-    """The dataset's test split, loaded once per process (module docs).
-
-    Raises:
-        ValueError: when its inputs or labels do not fit the run's task.
-    """
-    if task.dataset not in _TEST:
-        _TEST[task.dataset] = load_dataset(task.dataset).test
-    test = _TEST[task.dataset]
-    shape = (task.in_channels, task.image_size, task.image_size)
-    if tuple(test.x.shape[1:]) != shape or int(test.y.max()) >= task.num_classes:
-        raise ValueError(
-            f"fedage_authors: expected the test split of {task.dataset} with inputs {shape} and "
-            f"{task.num_classes} classes, got inputs {tuple(test.x.shape[1:])} (a feature skew?)"
-        )
-    return test
+    """The dataset's test split, loaded once per process (see the module docs)."""
+    split: LabelledData = shared_test_split(task, "fedage_authors")
+    return split
 
 
 def authors_digest() -> str:

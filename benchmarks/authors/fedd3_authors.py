@@ -82,8 +82,8 @@ from tqdm import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from load import authors_definitions, authors_file
+from load import test_split as shared_test_split
 
-from oneshotfl.data.datasets import load_dataset
 from oneshotfl.data.types import LabelledData, TaskInfo
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.builders import initial_model_parts, shared_initial_model, union_arch
@@ -127,25 +127,10 @@ def authors_digest() -> str:
     return hashlib.sha256(text).hexdigest()
 
 
-_TEST: dict[str, LabelledData] = {}
-
-
 def test_split(task: TaskInfo) -> LabelledData:
-    """The dataset's test split, loaded once per process (see the module docs).
-
-    Raises:
-        ValueError: when its inputs or labels do not fit the run's task.
-    """
-    if task.dataset not in _TEST:
-        _TEST[task.dataset] = load_dataset(task.dataset).test
-    test = _TEST[task.dataset]
-    shape = (task.in_channels, task.image_size, task.image_size)
-    if tuple(test.x.shape[1:]) != shape or int(test.y.max()) >= task.num_classes:
-        raise ValueError(
-            f"fedd3_authors: expected the test split of {task.dataset} with inputs {shape} and "
-            f"{task.num_classes} classes, got inputs {tuple(test.x.shape[1:])} (a feature skew?)"
-        )
-    return test
+    """The dataset's test split, loaded once per process (see the module docs)."""
+    split: LabelledData = shared_test_split(task, "fedd3_authors")
+    return split
 
 
 @contextlib.contextmanager

@@ -135,8 +135,8 @@ from tqdm import trange
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from load import authors_definitions
+from load import test_split as shared_test_split
 
-from oneshotfl.data.datasets import load_dataset
 from oneshotfl.encoders.cost import forward_flops, trainable_parameters
 from oneshotfl.extend import (
     GlobalModel,
@@ -383,26 +383,10 @@ def authors_code(record: Record, task: TaskInfo) -> dict[str, Any]:
     }
 
 
-_TEST: dict[str, LabelledData] = {}
-
-
 def test_split(task: TaskInfo) -> LabelledData:
-    """The dataset's test split, loaded once per process (see the module docs).
-
-    Raises:
-        ValueError: when its inputs or labels do not fit the run's task.
-    """
-    if task.dataset not in _TEST:
-        _TEST[task.dataset] = load_dataset(task.dataset).test
-    test = _TEST[task.dataset]
-    shape = (task.in_channels, task.image_size, task.image_size)
-    if tuple(test.x.shape[1:]) != shape or int(test.y.max()) >= task.num_classes:
-        raise ValueError(
-            f"intactofl_authors: expected the test split of {task.dataset} with inputs {shape} "
-            f"and {task.num_classes} classes, got inputs {tuple(test.x.shape[1:])} (a feature "
-            "skew?)"
-        )
-    return test
+    """The dataset's test split, loaded once per process (see the module docs)."""
+    split: LabelledData = shared_test_split(task, "intactofl_authors")
+    return split
 
 
 def scored_subset(test: LabelledData, n: int) -> LabelledData:

@@ -56,3 +56,28 @@ def authors_functions(
 ) -> dict[str, Callable[..., Any]]:
     """``names`` (functions) from ``$env/file``, run in ``scope`` (the globals they need)."""
     return authors_definitions(env, file, names, scope)
+
+
+_TEST: dict[str, Any] = {}
+
+
+def test_split(task: Any, plugin: str) -> Any:
+    """The dataset of ``task`` (a :class:`oneshotfl.data.types.TaskInfo`) reloaded by name: its
+    test split, once per process, for a plugin whose authors' code evaluates on the server.
+
+    Raises:
+        ValueError: when its inputs or labels do not fit the run's task (``plugin`` names the
+            plugin in the one-line message).
+    """
+    from oneshotfl.data.datasets import load_dataset
+
+    if task.dataset not in _TEST:
+        _TEST[task.dataset] = load_dataset(task.dataset).test
+    test = _TEST[task.dataset]
+    shape = (task.in_channels, task.image_size, task.image_size)
+    if tuple(test.x.shape[1:]) != shape or int(test.y.max()) >= task.num_classes:
+        raise ValueError(
+            f"{plugin}: expected the test split of {task.dataset} with inputs {shape} and "
+            f"{task.num_classes} classes, got inputs {tuple(test.x.shape[1:])} (a feature skew?)"
+        )
+    return test
