@@ -125,22 +125,29 @@ bench-stats: setup data
 bench-fedpft-defaults: setup data
 	VENV=$(VENV) bash scripts/sweep_shards.sh fedpft-defaults
 
+## $(call need_checkouts,VARS,SWEEPS): stop in one line unless every VAR names a checkout of the
+## authors' code (the benchmarks/authors/ plugins read them).
+define need_checkouts
+	@missing=""; for v in $(1); do [ -n "$$(printenv $$v)" ] || missing="$$missing $$v"; done; \
+	  [ -z "$$missing" ] || { echo "$@: expected$$missing naming checkouts of the authors' code ($(2)), got none"; exit 2; }
+endef
+
 ## The authors' server steps of GH-OFL and FedPFT as plugins on the same shared-encoder clients
 ## (seeds 0 and 1; docs/benchmarks/merging.md); GHOFL_REPO and FEDPFT_REPO name checkouts.
 bench-authors-stats: setup data
-	@test -n "$$GHOFL_REPO" -a -n "$$FEDPFT_REPO" || { echo "bench-authors-stats: expected GHOFL_REPO and FEDPFT_REPO naming checkouts of the authors' code (benchmarks/authors-stats.yaml), got none"; exit 2; }
+	$(call need_checkouts,GHOFL_REPO FEDPFT_REPO,benchmarks/authors-stats.yaml)
 	VENV=$(VENV) bash scripts/sweep_shards.sh authors-stats
 
 ## The authors' FENS server step (FedAdam on SmallNN) as a plugin on the same FENS clients (seed
 ## 0; docs/benchmarks/merging.md); FENS_REPO names a checkout of their code.
 bench-authors-fens: setup data
-	@test -n "$$FENS_REPO" || { echo "bench-authors-fens: expected FENS_REPO naming a checkout of the authors' code (benchmarks/authors-fens.yaml), got none"; exit 2; }
+	$(call need_checkouts,FENS_REPO,benchmarks/authors-fens.yaml)
 	VENV=$(VENV) bash scripts/sweep_shards.sh authors-fens
 
 ## The authors' FedD3 server step (their FedServer.train, on our cnn) as a plugin on the same
 ## FedD3 clients (seed 0; docs/benchmarks/merging.md); FEDD3_REPO names a checkout of their code.
 bench-authors-fedd3: setup data
-	@test -n "$$FEDD3_REPO" || { echo "bench-authors-fedd3: expected FEDD3_REPO naming a checkout of the authors' code (benchmarks/authors-fedd3.yaml), got none"; exit 2; }
+	$(call need_checkouts,FEDD3_REPO,benchmarks/authors-fedd3.yaml)
 	VENV=$(VENV) bash scripts/sweep_shards.sh authors-fedd3
 
 ## What GH-OFL's and FedPFT's class means reveal, inverted through the encoder (merging.md).
@@ -156,32 +163,32 @@ bench-fedd3-privacy: setup data
 ## then per layer where the descent is stable and the factor ablation on the merging table's
 ## clients, seeds 0-2 (scripts/fedlpa_stability.py; docs/benchmarks/merging.md); FEDFISHER_REPO and FEDLPA_REPO name checkouts of their code.
 bench-authors-merging: setup data
-	@test -n "$$FEDFISHER_REPO" -a -n "$$FEDLPA_REPO" || { echo "bench-authors-merging: expected FEDFISHER_REPO and FEDLPA_REPO naming checkouts of the authors' code (benchmarks/authors-merging.yaml), got none"; exit 2; }
+	$(call need_checkouts,FEDFISHER_REPO FEDLPA_REPO,benchmarks/authors-merging.yaml)
 	VENV=$(VENV) bash scripts/sweep_shards.sh authors-merging authors-fedlpa
 	OMP_NUM_THREADS=2 $(VENV)/python scripts/fedlpa_stability.py benchmarks/merging-fmnist.yaml
 
 ## The authors' DeDES selection and RegMean merge (FedFisher's algs/regmean.py) as plugins on the
 ## same clients as bench-dedes / bench-merging (benchmarks/authors-dedes.yaml, authors-regmean.yaml).
 bench-authors-selection: setup data
-	@test -n "$$DEDES_REPO" -a -n "$$FEDFISHER_REPO" || { echo "bench-authors-selection: expected DEDES_REPO and FEDFISHER_REPO naming checkouts of the authors' code (benchmarks/authors-dedes.yaml, benchmarks/authors-regmean.yaml), got none"; exit 2; }
+	$(call need_checkouts,DEDES_REPO FEDFISHER_REPO,benchmarks/authors-dedes.yaml and authors-regmean.yaml)
 	VENV=$(VENV) bash scripts/sweep_shards.sh authors-dedes authors-regmean
 
 ## The authors' FedAGE (their pipeline.py client and server lines, unedited) as a plugin on the
 ## clients of bench-fedage (seeds 0-4; docs/benchmarks/shared-encoder.md); FEDAGE_REPO names a checkout.
 bench-authors-fedage: setup data
-	@test -n "$$FEDAGE_REPO" || { echo "bench-authors-fedage: expected FEDAGE_REPO naming a checkout of the authors' code (benchmarks/authors-fedage.yaml), got none"; exit 2; }
+	$(call need_checkouts,FEDAGE_REPO,benchmarks/authors-fedage.yaml)
 	VENV=$(VENV) bash scripts/sweep_shards.sh authors-fedage
 
 ## The FedEOV authors' negatives and vote as plugins on our FedEOV/FedOV clients
 ## (n = 10, disjoint, seeds 0-4; docs/benchmarks/open-set.md); FEDEOV_REPO names a checkout.
 bench-authors-fedeov: setup data
-	@test -n "$$FEDEOV_REPO" || { echo "bench-authors-fedeov: expected FEDEOV_REPO naming a checkout of the authors' code (benchmarks/authors-fedeov.yaml), got none"; exit 2; }
+	$(call need_checkouts,FEDEOV_REPO,benchmarks/authors-fedeov.yaml)
 	VENV=$(VENV) bash scripts/sweep_shards.sh authors-fedeov
 
 ## The authors' IntactOFL server step (their generator, MoE gate and loop, unedited) as a plugin on
 ## the clients of bench-intactofl's mixed group, seeds 0-4 (benchmarks/authors-intactofl.yaml).
 bench-authors-intactofl: setup data
-	@test -n "$$INTACTOFL_REPO" || { echo "bench-authors-intactofl: expected INTACTOFL_REPO naming a checkout of the authors' code (benchmarks/authors-intactofl.yaml), got none"; exit 2; }
+	$(call need_checkouts,INTACTOFL_REPO,benchmarks/authors-intactofl.yaml)
 	VENV=$(VENV) bash scripts/sweep_shards.sh authors-intactofl
 
 ## The seed papers' headline claims against the committed results (docs/benchmarks/claims.md).

@@ -40,6 +40,7 @@ from typing import Any
 
 from oneshotfl.intervals import mean_interval
 from oneshotfl.runner.report import splice_markdown
+from oneshotfl.runner.report_tables import interval_cell
 
 PSIS = (0.7, 0.5, 0.3, 0.1)
 GRAPHS = {"ring": "ring", "random:degree=3": "random degree-3 graph"}
@@ -110,13 +111,7 @@ def personal(docs: Iterable[Doc]) -> dict[tuple[str, float, str], Seeds]:
 def cell(seeds: Seeds) -> str:
     """Each seed's mean over its clients, then their mean ± the half-width of the 95%
     t-interval over the seeds (n = seeds)."""
-    means = [statistics.fmean(s.values()) for s in seeds if s]
-    if not means:
-        return "–"
-    found = mean_interval(means)
-    if not found.available:
-        return f"{found.mean:.2f} (n=1; CI n/a)"
-    return f"{found.mean:.2f} ± {found.half_width:.2f} (n={found.n})"
+    return interval_cell(mean_interval(statistics.fmean(s.values()) for s in seeds if s), 1.0)
 
 
 def main_tables(peer: list[Doc], refs: list[Doc], csv_path: Path) -> str:
