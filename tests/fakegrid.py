@@ -76,9 +76,12 @@ def core(doc: dict[str, Any]) -> list[tuple[Any, ...]]:
     ]
 
 
-def run_on_grid(tmp_path: Path, cfg: ExperimentConfig, grid: FakeGrid, name: str = "out") -> Any:
+def run_on_grid(
+    tmp_path: Path, cfg: ExperimentConfig, grid: FakeGrid, name: str = "out", batch: bool = True
+) -> Any:
     config = tmp_path / f"{name}.yaml"
     config.write_text(yaml.safe_dump(cfg.to_dict()))
-    run_config = {"config": str(config), "out": str(tmp_path / name), "node-timeout": 1.0}
+    run_config: dict[str, Any] = {"config": str(config), "out": str(tmp_path / name)}
+    run_config |= {"node-timeout": 1.0, "batch-updates": batch}
     run_config["reply-timeout"] = 1.0  # the nodes answer at once; a silent one costs 1 s
     return run_server(grid, run_config, "test")

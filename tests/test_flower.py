@@ -5,6 +5,7 @@ equality with the local simulation are tested without starting Flower's runtime.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -15,13 +16,15 @@ import yaml
 
 flwr = pytest.importorskip("flwr")
 
-from flwr.app import Array, ArrayRecord, Error, Message, RecordDict  # noqa: E402
+from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, RecordDict  # noqa: E402
 
 import oneshotfl.flower.grid as grid_module  # noqa: E402
 import toys  # noqa: E402
 from fakegrid import FakeGrid, Tamper, core, run_on_grid, task_identity  # noqa: E402, F401
 from helpers import prepare, registered, run_config  # noqa: E402
+from oneshotfl.flower.batch import FAILED, read_batch_reply  # noqa: E402
 from oneshotfl.flower.messages import (  # noqa: E402
+    INSTRUCTION,
     PAYLOADS,
     REPLY,
     MessageError,
@@ -57,8 +60,60 @@ def test_flower_gives_the_local_simulation_result(tiny_config: Any, tmp_path: Pa
     assert flower["flower"]["no_reply"] == {}
     for name in ("result.json", "methods.csv", "clients.csv"):
         assert (tmp_path / "out" / name).is_file()
-    # one message per node per round: 3 methods x 1 round + 2 rounds, 3 nodes each
-    assert len(grid.sent) == 3 * (3 + 2)
+    # per node: one message for the round 0 of local, fedavg and ensemble (batch-updates),
+    # then fedavg_rounds' 2 rounds (its round 0 carries the server's initial model)
+    assert len(grid.sent) == 3 * (1 + 2)
+    batch = [m for m in grid.sent if m.content.config_records[INSTRUCTION]["batch"] != "[]"]
+    assert len(batch) == 3 and all(_keys(m) == ["local", "fedavg", "ensemble"] for m in batch)
+
+
+def _keys(message: Message) -> list[str]:
+    """The method keys an instruction asks for, its own first."""
+    record = message.content.config_records[INSTRUCTION]
+    return [str(record["key"]), *(k for k, _ in json.loads(str(record["batch"])))]
+
+
+def test_one_message_per_method_without_batch_updates_gives_the_same_result(
+    tiny_config: Any, tmp_path: Path
+) -> None:
+    """``batch-updates = false``: one message per node per method and round, the same result
+    as the batched run (the methods' client steps are the same, in the same order)."""
+    cfg = tiny_config(methods=["local", "fedavg", "ensemble"])
+    runs = {}
+    for batch in (True, False):
+        grid = FakeGrid(cfg.clients)
+        runs[batch] = run_on_grid(tmp_path, cfg, grid, f"batch-{batch}", batch=batch)
+        assert len(grid.sent) == 3 * (1 if batch else 3)
+        assert runs[batch]["flower"]["batch_updates"] is batch
+    assert core(runs[True]) == core(runs[False])
+    assert runs[True]["clients"] == runs[False]["clients"]
+
+
+def test_a_method_failing_on_a_node_in_a_batch_costs_the_others_nothing(
+    tiny_config: Any, tmp_path: Path
+) -> None:
+    """In a batched instruction, the node answers for every method it could run: the one
+    that failed there is named for that method only; a node whose whole answer is an error,
+    or is malformed, is named for every method of the batch."""
+    cfg = tiny_config(methods=["fedavg", "ensemble"], clients=4, min_clients=1)
+
+    def tamper(node: int, instruction: Message, reply: Message) -> Message | None:
+        if node == 101:  # ensemble's entry failed on this node
+            del reply.content[f"{REPLY}.1"], reply.content[f"{PAYLOADS}.1"]
+            reply.content[f"{FAILED}.1"] = ConfigRecord({"reason": "ValueError: no memory"})
+        elif node == 102:
+            return Message(Error(code=1, reason="node broken"), reply_to=instruction)
+        elif node == 103:  # an entry more than asked for
+            reply.content[f"{FAILED}.2"] = ConfigRecord({"reason": "?"})
+        return reply
+
+    doc = run_on_grid(tmp_path, cfg, FakeGrid(cfg.clients, tamper=tamper))
+    fedavg, ensemble = doc["methods"]
+    assert fedavg["clients_used"] == [0, 1] and ensemble["clients_used"] == [0]
+    assert "ValueError: no memory" in ensemble["no_reply"]["node 101 (client 1)"]
+    for method in (fedavg, ensemble):
+        assert "node broken" in method["no_reply"]["node 102"]
+        assert "malformed reply" in method["no_reply"]["node 103"]
 
 
 def test_a_silent_node_is_named_and_the_quorum_still_aggregates(
@@ -153,6 +208,9 @@ def test_bad_run_config_is_refused_clearly() -> None:
         ServerSettings.from_run_config({"reply-timeout": -1})
     settings = ServerSettings.from_run_config({"overrides": "clients=3 'model=mlp'"})
     assert settings.overrides == ("clients=3", "model=mlp")
+    assert settings.batch_updates is True
+    with pytest.raises(ConfigError, match=r"batch-updates: expected true or false, got 'yes'"):
+        ServerSettings.from_run_config({"batch-updates": "yes"})
 
 
 @pytest.mark.parametrize(
@@ -198,14 +256,15 @@ def test_a_peer_method_is_relayed_and_equals_the_local_simulation(
         for name in ("client_accuracy", "client_personal_accuracy", "topology", "rejected"):
             assert a[name] == b[name], name
     assert flower["graph"] == local["graph"]
-    # per method: one update and one receive message per node; the relay forwards each
-    # sender's bytes unchanged, only to its graph neighbours
-    assert len(grid.sent) == 2 * (4 + 4)
+    # one update message per node for both methods, then per method one receive message per
+    # node; the relay forwards each sender's bytes unchanged, only to its graph neighbours
+    assert len(grid.sent) == 4 + 2 * 4
     updates = {m.metadata.dst_node_id: m for m in grid.sent[:4]}
     assert set(updates) == {100, 101, 102, 103}
     sent_bytes: dict[int, bytes] = {}
     for reply in grid.replies[:4]:
-        parsed = read_reply(reply.content)
+        parsed = read_batch_reply(reply.content, 2)[0]  # peer_ensemble's entry
+        assert isinstance(parsed, ClientReply)
         sent_bytes[parsed.client_id] = parsed.data
     for message in grid.sent[4:8]:
         receiver = message.metadata.dst_node_id - 100
@@ -514,6 +573,37 @@ def test_a_receive_instruction_carries_its_bounded_schedule() -> None:
         content = instruction_content(dataclasses.replace(sent, schedule=bad))
         with pytest.raises(MessageError, match="schedule"):
             read_instruction(content)
+
+
+def test_a_batched_instruction_is_bounded_and_only_for_round_0() -> None:
+    """A batch is at most MAX_BATCH (key, spec) pairs of short strings, and only a round-0
+    update without payloads carries one: anything else is refused before a method is built."""
+    from oneshotfl.flower.messages import (
+        MAX_BATCH,
+        Instruction,
+        instruction_content,
+        read_instruction,
+    )
+
+    sent = Instruction(
+        "update", "fedavg", "fedavg", 0, {"clients": 4}, {}, (), (("e", "ensemble"),)
+    )
+    assert read_instruction(instruction_content(sent)) == sent
+    too_many = tuple((f"k{i}", "fedavg") for i in range(MAX_BATCH + 1))
+    for bad in (too_many, (("k", ""),), (("k", "x" * 1001),)):
+        content = instruction_content(dataclasses.replace(sent, batch=bad))
+        with pytest.raises(MessageError, match="batch: expected at most"):
+            read_instruction(content)
+    content = instruction_content(sent)
+    content.config_records[INSTRUCTION]["batch"] = '[["k", 3]]'
+    with pytest.raises(MessageError, match="batch: expected at most"):
+        read_instruction(content)
+    for late in (dataclasses.replace(sent, round=1), dataclasses.replace(sent, step="receive")):
+        with pytest.raises(MessageError, match="only a round-0 update"):
+            read_instruction(instruction_content(late))
+    with_payload = dataclasses.replace(sent, payloads={"server": b"x"})
+    with pytest.raises(MessageError, match="only a round-0 update"):
+        read_instruction(instruction_content(with_payload))
 
 
 @pytest.mark.parametrize(

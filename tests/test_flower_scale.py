@@ -20,8 +20,8 @@ from oneshotfl.data.partition import Dirichlet
 from oneshotfl.data.shared import SHARED_ENV, load_shared, shared_folder, shared_key
 from oneshotfl.data.types import IndexedData, LabelledData
 from oneshotfl.environment import data_hash
-from oneshotfl.flower.grid import error_line, placement
-from oneshotfl.flower.messages import WHERE, read_where, reply_content, where_record
+from oneshotfl.flower.grid import WHERE, error_line, placement, read_where, where_record
+from oneshotfl.flower.messages import reply_content
 from oneshotfl.flower.node import NodeCache, NodeIdentity, node_identity, node_state
 from oneshotfl.runner.config import make_config
 from oneshotfl.runner.experiment import run_experiment

@@ -19,14 +19,17 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from oneshotfl.flower.messages import (
-    WHERE,
-    read_instruction,
-    reply_content,
-    report_content,
-    where_record,
+from oneshotfl.flower.batch import Entry, batch_reply_content
+from oneshotfl.flower.grid import WHERE, where_record
+from oneshotfl.flower.messages import Instruction, read_instruction, reply_content, report_content
+from oneshotfl.flower.node import (
+    NodeCache,
+    NodeState,
+    node_identity,
+    node_state,
+    run_receive,
+    run_update,
 )
-from oneshotfl.flower.node import NodeCache, node_identity, node_state, run_receive, run_update
 from oneshotfl.flower.server import run_server
 
 log = logging.getLogger(__name__)
@@ -70,21 +73,44 @@ def client_main(message: Message, context: Context) -> Message:
 
     Any error (a bad node config, data that is not there, a server message that fails
     validation) propagates: Flower returns it to the server as an error reply, and the
-    server names this node among those that did not deliver.
+    server names this node among those that did not deliver. An instruction with a batch
+    (several methods' round 0) answers for each method; one that fails is named in its entry
+    and the others are answered (every one failing: the first error propagates).
     """
     _quiet_logging()
     instruction = read_instruction(message.content)
     state = node_state(instruction.config, node_identity(context.node_config), NODE_CACHE)
+    if instruction.batch:
+        content = batch_reply_content(_run_batch(state, instruction))
+        content[WHERE] = where_record(*_where())
+        return Message(content, reply_to=message)
     method = NODE_CACHE.method(instruction.method)
     if instruction.step == "receive":
         report = run_receive(
             state, method, instruction.method, instruction.payloads, instruction.schedule
         )
         return Message(report_content(report), reply_to=message)
-    reply = run_update(state, method, instruction.method, instruction.round, instruction.payloads)
-    content = reply_content(reply)
+    step = instruction.round, instruction.payloads
+    content = reply_content(run_update(state, method, instruction.method, *step))
     content[WHERE] = where_record(*_where())
     return Message(content, reply_to=message)
+
+
+def _run_batch(state: NodeState, instruction: Instruction) -> list[Entry]:
+    """Round 0 of the instruction's method and of each in its batch, in order: each reply, or
+    the one-line reason its method failed here (all failing: the first error is raised)."""
+    entries: list[Entry] = []
+    first: Exception | None = None
+    for key, spec in ((instruction.key, instruction.method), *instruction.batch):
+        try:
+            entries.append(run_update(state, NODE_CACHE.method(spec), spec, 0, {}))
+        except Exception as exc:  # one method failing here costs the others nothing
+            log.warning("%s failed on this node", key, exc_info=True)
+            entries.append(f"{type(exc).__name__}: {exc}")
+            first = first or exc
+    if first is not None and all(isinstance(e, str) for e in entries):
+        raise first
+    return entries
 
 
 @functools.cache

@@ -56,6 +56,9 @@ node-timeout = 60.0
 reply-timeout = 600.0
 # The most instructions outstanding at once (0 = every node's at once).
 in-flight = 0
+# Ask each node for the round 0 of every method that needs no broadcast in one message (one
+# ClientApp process per node, not one per method); false: one message per method and round.
+batch-updates = true
 # The binding of node ids to client ids ("NODE=CLIENT ..."; "" = none): a node may only
 # answer for its own client id (with SuperNode authentication, node ids are bound to keys).
 node-clients = ""

@@ -9,7 +9,7 @@ import time
 from collections.abc import Collection, Iterable, Mapping
 from typing import Protocol
 
-from flwr.app import Message
+from flwr.app import ConfigRecord, Message, RecordDict
 
 from oneshotfl.runner.errors import clip
 
@@ -121,3 +121,26 @@ def placement(where: Mapping[int, str]) -> dict[str, list[int]]:
     for cid in sorted(where):
         out.setdefault(where[cid], []).append(cid)
     return out
+
+
+WHERE = "oneshotfl.where"
+"""The optional record of a reply that says where it was computed (host, and the Ray node
+when Flower's simulation engine played the client): the result's placement of clients."""
+
+
+def where_record(host: str, worker: str = "") -> ConfigRecord:
+    """Where a node computed its reply: its host name and, under Flower's simulation engine,
+    the Ray node id of the worker that played it ("" otherwise)."""
+    return ConfigRecord({"host": host, "worker": worker})
+
+
+def read_where(content: RecordDict) -> str | None:
+    """``host`` or ``host/worker`` from a reply's :data:`WHERE` record (at most 200
+    characters); ``None`` when the record is absent or malformed (it is informative only)."""
+    record = content.config_records.get(WHERE)
+    if record is None:
+        return None
+    host, worker = record.get("host"), record.get("worker", "")
+    if not isinstance(host, str) or not isinstance(worker, str):
+        return None
+    return (f"{host}/{worker}" if worker else host)[:200]

@@ -6,17 +6,19 @@ Every payload travels as the exact bytes of :func:`oneshotfl.payload.encode`
 count we report is the count of what was sent. Decoding and validation on receipt are the
 simulation's own (:func:`oneshotfl.protocol.wire.receive`), called by the runner.
 
-Message flow (one message per node per step, one reply):
+Message flow (one message per node per step, one reply; with ``batch`` one message per node
+for the round 0 of several methods, :mod:`oneshotfl.flower.batch`):
 
 * **instruction** (server → node): ``oneshotfl.instruction`` (a ConfigRecord: protocol
   version, step, the method's resolved spec and key, round, the node's part of the plan's
   config as JSON (:meth:`oneshotfl.runner.plan.Plan.node_config`), a receiver's schedule)
   and, when the server sends something, ``oneshotfl.payloads`` holding wire bytes keyed by
-  their sender.
-  Step ``update`` asks for the node's ``client_update`` (with ``"server"``: a multi-round
-  broadcast). Step ``receive`` is the relay of a peer (server-free) method: the ServerApp
-  forwards each neighbour's bytes unchanged under ``"client-<id>"`` — it never decodes or
-  aggregates them — and the receiving node validates each with the same ``receive``.
+  their sender; ``batch`` lists further methods (key, spec) whose round 0 the node runs in
+  the same message. Step ``update`` asks for the node's ``client_update`` (with
+  ``"server"``: a multi-round broadcast). Step ``receive`` is the relay of a peer
+  (server-free) method: the ServerApp forwards each neighbour's bytes unchanged under
+  ``"client-<id>"`` — it never decodes or aggregates them — and the receiving node
+  validates each with the same ``receive``.
 * **reply to update** (node → server): ``oneshotfl.payloads`` with the node's bytes under
   ``"client-<id>"`` and ``oneshotfl.reply`` (a ConfigRecord: client id, the seconds spent in
   ``client_update``, the local model's accuracies as JSON, and in round 0 its shard report:
@@ -34,31 +36,32 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
+from flwr.app import ConfigRecord, RecordDict
 
-from oneshotfl.payload import WireError
+from oneshotfl.flower.records import (
+    MessageError,
+    bytes_record,
+    config_record,
+    is_integer,
+    is_number,
+    json_value,
+    record_bytes,
+    typed_fields,
+)
 from oneshotfl.runner.config import ConfigError
 from oneshotfl.runner.evaluate import ClientMetrics
 from oneshotfl.runner.ledger import ShardReport
 from oneshotfl.runner.transport import ClientReply, PeerReport
 
-PROTOCOL = 3
+PROTOCOL = 4
 INSTRUCTION = "oneshotfl.instruction"
 REPLY = "oneshotfl.reply"
 REPORT = "oneshotfl.report"
-WHERE = "oneshotfl.where"
-"""The optional record that says where a reply was computed (host, and the Ray node when
-Flower's simulation engine played the client): the result's placement of clients."""
 STEPS = ("update", "receive")
 PAYLOADS = "oneshotfl.payloads"
-BYTES_STYPE = "oneshotfl.safetensors"
 SERVER = "server"
 #: The longest shard report accepted (JSON characters): room for 100 000 classes' counts.
 MAX_SHARD_JSON = 2_000_000
-
-
-class MessageError(WireError):
-    """A Flower message that does not hold what the oneshotfl protocol expects."""
 
 
 def sender(client_id: int) -> str:
@@ -92,6 +95,9 @@ class Instruction:
             ``"client-<id>"``).
         schedule: a ``receive`` step's encounter schedule, as the server's plan drew it (the
             senders of each collection window); empty for an update.
+        batch: more methods whose round 0 the node runs in the same message, as (key, spec)
+            pairs in the run's order (:mod:`oneshotfl.flower.batch`); only with a round-0
+            update that carries no payload.
     """
 
     step: str
@@ -101,36 +107,7 @@ class Instruction:
     config: Mapping[str, Any]
     payloads: Mapping[str, bytes]
     schedule: tuple[tuple[int, ...], ...] = ()
-
-
-def bytes_record(blobs: Mapping[str, bytes]) -> ArrayRecord:
-    """Wire bytes as an ArrayRecord of ``uint8`` arrays (no copy of the meaning, no pickle)."""
-    record = ArrayRecord()
-    for name, blob in blobs.items():
-        record[name] = Array(dtype="uint8", shape=(len(blob),), stype=BYTES_STYPE, data=blob)
-    return record
-
-
-def record_bytes(record: ArrayRecord) -> dict[str, bytes]:
-    """The wire bytes back out of :func:`bytes_record`.
-
-    Raises:
-        MessageError: for an array that was not written by :func:`bytes_record`.
-    """
-    out: dict[str, bytes] = {}
-    for name, array in record.items():
-        if array.stype != BYTES_STYPE or array.dtype != "uint8":
-            raise MessageError(
-                f"payload {name!r}: expected stype {BYTES_STYPE!r} with dtype uint8, "
-                f"got stype {array.stype!r} with dtype {array.dtype!r}"
-            )
-        if tuple(array.shape) != (len(array.data),):
-            raise MessageError(
-                f"payload {name!r}: shape {tuple(array.shape)} does not match its "
-                f"{len(array.data)} bytes"
-            )
-        out[name] = bytes(array.data)
-    return out
+    batch: tuple[tuple[str, str], ...] = ()
 
 
 def instruction_content(instruction: Instruction) -> RecordDict:
@@ -145,6 +122,7 @@ def instruction_content(instruction: Instruction) -> RecordDict:
             "round": instruction.round,
             "config": json.dumps(dict(instruction.config), sort_keys=True),
             "schedule": json.dumps([list(w) for w in instruction.schedule]),
+            "batch": json.dumps([list(pair) for pair in instruction.batch]),
         }
     )
     if instruction.payloads:
@@ -158,25 +136,53 @@ def read_instruction(content: RecordDict) -> Instruction:
     Raises:
         MessageError: for a message of another protocol or with missing fields.
     """
-    record = _config_record(content, INSTRUCTION)
+    record = config_record(content, INSTRUCTION)
     if record.get("protocol") != PROTOCOL:
         raise MessageError(
             f"expected oneshotfl protocol {PROTOCOL}, got {record.get('protocol')!r}: "
             "server and node run different oneshotfl versions"
         )
     types = {"step": str, "method": str, "key": str, "round": int, "config": str}
-    fields = _fields(record, INSTRUCTION, types)
+    fields = typed_fields(record, INSTRUCTION, types)
     if fields["step"] not in STEPS:
         raise MessageError(f"{INSTRUCTION}.step: expected one of {STEPS}, got {fields['step']!r}")
-    config = _json(fields["config"], f"{INSTRUCTION}.config")
+    config = json_value(fields["config"], f"{INSTRUCTION}.config")
     if not isinstance(config, dict):
         raise MessageError(f"{INSTRUCTION}.config: expected a JSON object, got {config!r}")
     payloads = record_bytes(content.array_records[PAYLOADS]) if PAYLOADS in content else {}
     schedule = _schedule(record.get("schedule", "[]"), config.get("clients"))
+    batch = _batch(record.get("batch", "[]"))
+    if batch and (fields["step"] != "update" or fields["round"] != 0 or payloads):
+        raise MessageError(f"{INSTRUCTION}.batch: only a round-0 update without payloads has one")
     return Instruction(
         fields["step"], fields["method"], fields["key"], fields["round"], config, payloads,
-        schedule,
+        schedule, batch,
     )  # fmt: skip
+
+
+MAX_BATCH = 256
+"""The most methods one instruction may add to its own (:mod:`oneshotfl.flower.batch`)."""
+
+
+def _batch(text: Any) -> tuple[tuple[str, str], ...]:
+    """An instruction's batch: a JSON list of at most :data:`MAX_BATCH` [key, spec] pairs of
+    strings of at most 1,000 characters (bounded before any method is built from it).
+
+    Raises:
+        MessageError: for anything else.
+    """
+    value = json_value(text, f"{INSTRUCTION}.batch") if isinstance(text, str) else None
+    ok = isinstance(value, list) and len(value) <= MAX_BATCH and all(
+        isinstance(p, list) and len(p) == 2
+        and all(isinstance(s, str) and 0 < len(s) <= 1000 for s in p)
+        for p in value
+    )  # fmt: skip
+    if not ok or not isinstance(value, list):
+        got = text[:80] if isinstance(text, str) else type(text).__name__
+        raise MessageError(
+            f"{INSTRUCTION}.batch: expected at most {MAX_BATCH} [key, spec] pairs, got {got!r}"
+        )
+    return tuple((str(k), str(s)) for k, s in value)
 
 
 MAX_WINDOWS = 10_000
@@ -194,7 +200,7 @@ def _schedule(text: Any, clients: Any) -> tuple[tuple[int, ...], ...]:
     where = f"{INSTRUCTION}.schedule"
     if not isinstance(text, str):
         raise MessageError(f"{where}: expected a JSON string, got {type(text).__name__}")
-    value = _json(text, where)
+    value = json_value(text, where)
     n = clients if isinstance(clients, int) and not isinstance(clients, bool) else 0
     ok = isinstance(value, list) and len(value) <= MAX_WINDOWS and all(
         isinstance(w, list) and len(w) <= n
@@ -231,8 +237,8 @@ def read_reply(content: RecordDict) -> ClientReply:
     Raises:
         MessageError: for a reply without the expected records or fields.
     """
-    record = _config_record(content, REPLY)
-    fields = _fields(record, REPLY, {"client_id": int, "wall_s": float, "facts": str})
+    record = config_record(content, REPLY)
+    fields = typed_fields(record, REPLY, {"client_id": int, "wall_s": float, "facts": str})
     cid = fields["client_id"]
     if PAYLOADS not in content.array_records:
         raise MessageError(f"reply of client {cid}: expected a {PAYLOADS!r} ArrayRecord, got none")
@@ -242,8 +248,8 @@ def read_reply(content: RecordDict) -> ClientReply:
             f"reply of client {cid}: expected exactly the payload {sender(cid)!r}, "
             f"got {sorted(blobs)}"
         )
-    stats = _json(fields["facts"], f"{REPLY}.facts")
-    if not isinstance(stats, dict) or not all(_number(v) for v in stats.values()):
+    stats = json_value(fields["facts"], f"{REPLY}.facts")
+    if not isinstance(stats, dict) or not all(is_number(v) for v in stats.values()):
         raise MessageError(f"{REPLY}.facts: expected a JSON object of numbers, got {stats!r}")
     return ClientReply(
         cid,
@@ -270,24 +276,20 @@ def read_shard(text: object) -> ShardReport | None:
         )
     if not text:
         return None
-    doc = _json(text, f"{REPLY}.shard")
+    doc = json_value(text, f"{REPLY}.shard")
     keys = ("train_size", "val_size", "label_histogram")
     counts = doc.get("label_histogram") if isinstance(doc, dict) else None
     if (
         not isinstance(doc, dict)
         or set(doc) != set(keys)
         or not isinstance(counts, list)
-        or not all(_integer(v) for v in (doc["train_size"], doc["val_size"], *counts))
+        or not all(is_integer(v) for v in (doc["train_size"], doc["val_size"], *counts))
     ):
         raise MessageError(
             f"{REPLY}.shard: expected {{train_size, val_size, label_histogram}} of integers, "
             f"got {text[:80]!r}"
         )
     return ShardReport(doc["train_size"], doc["val_size"], tuple(counts))
-
-
-def _integer(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def report_content(report: PeerReport) -> RecordDict:
@@ -312,7 +314,7 @@ def read_report(content: RecordDict) -> PeerReport:
     Raises:
         MessageError: for a report without the expected record or fields.
     """
-    record = _config_record(content, REPORT)
+    record = config_record(content, REPORT)
     types = {
         "receiver": int,
         "accuracy": float,
@@ -321,13 +323,13 @@ def read_report(content: RecordDict) -> PeerReport:
         "wall_s": float,
         "diagnostics": str,
     }
-    fields = _fields(record, REPORT, types)
-    rejected = _json(fields["rejected"], f"{REPORT}.rejected")
+    fields = typed_fields(record, REPORT, types)
+    rejected = json_value(fields["rejected"], f"{REPORT}.rejected")
     if not isinstance(rejected, dict) or not all(
         str(k).isdigit() and isinstance(v, str) for k, v in rejected.items()
     ):
         raise MessageError(f"{REPORT}.rejected: expected sender id → reason, got {rejected!r}")
-    diagnostics = _json(fields["diagnostics"], f"{REPORT}.diagnostics")
+    diagnostics = json_value(fields["diagnostics"], f"{REPORT}.diagnostics")
     if not isinstance(diagnostics, dict):
         raise MessageError(f"{REPORT}.diagnostics: expected a JSON object, got {diagnostics!r}")
     metrics = ClientMetrics(float(fields["accuracy"]), float(fields["personal_accuracy"]))
@@ -338,57 +340,3 @@ def read_report(content: RecordDict) -> PeerReport:
         float(fields["wall_s"]),
         diagnostics,
     )
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _json(text: str, name: str) -> Any:
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError) as exc:  # bad JSON, a 5000-digit int, deep nesting
-        raise MessageError(
-            f"{name}: expected JSON, got {text[:80]!r} ({type(exc).__name__}: {str(exc)[:120]})"
-        ) from None
-
-
-def _config_record(content: RecordDict, name: str) -> ConfigRecord:
-    if name not in content.config_records:
-        raise MessageError(
-            f"expected a {name!r} ConfigRecord, got records {sorted(content.keys())}"
-        )
-    return content.config_records[name]
-
-
-def _fields(record: ConfigRecord, name: str, types: Mapping[str, type]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for field_name, kind in types.items():
-        value = record.get(field_name)
-        ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            ok, value = True, float(value)
-        if not ok:
-            raise MessageError(
-                f"{name}.{field_name}: expected {kind.__name__}, got {type(value).__name__}"
-            )
-        out[field_name] = value
-    return out
-
-
-def where_record(host: str, worker: str = "") -> ConfigRecord:
-    """Where a node computed its reply: its host name and, under Flower's simulation engine,
-    the Ray node id of the worker that played it ("" otherwise)."""
-    return ConfigRecord({"host": host, "worker": worker})
-
-
-def read_where(content: RecordDict) -> str | None:
-    """``host`` or ``host/worker`` from a reply's :data:`WHERE` record (at most 200
-    characters); ``None`` when the record is absent or malformed (it is informative only)."""
-    record = content.config_records.get(WHERE)
-    if record is None:
-        return None
-    host, worker = record.get("host"), record.get("worker", "")
-    if not isinstance(host, str) or not isinstance(worker, str):
-        return None
-    return (f"{host}/{worker}" if worker else host)[:200]

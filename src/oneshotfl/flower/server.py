@@ -31,6 +31,10 @@ Run config keys (``[tool.flwr.app.config]``, overridable with ``flwr run --run-c
   to the key it registered (``flwr supernode register`` prints it), so with a binding a
   registered node cannot claim another node's client id: a reply for any other client is
   refused and named, and a node outside the binding is never addressed;
+* ``batch-updates``: ``true`` (the default) asks each node for the round 0 of every method
+  that needs no broadcast in one message (:mod:`oneshotfl.flower.batch`: one ClientApp
+  process per node, not one per method); ``false``: one message per method and round, each
+  method's payloads held by the server only while it runs;
 * ``shared-data``: the folder of the machine's memory-mapped copy of the dataset
   (:mod:`oneshotfl.data.shared`; "" = ``$ONESHOTFL_SHARED_DATA`` or the temp folder,
   ``off`` = load into the process's own memory).
@@ -39,20 +43,19 @@ Run config keys (``[tool.flwr.app.config]``, overridable with ``flwr run --run-c
 from __future__ import annotations
 
 import logging
-import shlex
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from flwr.app import Message
 
 from oneshotfl.data.shared import load_shared, shared_folder
+from oneshotfl.flower.batch import read_batch_reply
 from oneshotfl.flower.grid import (
     GridLike,
     error_line,
     placement,
+    read_where,
     send_and_receive,
     wait_for_nodes,
 )
@@ -63,9 +66,9 @@ from oneshotfl.flower.messages import (
     instruction_content,
     read_reply,
     read_report,
-    read_where,
     sender,
 )
+from oneshotfl.flower.settings import ServerSettings, parse_binding
 from oneshotfl.protocol.contract import Method, PeerMethod
 from oneshotfl.runner.config import ConfigError, load_config
 from oneshotfl.runner.experiment import run_experiment
@@ -74,87 +77,11 @@ from oneshotfl.runner.plan import Plan, Schedules, preflight
 from oneshotfl.runner.results import write_partial, write_result
 from oneshotfl.runner.transport import ClientReply, Missing, PeerReport
 
+__all__ = ["GridTransport", "ServerSettings", "parse_binding", "run_server", "send_and_receive"]
+
 log = logging.getLogger(__name__)
 
 MESSAGE_TYPE = "train.oneshotfl"
-
-
-@dataclass(frozen=True)
-class ServerSettings:
-    """The ServerApp's run config, validated.
-
-    Attributes:
-        config: YAML experiment config path on the server, or ``None``.
-        overrides: ``key=value`` config overrides.
-        out: results directory.
-        node_timeout: seconds to wait for the nodes to connect.
-        reply_timeout: seconds to wait for a node's reply, from its instruction's push.
-        in_flight: the most instructions outstanding at once (0: all at once).
-        node_clients: node id → the client id it is bound to (empty: no binding).
-        shared_data: the shared copy's folder (``None``: the default; ``"off"``: none).
-    """
-
-    config: str | None
-    overrides: tuple[str, ...]
-    out: Path
-    node_timeout: float = 60.0
-    reply_timeout: float = 600.0
-    node_clients: Mapping[int, int] = field(default_factory=dict)
-    shared_data: str | None = None
-    in_flight: int = 0
-
-    @classmethod
-    def from_run_config(cls, run_config: Mapping[str, Any]) -> ServerSettings:
-        """Read the settings from Flower's run config (see the module docs for the keys).
-
-        Raises:
-            ConfigError: for a value of the wrong type, a non-positive timeout or a
-                negative ``in-flight``.
-        """
-        text = {
-            k: run_config.get(k, "")
-            for k in ("config", "overrides", "out", "node-clients", "shared-data")
-        }
-        for key, value in text.items():
-            if not isinstance(value, str):
-                raise ConfigError(f"run config {key}: expected a string, got {value!r}")
-        timeouts = {}
-        for key, default in (("node-timeout", 60.0), ("reply-timeout", 600.0)):
-            value = run_config.get(key, default)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                raise ConfigError(f"run config {key}: expected seconds > 0, got {value!r}")
-            timeouts[key] = float(value)
-        in_flight = run_config.get("in-flight", 0)
-        if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 0:
-            raise ConfigError(f"run config in-flight: expected an integer >= 0, got {in_flight!r}")
-        stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-        return cls(
-            config=text["config"] or None,
-            overrides=tuple(shlex.split(text["overrides"])),
-            out=Path(text["out"] or f"runs/flower-{stamp}"),
-            node_timeout=timeouts["node-timeout"],
-            reply_timeout=timeouts["reply-timeout"],
-            node_clients=parse_binding(text["node-clients"]),
-            shared_data=text["shared-data"] or None,
-            in_flight=in_flight,
-        )
-
-
-def parse_binding(text: str) -> dict[int, int]:
-    """``"NODE=CLIENT NODE=CLIENT"`` → node id → client id (each node and client once).
-
-    Raises:
-        ConfigError: for a malformed pair, or a node or client named twice.
-    """
-    binding: dict[int, int] = {}
-    for pair in text.split():
-        node, _, client = pair.partition("=")
-        if not (node.isdigit() and client.isdigit()):
-            raise ConfigError(f"run config node-clients: expected NODE=CLIENT ids, got {pair!r}")
-        if int(node) in binding or int(client) in binding.values():
-            raise ConfigError(f"run config node-clients: {pair!r} names a node or client twice")
-        binding[int(node)] = int(client)
-    return binding
 
 
 @dataclass
@@ -175,6 +102,11 @@ class GridTransport:
             client than its node's is refused.
         placement: client id → where its last update was computed (its node's host, and
             the Ray node that played it under the simulation engine).
+        in_flight: the most instructions outstanding at once (0: all at once).
+        batch: the keys whose round 0 is asked for together (:mod:`oneshotfl.flower.batch`),
+            in the run's order; a key leaves it when its round 0 is asked for.
+        fetched: key → its round 0's replies and silent nodes, asked for with an earlier
+            method's, until the engine takes them.
     """
 
     grid: GridLike
@@ -186,10 +118,16 @@ class GridTransport:
     binding: Mapping[int, int] = field(default_factory=dict)
     placement: dict[int, str] = field(default_factory=dict)
     in_flight: int = 0
+    batch: list[str] = field(default_factory=list)
+    fetched: dict[str, tuple[list[ClientReply], Missing]] = field(default_factory=dict)
 
     def upload(
         self, key: str, method: Method[Any], round_index: int, broadcast: bytes | None
     ) -> tuple[list[ClientReply], Missing]:
+        if round_index == 0 and broadcast is None and key in self.batch + list(self.fetched):
+            if key not in self.fetched:
+                self._fetch_together(key)
+            return self.fetched.pop(key)
         payloads = {} if broadcast is None else {SERVER: broadcast}
         sent = self._send(key, "update", round_index, {n: payloads for n in self.nodes})
         replies: list[ClientReply] = []
@@ -200,19 +138,56 @@ class GridTransport:
             except MessageError as exc:
                 missing[self._name(node)] = f"malformed reply: {exc}"
                 continue
-            bound = self.binding.get(node, reply.client_id)
-            if bound != reply.client_id:
-                missing[f"node {node} (client {bound})"] = (
-                    f"claims client {reply.client_id}, but the deployment binds it to client "
-                    f"{bound}: refused"
-                )
-                continue
-            self.node_clients.setdefault(node, reply.client_id)
-            where = read_where(answer.content)
-            if where is not None:
-                self.placement[reply.client_id] = where
-            replies.append(reply)
+            self._take(node, reply, read_where(answer.content), replies, missing)
         return replies, self._log(missing)
+
+    def _fetch_together(self, key: str) -> None:
+        """Ask every node for round 0 of ``key`` and of every later key in :attr:`batch`, in
+        one message; keep each key's replies and silent nodes in :attr:`fetched`."""
+        keys = [key, *(k for k in self.batch if k != key)]
+        self.batch.clear()
+        together = tuple((k, self.specs.get(k, k)) for k in keys[1:])
+        sent = self._send(key, "update", 0, {n: {} for n in self.nodes}, batch=together)
+        got: dict[str, tuple[list[ClientReply], Missing]] = {k: ([], {}) for k in keys}
+        silent: Missing = {}
+        for node, answer in self._answers(sent, silent):
+            try:
+                entries = read_batch_reply(answer.content, len(keys))
+            except MessageError as exc:
+                silent[self._name(node)] = f"malformed reply: {exc}"
+                continue
+            where = read_where(answer.content)
+            for k, entry in zip(keys, entries, strict=True):
+                replies, missing = got[k]
+                if isinstance(entry, str):
+                    missing[self._name(node)] = error_line(entry)
+                else:
+                    self._take(node, entry, where, replies, missing)
+        log.info("round 0 of %d method(s) in one message per node: %s", len(keys), keys)
+        for k, (replies, missing) in got.items():
+            self.fetched[k] = replies, self._log({**silent, **missing})
+
+    def _take(
+        self,
+        node: int,
+        reply: ClientReply,
+        where: str | None,
+        replies: list[ClientReply],
+        missing: Missing,
+    ) -> None:
+        """Keep ``node``'s ``reply`` (learning its client and where it was computed), unless
+        the deployment binds the node to another client: then it is refused and named."""
+        bound = self.binding.get(node, reply.client_id)
+        if bound != reply.client_id:
+            missing[f"node {node} (client {bound})"] = (
+                f"claims client {reply.client_id}, but the deployment binds it to client "
+                f"{bound}: refused"
+            )
+            return
+        self.node_clients.setdefault(node, reply.client_id)
+        if where is not None:
+            self.placement[reply.client_id] = where
+        replies.append(reply)
 
     def relay(
         self,
@@ -252,9 +227,11 @@ class GridTransport:
         round_index: int,
         payloads: Mapping[int, Mapping[str, bytes]],
         schedules: Mapping[int, tuple[tuple[int, ...], ...]] | None = None,
+        batch: tuple[tuple[str, str], ...] = (),
     ) -> tuple[list[Message], list[Message]]:
         """One instruction per addressed node (its payloads; a receiver also gets its
-        encounter schedule), and the answers that came before the timeout."""
+        encounter schedule; a round-0 update the ``batch`` of further methods), and the
+        answers that came before the timeout."""
         messages = [
             Message(
                 instruction_content(
@@ -266,6 +243,7 @@ class GridTransport:
                         config=self.node_config,
                         payloads=dict(blobs),
                         schedule=(schedules or {}).get(node, ()),
+                        batch=batch,
                     )
                 ),
                 dst_node_id=node,
@@ -340,9 +318,14 @@ def run_server(grid: GridLike, run_config: Mapping[str, Any], mode: str) -> dict
         for node in strangers:
             log.warning("node %d is not in the deployment's node-clients: not addressed", node)
         nodes = [n for n in nodes if n not in strangers]
+        together = [
+            key for key, method in plan.methods
+            if settings.batch_updates and method.broadcast_spec(federation.dims, 0) is None
+        ]  # fmt: skip
         transport = GridTransport(
             grid, plan.node_config(), nodes, settings.reply_timeout, dict(plan.specs),
             binding=binding, in_flight=settings.in_flight,
+            batch=together if len(together) > 1 else [],
         )  # fmt: skip
         log.info("running %d method(s) over %d Flower nodes", len(plan.methods), len(nodes))
         connected.append(transport)
@@ -364,6 +347,7 @@ def run_server(grid: GridLike, run_config: Mapping[str, Any], mode: str) -> dict
         "no_reply": {m["key"]: m["no_reply"] for m in doc["methods"] if m.get("no_reply")},
         "reply_timeout_s": settings.reply_timeout,
         "in_flight": settings.in_flight,
+        "batch_updates": settings.batch_updates,
         "binding": {str(n): c for n, c in sorted(settings.node_clients.items())},
         "placement": placement(transport.placement),
     }
