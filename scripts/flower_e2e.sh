@@ -274,4 +274,8 @@ STAGE_CONFIG="config='$WORK/four.yaml' $(binding node-0 node-1)"
 STAGE_OVERRIDES="clients=2"
 restart e2e 2 link_up
 lost e2e link_up "$(cat "$WORK/restart-id")"
+# each message a SuperNode takes starts a ClientApp process: the script's cost follows them
+counts=""
+for k in 0 1 2 3 4 5 6; do counts+=" ${NAMES[$k]} $(grep -c "Receiving: train" "$WORK/logs/${NAMES[$k]}.log" || true),"; done
+log "messages the SuperNodes took (one ClientApp process each):${counts%,}"
 log "PASSED: one TLS + node-auth deployment: main, ring, bad, bind, refused, faults, quorum, restart and lost state"

@@ -46,6 +46,7 @@ from oneshotfl.fingerprints import tensor_fingerprint
 from oneshotfl.params import Params, require
 from oneshotfl.payload import Payload
 from oneshotfl.seeding import seeded_torch, torch_generator
+from oneshotfl.training import optim
 from oneshotfl.training.artefacts import ArtefactStore
 from oneshotfl.training.progress import NullTracker, Tracker
 
@@ -142,7 +143,7 @@ def pretrain_encoder(
     encoder.to(device).train()
     projector.to(device).train()
     params = [*encoder.parameters(), *projector.parameters()]
-    optimizer = torch.optim.Adam(params, lr=cfg.lr)
+    optimizer = optim.Adam(params, lr=cfg.lr)
     generator = torch_generator(cfg.seed, "pretrain", "batches")
     augment_gen = torch_generator(cfg.seed, "pretrain", "augment")
     batch = min(cfg.batch_size, len(images))

@@ -1,4 +1,5 @@
-"""The server side through Flower: one message per node per round, over a Grid.
+"""The server side through Flower: one message per node per round (the round 0 of several
+methods in one, ``batch-updates``), over a Grid.
 
 :func:`run_server` is the ServerApp's body. It resolves the experiment exactly like a local
 run (same config, same checks, same federation rebuilt from the server's copy of the data
@@ -7,7 +8,9 @@ engine; Flower supplies only the transport, a :class:`GridTransport`:
 
 * ``upload`` sends one ``update`` instruction to every node, waits up to ``reply-timeout``
   seconds, and hands the replies to the engine, which counts, validates and orders them by
-  client id exactly as in simulation;
+  client id exactly as in simulation (the first method's round 0 also asks for every later
+  method's that needs no broadcast, kept until the engine reaches it:
+  :mod:`oneshotfl.flower.batch`);
 * ``relay`` (peer methods) sends each receiving node one ``receive`` instruction holding
   its senders' bytes exactly as they arrived — the ServerApp forwards and never decodes or
   aggregates — and returns the nodes' reports on their own models.

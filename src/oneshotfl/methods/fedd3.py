@@ -67,6 +67,7 @@ from oneshotfl.protocol.contract import ClientContext, Method, Requires, ServerC
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
 from oneshotfl.protocol.spec import ArraySpec, PayloadSpec, WireDims
 from oneshotfl.seeding import numpy_rng
+from oneshotfl.training import optim
 from oneshotfl.training.loop import TrainConfig
 from oneshotfl.training.services import client_artefact
 
@@ -208,7 +209,7 @@ def kip_distill(
 
     support = x_all[start].clone().requires_grad_(True)
     support_y = centred(labels)
-    opt = torch.optim.Adam([support], lr=cfg.kip_lr)
+    opt = optim.Adam([support], lr=cfg.kip_lr)
     steps = 0
     while steps < cfg.kip_steps:
         steps += 1

@@ -69,6 +69,7 @@ from oneshotfl.protocol.model_set import ModelSet, model_set_fields, models_from
 from oneshotfl.protocol.outcome import AGGREGATOR, Ensemble, Outcome
 from oneshotfl.protocol.spec import ModelSpec, PayloadSpec, ScalarSpec, WireDims
 from oneshotfl.seeding import numpy_rng, torch_generator
+from oneshotfl.training import optim
 from oneshotfl.training.loop import predict_logits
 from oneshotfl.training.recipe import ClientRecipe
 from oneshotfl.training.services import client_artefact, train_model
@@ -307,7 +308,7 @@ class FENS(Method[FENSConfig]):
         agg = agg.to(ctx.device).train()
         start = {n: p.detach().clone() for n, p in agg.named_parameters()}
         gen = torch_generator(ctx.seed, "client", ctx.client_id, "fens", ctx.round)
-        opt = torch.optim.SGD(agg.parameters(), lr=cfg.client_lr)
+        opt = optim.SGD(agg.parameters(), lr=cfg.client_lr)
         steps = cfg.local_steps if len(y) else 0
         for pick in epoch_batches(len(y), steps, cfg.batch, gen):
             pick = pick.to(ctx.device)

@@ -41,6 +41,7 @@ from torch import nn
 from oneshotfl.data.types import LabelledData
 from oneshotfl.functional import kl_rows, weighted_member_sum
 from oneshotfl.seeding import numpy_rng
+from oneshotfl.training import optim
 from oneshotfl.training.components import proximal_penalty
 from oneshotfl.training.loop import Batch, FitHooks, FitStats, TrainConfig, fit
 from oneshotfl.training.structured import (
@@ -209,7 +210,7 @@ def ensemble_weights(logits: torch.Tensor, y: torch.Tensor, steps: int, lr: floa
     v = torch.zeros(len(logits), requires_grad=True)
     if len(logits) == 1 or steps == 0:
         return torch.softmax(v.detach(), 0)
-    opt = torch.optim.Adam([v], lr=lr)
+    opt = optim.Adam([v], lr=lr)
     fixed = logits.detach()
     for _ in range(steps):
         opt.zero_grad()

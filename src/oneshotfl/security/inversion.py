@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from oneshotfl.data.feature_skew import dataset_stats
 from oneshotfl.encoders.base import Encoder, preprocess_images
+from oneshotfl.training import optim
 
 
 def total_variation(x: torch.Tensor) -> torch.Tensor:
@@ -50,7 +51,7 @@ def invert(
     """
     module = encoder.module.cpu().eval()
     x = torch.zeros((len(z), *shape), requires_grad=True)
-    optimizer = torch.optim.Adam([x], lr=lr)
+    optimizer = optim.Adam([x], lr=lr)
     for _ in range(steps):
         optimizer.zero_grad(set_to_none=True)
         out = module(preprocess_images(x, encoder.preprocess, encoder.task)).flatten(1)

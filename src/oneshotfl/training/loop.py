@@ -23,7 +23,7 @@ from oneshotfl.data.types import LabelledData
 from oneshotfl.models.base import INITS, Init
 from oneshotfl.models.stacked import stacked_logits
 from oneshotfl.params import Params, require
-from oneshotfl.training import memo
+from oneshotfl.training import memo, optim
 from oneshotfl.training.progress import NullTracker, Tracker, report_scalar
 
 Batch = tuple[torch.Tensor, ...]
@@ -115,10 +115,10 @@ def make_optimizer(
 ) -> torch.optim.Optimizer:
     """The optimizer ``cfg`` names, over ``params`` (``betas``: Adam's)."""
     if cfg.optimizer == "adam":
-        return torch.optim.Adam(params, lr=cfg.lr, betas=betas, weight_decay=cfg.weight_decay)
+        return optim.Adam(params, lr=cfg.lr, betas=betas, weight_decay=cfg.weight_decay)
     if cfg.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=cfg.lr, betas=betas, weight_decay=cfg.weight_decay)
-    return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+        return optim.AdamW(params, lr=cfg.lr, betas=betas, weight_decay=cfg.weight_decay)
+    return optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
 
 
 def steps_per_epoch(n: int, batch_size: int) -> int:
