@@ -2,7 +2,7 @@
 
 Reads ``benchmarks/results/fol-defaults`` (digits, a 3 000-image Fashion-MNIST subset and the
 breast-cancer table, with and without the 300-step floor, 5 seeds) and
-``benchmarks/results/fol-defaults-fmnist`` (full Fashion-MNIST at the defaults, one seed) and
+``benchmarks/results/fol-defaults-fmnist`` (full Fashion-MNIST at the defaults, 5 seeds) and
 splices the table ``fol-defaults-table`` into ``docs/benchmarks/personalisation.md``: per
 federation and budget, each method's personal accuracy (mean over seeds of the mean over
 clients, %), the share of FOL's teacher weight on the client's own model (mean over clients
