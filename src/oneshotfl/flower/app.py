@@ -82,16 +82,15 @@ def client_main(message: Message, context: Context) -> Message:
     state = node_state(instruction.config, node_identity(context.node_config), NODE_CACHE)
     if instruction.batch:
         content = batch_reply_content(_run_batch(state, instruction))
-        content[WHERE] = where_record(*_where())
-        return Message(content, reply_to=message)
-    method = NODE_CACHE.method(instruction.method)
-    if instruction.step == "receive":
-        report = run_receive(
-            state, method, instruction.method, instruction.payloads, instruction.schedule
-        )
-        return Message(report_content(report), reply_to=message)
-    step = instruction.round, instruction.payloads
-    content = reply_content(run_update(state, method, instruction.method, *step))
+    else:
+        method = NODE_CACHE.method(instruction.method)
+        if instruction.step == "receive":
+            report = run_receive(
+                state, method, instruction.method, instruction.payloads, instruction.schedule
+            )
+            return Message(report_content(report), reply_to=message)
+        step = instruction.round, instruction.payloads
+        content = reply_content(run_update(state, method, instruction.method, *step))
     content[WHERE] = where_record(*_where())
     return Message(content, reply_to=message)
 

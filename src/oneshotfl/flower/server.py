@@ -127,7 +127,8 @@ class GridTransport:
     def upload(
         self, key: str, method: Method[Any], round_index: int, broadcast: bytes | None
     ) -> tuple[list[ClientReply], Missing]:
-        if round_index == 0 and broadcast is None and key in self.batch + list(self.fetched):
+        together = key in self.fetched or key in self.batch
+        if round_index == 0 and broadcast is None and together:
             if key not in self.fetched:
                 self._fetch_together(key)
             return self.fetched.pop(key)
