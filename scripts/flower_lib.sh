@@ -242,6 +242,26 @@ quorum_check() {
   log "quorum: failed as it must, result written: ${why:0:160}"
 }
 
+# await_partial NAME CONNECTION RUN-ID: wait until the run writes $WORK/NAME/partial.json or
+# ends without it (its status asked every 10 s); prints the status ("" while it runs).
+await_partial() {
+  local st="" next=$((SECONDS + 10)) deadline=$((SECONDS + RUN_TIMEOUT))
+  while [ "$SECONDS" -lt "$deadline" ] && [ ! -f "$WORK/$1/partial.json" ]; do
+    if [ "$SECONDS" -ge "$next" ]; then
+      st=$(run_status "$1" "$2" "$3")
+      case "$st" in finished:*) [ -f "$WORK/$1/partial.json" ] || break ;; esac
+      next=$((SECONDS + 10))
+    fi
+    sleep 0.2
+  done
+  echo "$st"
+}
+
+# details NAME: the status details `flwr ls` gave for the run NAME ("none" when there are none).
+details() {
+  json_get "$WORK/$1-ls.json" "d['runs'][0].get('status-details') or 'none'" 2>/dev/null || echo none
+}
+
 # restart CONNECTION N LINK-START: local, fedavg and ensemble over N clients (min_clients =
 # max(1, N - 3); the run waits at most 30 s for N nodes, then goes on with those connected); the SuperLink (its PID
 # file "link", with the SuperExec and ServerApp it started) is killed (SIGKILL) once the first
@@ -249,15 +269,25 @@ quorum_check() {
 # LINK-START. Either the run resumes and completes, or it ends failed with every finished
 # method's result written and the reason named; never a hang (each wait has a deadline).
 restart() {
-  local conn=$1 link_start=$3 id st="" deadline kept
-  "$BIN/flwr" run "$WORK/app" "$conn" --format json \
-    --run-config "$(stage_config 30.0 "methods=local,fedavg,ensemble min_clients=$(($2 > 4 ? $2 - 3 : 1))") out='$WORK/restart'" \
-    >"$WORK/restart-submit.json" 2>>"$WORK/logs/restart-submit.log" || fail "restart: flwr run failed"
-  id=$(json_get "$WORK/restart-submit.json" "d['run-id']")
-  echo "$id" >"$WORK/restart-id"
-  log "restart: run $id submitted; waiting for its first method's result"
-  for _ in $(seq $((RUN_TIMEOUT * 5))); do [ -f "$WORK/restart/partial.json" ] && break; sleep 0.2; done
-  [ -f "$WORK/restart/partial.json" ] || fail "restart: no method finished before the deadline"
+  local conn=$1 link_start=$3 id st="" deadline kept attempt
+  for attempt in 1 2; do
+    rm -rf "$WORK/restart"
+    "$BIN/flwr" run "$WORK/app" "$conn" --format json \
+      --run-config "$(stage_config 30.0 "methods=local,fedavg,ensemble min_clients=$(($2 > 4 ? $2 - 3 : 1))") out='$WORK/restart'" \
+      >"$WORK/restart-submit.json" 2>>"$WORK/logs/restart-submit.log" || fail "restart: flwr run failed"
+    id=$(json_get "$WORK/restart-submit.json" "d['run-id']")
+    echo "$id" >"$WORK/restart-id"
+    log "restart: run $id submitted; waiting for its first method's result"
+    st=$(await_partial restart "$conn" "$id")
+    [ -f "$WORK/restart/partial.json" ] && break
+    # ended before its first method: seen once in ~10 runs, the SuperLink finishing the task
+    # 3 s after creating the run, before its ServerApp could have imported anything (no
+    # "Started task" in the SuperLink's log), with nothing written. The restart is not what
+    # failed there, so the run is submitted once more; a second such end fails the stage.
+    [ "$attempt" = 1 ] && [ -n "$st" ] \
+      || fail "restart: no method finished (run $id '${st:-still running}'; $(details restart))"
+    log "restart: run $id ended '$st' before any method finished ($(details restart)); submitting it once more"
+  done
   kill_tree KILL "$(cat "$WORK/logs/link.pid")"
   wait_closed "$LINK_PORT"
   log "restart: SuperLink killed (SIGKILL, with its SuperExec and ServerApp) after $(json_get "$WORK/restart/partial.json" "[m['key'] for m in d['methods']]") finished"
@@ -279,7 +309,7 @@ restart() {
     kept=$(json_get "$WORK/restart/partial.json" "[m['key'] for m in d['methods']]")
     [ "$kept" != "[]" ] || fail "restart: partial.json keeps no finished method"
     case "$st" in
-      finished:*) log "restart: Flower ended the run '$st' ($(json_get "$WORK/restart-ls.json" "d['runs'][0].get('status-details', '')")): its ServerApp went with the SuperLink; partial.json keeps $kept, pending $(json_get "$WORK/restart/partial.json" "d['partial']['pending']")" ;;
+      finished:*) log "restart: Flower ended the run '$st' ($(details restart)): its ServerApp went with the SuperLink; partial.json keeps $kept, pending $(json_get "$WORK/restart/partial.json" "d['partial']['pending']")" ;;
       *) fail "restart: run $id still '$st' after ${RUN_TIMEOUT}s (partial.json keeps $kept)" ;;
     esac
   fi
