@@ -8,7 +8,8 @@ CPU-seconds (for one that was already running, only what it used meanwhile), gro
 it is (a Flower ClientApp, a ServerApp, a SuperNode, pytest's workers, mypy, ...). A process
 that starts and ends between two samples is missed, so the groups add up to a little less than
 the busy total. Writes OUT.json (wall, busy CPU-seconds, the CPU, each group's processes and
-CPU-seconds) and prints a table; exits with the command's status. Linux only.
+CPU-seconds) and prints a table; exits with the command's status. Linux only. It replaces
+``scripts/cpu_by_process.sh`` (``ps`` samples every 2 s, no busy total, last at f71c361).
 """
 
 from __future__ import annotations
@@ -103,8 +104,14 @@ def main() -> int:
     rows = sorted(((g, int(n), round(c, 1)) for g, (n, c) in groups.items()), key=lambda r: -r[2])
     own = os.times()
     rows.append(("this accounting's sampling", 1, round(own.user + own.system, 1)))
+    import torch  # after the measurement: it takes seconds of CPU
+
+    from oneshotfl.environment import cpu_id, cpu_model
+
     doc = {"command": cmd, "exit": rc, "wall_s": round(wall, 1), "busy_cpu_s": round(busy, 1),
-           "cores": os.cpu_count(), "cpu": cpu_model(), "python": platform.python_version(),
+           "cores": os.cpu_count(), "cpu": cpu_model(), "cpu_id": cpu_id(),
+           "python": platform.python_version(), "torch": torch.__version__,
+           "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
            "groups": [{"group": g, "processes": n, "cpu_s": c} for g, n, c in rows]}  # fmt: skip
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1) + "\n")
@@ -113,13 +120,6 @@ def main() -> int:
     for g, n, c in rows:
         print(f"  {g:36s} {n:4d} processes {c:8.1f} CPU-s")
     return rc
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 if __name__ == "__main__":

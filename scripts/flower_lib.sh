@@ -280,10 +280,10 @@ restart() {
     log "restart: run $id submitted; waiting for its first method's result"
     st=$(await_partial restart "$conn" "$id")
     [ -f "$WORK/restart/partial.json" ] && break
-    # ended before its first method: seen once in ~10 runs, the SuperLink finishing the task
-    # 3 s after creating the run, before its ServerApp could have imported anything (no
-    # "Started task" in the SuperLink's log), with nothing written. The restart is not what
-    # failed there, so the run is submitted once more; a second such end fails the stage.
+    # ended before its first method: seen in 1 of 7 runs on 2026-11-29, the SuperLink
+    # finishing the task 3 s after creating the run, before its ServerApp could have imported
+    # anything (no "Started task" in the SuperLink's log), with nothing written. The restart is
+    # not what failed there, so the run is submitted once more; a second such end fails.
     [ "$attempt" = 1 ] && [ -n "$st" ] \
       || fail "restart: no method finished (run $id '${st:-still running}'; $(details restart))"
     log "restart: run $id ended '$st' before any method finished ($(details restart)); submitting it once more"
