@@ -174,10 +174,15 @@ bench-authors-selection: setup data
 	VENV=$(VENV) bash scripts/sweep_shards.sh authors-dedes authors-regmean
 
 ## The authors' FedAGE (their pipeline.py client and server lines, unedited) as a plugin on the
-## clients of bench-fedage (seeds 0-4; docs/benchmarks/shared-encoder.md); FEDAGE_REPO names a checkout.
+## clients of bench-fedage (seeds 0-4; docs/benchmarks/shared-encoder.md), ours beside theirs:
+## accuracy paired by seed, seconds as ratios (scripts/paired.py); FEDAGE_REPO names a checkout.
 bench-authors-fedage: setup data
 	$(call need_checkouts,FEDAGE_REPO,benchmarks/authors-fedage.yaml)
 	VENV=$(VENV) bash scripts/sweep_shards.sh authors-fedage
+	$(VENV)/python scripts/paired.py methods benchmarks/results/authors-fedage \
+	  "fedage - fedage_authors" > benchmarks/results/authors-fedage/paired-readings.md
+	$(VENV)/python scripts/paired.py times benchmarks/results/authors-fedage \
+	  "fedage / fedage_authors" > benchmarks/results/authors-fedage/times.md
 
 ## The FedEOV authors' negatives and vote as plugins on our FedEOV/FedOV clients
 ## (n = 10, disjoint, seeds 0-4; docs/benchmarks/open-set.md); FEDEOV_REPO names a checkout.

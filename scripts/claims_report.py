@@ -40,6 +40,7 @@ from typing import Any
 import yaml
 
 from oneshotfl.intervals import VERDICTS, Interval, claim_verdict, mean_interval
+from oneshotfl.methods.base import parse_method_spec
 from oneshotfl.runner.report import splice_markdown
 
 RESULTS = Path("benchmarks/results")
@@ -57,6 +58,8 @@ def series(bench: str, cell: str, key: str, field: str) -> dict[int, float]:
         row = next((m for m in doc["methods"] if m["key"] == key), None)
         if row is None and key in (doc.get("failed_methods") or {}):
             continue  # it failed on this seed: the seeds it ran are paired
+        if row is None and key not in configured_keys(doc):
+            continue  # a claim seed that ran other methods (a sweep's claim_seeds)
         if row is None or row.get(field) is None:
             raise ValueError(f"{path}: expected method {key!r} with a {field!r}, got none")
         value = float(row[field])
@@ -66,8 +69,16 @@ def series(bench: str, cell: str, key: str, field: str) -> dict[int, float]:
     return out
 
 
+def configured_keys(doc: dict[str, Any]) -> set[str]:
+    """The result keys of the methods a run was configured with."""
+    specs = (doc.get("config") or {}).get("methods") or []
+    return {parse_method_spec(str(spec)).key for spec in specs}
+
+
 def reference(setting: dict[str, Any], field: str) -> tuple[str, dict[int, float]]:
-    """What ``a`` is compared with: ``b``, or the best on the mean of ``best_of``."""
+    """What ``a`` is compared with: ``b``, or the best on the mean of ``best_of`` over the
+    seeds every option ran (a sweep's claim seeds run only the best, so it is chosen on the
+    seeds the whole sweep ran)."""
     bench = setting.get("b_bench", setting["bench"])
     options = setting.get("best_of") or [setting["b"]]
     found = {}
@@ -78,7 +89,11 @@ def reference(setting: dict[str, Any], field: str) -> tuple[str, dict[int, float
             else (setting.get("b_cell", setting["cell"]), option)
         )
         found[key] = series(bench, cell, key, field)
-    best = max(found, key=lambda k: statistics.fmean(found[k].values()))
+    shared = set.intersection(*(set(values) for values in found.values()))
+    best = max(
+        found,
+        key=lambda k: statistics.fmean(v for s, v in found[k].items() if s in shared or not shared),
+    )
     return best, found[best]
 
 

@@ -6,22 +6,32 @@
 * ``methods RESULTS "X - Y" ...``: method X minus method Y in every setting both ran (readings
   of one method against each other, a method against the ensemble, …).
 
-Both read every ``result.json`` under RESULTS, pair by seed, and print the mean difference in
-points and its 95% t-interval (:mod:`oneshotfl.intervals`) as a markdown table.
+* ``times RESULTS "X / Y" ...``: X's seconds over Y's in every setting both ran, for the
+  server step (``server_wall_s`` less ``authors_evaluation_s``, the seconds an authors'
+  plugin spends on their code's own evaluation) and the client step (``client_wall_s_mean``,
+  where the run trained the clients rather than reading them from the cache): the geometric
+  mean of the per-seed ratios and its 95% interval (a t-interval on the logarithms), and
+  whether its upper end is at most 1/3 (issue 51: our time at most a third of the authors').
+
+Each reads every ``result.json`` under RESULTS, pairs by seed, and prints the mean difference
+in points (or the ratio) and its 95% t-interval (:mod:`oneshotfl.intervals`) as a markdown
+table.
 
 Usage: python scripts/paired.py settings RESULTS KEY A B [--field accuracy|personal_accuracy]
        python scripts/paired.py methods RESULTS "X - Y" ["X - Y" ...] [--field …]
+       python scripts/paired.py times RESULTS "X / Y" ["X / Y" ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from oneshotfl.intervals import difference_words, paired_difference
+from oneshotfl.intervals import difference_words, mean_interval, paired_difference
 from oneshotfl.runner.report import setting_label
 from oneshotfl.runner.results import iter_results
 
@@ -112,6 +122,63 @@ def methods_table(results: Path, pairs: list[str], field: str) -> str:
     return "\n".join(head + rows)
 
 
+def seconds(method: dict[str, Any]) -> dict[str, float]:
+    """A method's measured seconds: its server step without an authors' plugin's own
+    evaluation, and its clients' mean wall time (absent when read from the cache: under 1 ms)."""
+    server = float(method.get("server_wall_s") or 0.0)
+    server -= float((method.get("diagnostics") or {}).get("authors_evaluation_s") or 0.0)
+    out = {"server": server}
+    client = float(method.get("client_wall_s_mean") or 0.0)
+    if client >= 1e-3:
+        out["client"] = client
+    return out
+
+
+def times_table(results: Path, pairs: list[str]) -> str:
+    """Per setting and pair ``X / Y``: X's seconds over Y's, server and client step."""
+    found: dict[tuple[str, str, str], dict[int, float]] = defaultdict(dict)
+    labels: dict[str, str] = {}
+    for _, doc in iter_results(results):
+        config = doc["config"]
+        ident = identity(config, "seed")
+        labels[ident] = setting_label(config)
+        for method in doc["methods"]:
+            for step, value in seconds(method).items():
+                found[(ident, method["key"], step)][int(config["seed"])] = value
+    rows = []
+    for pair in pairs:
+        x, sep, y = (part.strip() for part in pair.partition(" / "))
+        if not sep:
+            raise SystemExit(f"paired: expected a pair as 'X / Y', got {pair!r}")
+        for ident in sorted(labels, key=lambda i: labels[i]):
+            for step in ("server", "client"):
+                ours, theirs = found.get((ident, x, step)), found.get((ident, y, step))
+                if not ours or not theirs:
+                    continue
+                seeds = sorted(s for s in set(ours) & set(theirs) if ours[s] > 0 < theirs[s])
+                logs = mean_interval([math.log(ours[s] / theirs[s]) for s in seeds])
+                shown = f"{math.exp(logs.mean):.2f}×"
+                if logs.available:
+                    shown += f" [{math.exp(logs.low):.2f}, {math.exp(logs.high):.2f}]"
+                    verdict = "yes" if math.exp(logs.high) <= 1 / 3 else "no"
+                else:
+                    shown, verdict = shown + " (CI n/a)", f"n/a: {logs.reason}"
+                mean_x = sum(ours[s] for s in seeds) / max(len(seeds), 1)
+                mean_y = sum(theirs[s] for s in seeds) / max(len(seeds), 1)
+                rows.append(
+                    f"| {labels[ident]} | `{x}` / `{y}` | {step} | {len(seeds)} | {mean_x:.1f} "
+                    f"| {mean_y:.1f} | {shown} | {verdict} |"
+                )
+    if not rows:
+        raise SystemExit(f"paired: expected runs of {', '.join(pairs)} under {results}, got none")
+    head = [
+        "| setting | pair | step | seeds | X s (mean) | Y s (mean) | X / Y (geometric mean "
+        "[95% interval]) | at most 1/3 |",
+        "|---|---|---|---:|---:|---:|---:|---|",
+    ]
+    return "\n".join(head + rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="mode", required=True)
@@ -125,10 +192,15 @@ def main() -> None:
     by_method.add_argument("pairs", nargs="+")
     for each in (by_key, by_method):
         each.add_argument("--field", default="accuracy")
+    by_time = sub.add_parser("times")
+    by_time.add_argument("results", type=Path)
+    by_time.add_argument("pairs", nargs="+")
     args = parser.parse_args()
     if args.mode == "settings":
         a, b = parse_value(args.a), parse_value(args.b)
         print(table(args.results, args.key, a, b, args.field))
+    elif args.mode == "times":
+        print(times_table(args.results, args.pairs))
     else:
         print(methods_table(args.results, args.pairs, args.field))
 

@@ -5,12 +5,14 @@
 # the page of docs/benchmarks/ that holds the markers <!-- report:NAME --> (one page must).
 # Stops at the first shard or report that fails.
 # Usage: scripts/sweep_shards.sh NAME [NAME ...]   (VENV: the virtualenv's bin, default .venv/bin;
-# REPORT=0: the sweeps alone, for a benchmark with a report script of its own)
+# REPORT=0: the sweeps alone, for a benchmark with a report script of its own; SEEDS=3,4: only
+# these seeds, e.g. a sweep's claim_seeds beside full seeds recorded with an older config)
 set -euo pipefail
 venv=${VENV:-.venv/bin}
 report=${REPORT:-1}
 for name in "$@"; do
-  sweep=("$venv/oneshotfl" sweep "benchmarks/$name.yaml" --out "benchmarks/results/$name")
+  sweep=("$venv/oneshotfl" sweep "benchmarks/$name.yaml" --out "benchmarks/results/$name"
+    ${SEEDS:+--seeds "$SEEDS"})
   OMP_NUM_THREADS=1 "${sweep[@]}" --shard 0/2 --claim &
   first=$!
   rc=0

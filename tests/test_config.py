@@ -135,6 +135,56 @@ def test_sweep_groups_and_seed_order() -> None:
         parse_sweep({"groups": ["models"]})
 
 
+def test_claim_seeds_run_only_the_named_methods_at_the_named_points() -> None:
+    """``claim_seeds`` (issue 51): extra seeds that run a claim's pair alone, in the groups and
+    grid points named, under the full seeds' run names; a method, group, point or seed the
+    sweep does not have is refused before anything runs."""
+    sweep = {
+        "base": {"dataset": "digits"},
+        "grid": {"psi": [0.7, 0.1], "graph": ["ring", "complete"]},
+        "groups": {
+            "models": {"model": "mlp", "methods": ["fedavg", "local"]},
+            "predictions": {"model": "mlp", "methods": ["ensemble", "fedol:rounds=2"]},
+        },
+        "seeds": [0],
+        "claim_seeds": {
+            "seeds": [3, 4],
+            "methods": {"predictions": ["fedol:rounds=2"]},
+            "grid": [{"psi": 0.1, "graph": "ring"}],
+        },
+    }
+    runs = parse_sweep(sweep).runs
+    extra = [r for r in runs if r.config.seed > 0]
+    assert [r.run_id for r in extra] == [
+        "group=predictions_psi=0.1_graph=ring_seed=3",
+        "group=predictions_psi=0.1_graph=ring_seed=4",
+    ]
+    assert all(r.config.methods == ("fedol:rounds=2",) for r in extra)
+    assert len(runs) == 8 + 2 and {r.config.methods for r in runs if r.config.seed == 0} == {
+        ("fedavg", "local"),
+        ("ensemble", "fedol:rounds=2"),
+    }
+    plain = parse_sweep(
+        {
+            "base": {"dataset": "digits", "methods": ["local", "fedavg"]},
+            "seeds": [0],
+            "claim_seeds": {"seeds": [1], "methods": ["fedavg"]},
+        }
+    )
+    assert [(r.run_id, r.config.methods) for r in plain.runs][1] == ("seed=1", ("fedavg",))
+    bad = [
+        ({"methods": {"predictions": ["fedol"]}}, "expected some of .'ensemble', 'fedol:rounds"),
+        ({"methods": {"server": ["fedol:rounds=2"]}}, "expected groups among"),
+        ({"seeds": [0, 3]}, "does not run in full"),
+        ({"grid": {"psi": 0.5, "graph": "ring"}}, "expected points of the sweep's grid"),
+        ({"methods": []}, "expected a list of methods"),
+        ({"every": 2}, "expected a mapping of seeds, methods and grid"),
+    ]
+    for change, message in bad:
+        with pytest.raises(ConfigError, match=message):
+            parse_sweep({**sweep, "claim_seeds": {**sweep["claim_seeds"], **change}})
+
+
 def test_report_merges_groups_into_one_setting() -> None:
     from oneshotfl.runner.report import collect
 

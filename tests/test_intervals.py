@@ -150,3 +150,67 @@ def test_claims_rows_judge_the_paired_interval_and_a_missing_row_is_left_out(
     assert "fewer than 5 seeds" in text and "result files missing" in text
     parity = claims.evaluate({**head, "kind": "no_worse", "tol": 1.0, "settings": [setting]})
     assert parity["verdict"] == "holds"
+
+
+def test_claim_seeds_pair_with_the_full_seeds_and_the_best_is_chosen_on_the_shared_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep's claim seeds run a claim's pair alone (issue 51): those seeds pair with the
+    full ones, the best of ``best_of`` is chosen on the seeds every option ran, and a method
+    the run was configured with but did not report is an error, not a skipped seed."""
+    claims = _claims_module()
+    results = tmp_path / "results"
+    full = {"a": [0.70, 0.72, 0.71], "b": [0.60, 0.61, 0.62], "c": [0.64, 0.66, 0.65]}
+    claim = {"a": [0.73, 0.70]}  # c at 0.30 on these: over all its seeds below b, not on 0-2
+
+    def write(seed: int, values: dict[str, float], configured: list[str]) -> None:
+        run = results / "bench" / f"cell=x_seed={seed}"
+        run.mkdir(parents=True, exist_ok=True)
+        doc = {"config": {"methods": configured},
+               "methods": [{"key": k, "accuracy": v} for k, v in values.items()]}  # fmt: skip
+        (run / "result.json").write_text(json.dumps(doc))
+
+    for seed in range(3):
+        write(seed, {k: v[seed] for k, v in full.items()}, ["a", "b", "c"])
+    for seed in (3, 4):
+        write(seed, {"a": claim["a"][seed - 3], "c": 0.30}, ["a", "c"])
+    monkeypatch.setattr(claims, "RESULTS", results)
+    head = {"id": "T2", "paper": "P", "claim": "a beats the best", "paper_number": "+4",
+            "nearest": "", "paper_values": [4.0]}  # fmt: skip
+    setting = {"label": "x", "bench": "bench", "cell": "cell=x", "a": "a", "best_of": ["b", "c"]}
+    row = claims.evaluate({**head, "settings": [setting]})
+    assert row["settings"][0]["against"] == "c" and row["fewest_seeds"] == 5
+    assert claims.series("bench", "cell=x", "b", "accuracy") == pytest.approx(
+        {0: 60.0, 1: 61.0, 2: 62.0}
+    )
+    for seed in (3, 4):  # b configured at a claim seed but not reported: a broken file
+        write(seed, {"a": claim["a"][seed - 3], "c": 0.30}, ["a", "b", "c"])
+    with pytest.raises(ValueError, match="expected method 'b'"):
+        claims.series("bench", "cell=x", "b", "accuracy")
+
+
+def test_times_are_ratios_over_seeds_without_the_authors_evaluation(tmp_path: Path) -> None:
+    """``scripts/paired.py times`` (issue 51: our time at most a third of the authors'): the
+    geometric mean of per-seed ratios, the authors' evaluation seconds left out, the client
+    step only where both trained their clients, and "n/a" with its reason on one seed."""
+    spec = importlib.util.spec_from_file_location("paired_script", ROOT / "scripts/paired.py")
+    assert spec is not None and spec.loader is not None
+    paired = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(paired)
+    for seed, (ours, theirs) in enumerate([(1.0, 4.0), (2.0, 8.0), (1.5, 6.0)]):
+        run = tmp_path / f"seed={seed}"
+        run.mkdir()
+        methods = [
+            {"key": "x", "server_wall_s": ours, "client_wall_s_mean": 0.0001},
+            {"key": "y", "server_wall_s": theirs + 30.0, "client_wall_s_mean": 2.0,
+             "diagnostics": {"authors_evaluation_s": 30.0}},
+        ]  # fmt: skip
+        config = {"partition": "iid", "seed": seed}
+        (run / "result.json").write_text(json.dumps({"config": config, "methods": methods}))
+    text = paired.times_table(tmp_path, ["x / y"])
+    rows = [line for line in text.splitlines() if "`x` / `y`" in line]
+    assert len(rows) == 1 and "| server | 3 |" in rows[0]  # no client row: x's were cached
+    assert "0.25× [0.25, 0.25]" in rows[0] and rows[0].endswith("| yes |")
+    one = tmp_path / "one"
+    (tmp_path / "seed=0").rename(one)
+    assert "n/a: 1 seed" in paired.times_table(one, ["x / y"])

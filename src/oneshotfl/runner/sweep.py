@@ -18,6 +18,19 @@ heterogeneous ones): each group's overrides apply on top of ``base`` and the gri
 run records ``group=<name>``, and the report treats the groups of one grid point as one
 setting (a method that appears in several groups gets the group in its row name).
 
+``claim_seeds`` adds seeds at which only some methods run (a claim's pair where the whole sweep
+is too heavy to repeat; issue 51)::
+
+    claim_seeds:
+      seeds: [3, 4]
+      methods: [fedage, fedcvae]               # with groups: {models: [fedavg], predictions: [...]}
+      grid: [{psi: [0.7, 0.1], graph: ring}]   # optional: the grid points these seeds run
+
+Every method named must be one the full seeds run in that group (the same spec string); a
+group not named does not run at these seeds. A method's result never depends on which other
+methods share its run (every random stream is derived from the seed and the method's own
+names), so these runs pair seed by seed with the full ones.
+
 Every run writes its own directory named after its grid values; a run whose ``result.json``
 exists is skipped, so an interrupted sweep resumes where it stopped. Several processes share a
 sweep either by shard (``--shard K/N``: every N-th grid point) or, with ``--claim`` beside
@@ -78,10 +91,11 @@ def _run_id(point: Mapping[str, Any]) -> str:
 
 def parse_sweep(data: Mapping[str, Any], default_name: str = "sweep") -> Sweep:
     """Expand a sweep mapping into runs (configs are validated here, before any run)."""
-    unknown = sorted(set(data) - {"name", "base", "grid", "seeds", "groups"})
+    unknown = sorted(set(data) - {"name", "base", "grid", "seeds", "groups", "claim_seeds"})
     if unknown:
         raise ConfigError(
-            f"sweep: unknown key(s) {unknown}; expected name, base, grid, seeds, groups"
+            f"sweep: unknown key(s) {unknown}; expected name, base, grid, seeds, groups,"
+            " claim_seeds"
         )
     groups = data.get("groups") or {"": {}}
     if not isinstance(groups, Mapping) or not all(isinstance(v, Mapping) for v in groups.values()):
@@ -95,9 +109,19 @@ def parse_sweep(data: Mapping[str, Any], default_name: str = "sweep") -> Sweep:
         raise ConfigError(f"sweep: seeds must be a list of integers, got {seeds!r}")
     runs, seen = [], set()
     points = [point for subgrid in grid for point in _expand(subgrid)]
-    for seed in seeds:  # seed-major: a partial sweep already covers every grid point
+    plan: list[tuple[int, list[dict[str, Any]] | None, dict[str, list[str]] | None]]
+    plan = [(seed, None, None) for seed in seeds]
+    plan += _claim_plan(data.get("claim_seeds"), seeds, points, base, groups)
+    for seed, only_points, only_methods in plan:  # seed-major: a partial sweep covers every point
         for index, point in enumerate(points):
-            for group, overrides in groups.items():
+            if only_points is not None and point not in only_points:
+                continue
+            for group, full_overrides in groups.items():
+                overrides = dict(full_overrides)
+                if only_methods is not None:
+                    if group not in only_methods:
+                        continue
+                    overrides["methods"] = only_methods[group]
                 full = {**point, "seed": seed}
                 labelled = {"group": group, **full} if group else full
                 run_id = _run_id(labelled)
@@ -109,6 +133,64 @@ def parse_sweep(data: Mapping[str, Any], default_name: str = "sweep") -> Sweep:
                     values["group"] = str(group)
                 runs.append(SweepRun(run_id, make_config(values), index + len(points) * seed))
     return Sweep(str(data.get("name", default_name)), tuple(runs))
+
+
+def _claim_plan(
+    spec: Any,
+    seeds: list[int],
+    points: list[dict[str, Any]],
+    base: Mapping[str, Any],
+    groups: Mapping[str, Any],
+) -> list[tuple[int, list[dict[str, Any]], dict[str, list[str]]]]:
+    """``claim_seeds`` (module docs) as (seed, the grid points it runs, group → methods)."""
+    if spec is None:
+        return []
+    if not isinstance(spec, Mapping) or set(spec) - {"seeds", "methods", "grid"}:
+        raise ConfigError(
+            f"sweep: claim_seeds: expected a mapping of seeds, methods and grid, got {spec!r}"
+        )
+    extra = spec.get("seeds")
+    if not isinstance(extra, list) or not extra or not all(isinstance(s, int) for s in extra):
+        raise ConfigError(f"sweep: claim_seeds.seeds: expected a list of integers, got {extra!r}")
+    if set(extra) & set(seeds):
+        raise ConfigError(
+            f"sweep: claim_seeds.seeds: expected seeds the sweep does not run in full ({seeds}),"
+            f" got {extra}"
+        )
+    wanted = spec.get("methods")
+    if isinstance(wanted, list):
+        wanted = {group: wanted for group in groups} if list(groups) == [""] else wanted
+    if not isinstance(wanted, Mapping) or not wanted:
+        raise ConfigError(
+            "sweep: claim_seeds.methods: expected a list of methods (or, with groups, a"
+            f" mapping of group to methods), got {spec.get('methods')!r}"
+        )
+    only: dict[str, list[str]] = {}
+    for group, specs in wanted.items():
+        if group not in groups:
+            raise ConfigError(
+                f"sweep: claim_seeds.methods: expected groups among {sorted(groups)}, got {group!r}"
+            )
+        full = [str(m).strip() for m in groups[group].get("methods", base.get("methods")) or []]
+        chosen = [str(m).strip() for m in specs or []]
+        stray = [m for m in chosen if m not in full]
+        if not chosen or stray:
+            raise ConfigError(
+                f"sweep: claim_seeds.methods{f' of group {group}' if group else ''}: expected"
+                f" some of {full}, got {stray or chosen}"
+            )
+        only[str(group)] = chosen
+    grid = spec.get("grid")
+    chosen_points = points
+    if grid is not None:
+        chosen_points = [p for sub in ([grid] if isinstance(grid, Mapping) else grid)
+                         for p in _expand(sub)]  # fmt: skip
+        stray_points = [p for p in chosen_points if p not in points]
+        if stray_points:
+            raise ConfigError(
+                f"sweep: claim_seeds.grid: expected points of the sweep's grid, got {stray_points}"
+            )
+    return [(seed, chosen_points, only) for seed in extra]
 
 
 def sweep_mapping(path: str | Path) -> dict[str, Any]:
