@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
 .PHONY: setup data demo test test-fast test-cuda docs check-site check-wheel lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
-	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-fol-defaults bench-user-datasets bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-scale bench-gpu check-kernels bench-membership bench-fedd3-privacy bench-fens bench-stats bench-fedpft-defaults bench-stats-privacy bench-authors-stats bench-authors-fens bench-authors-fedd3 bench-authors-fedage bench-authors-fedeov bench-authors-intactofl bench-merging bench-authors-merging bench-authors-selection claims bench-flower bench-flower-deploy bench-flower-sim bench-flower-scale check-flower-chaos check-reproduce check-committed check-committed-avx2 \
+	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-fol-defaults bench-user-datasets bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-scale bench-gpu check-kernels bench-membership bench-fedd3-privacy bench-fens bench-stats bench-fedpft-defaults bench-stats-privacy bench-authors-stats bench-authors-fens bench-authors-fedd3 bench-authors-fedage bench-authors-fedeov bench-authors-intactofl bench-merging bench-authors-merging bench-authors-selection bench-fedcgs claims bench-flower bench-flower-deploy bench-flower-sim bench-flower-scale check-flower-chaos check-reproduce check-committed check-committed-avx2 \
 	clean-cache
 VENV := .venv/bin
 
@@ -166,6 +166,17 @@ bench-authors-merging: setup data
 	$(call need_checkouts,FEDFISHER_REPO FEDLPA_REPO,benchmarks/authors-merging.yaml)
 	VENV=$(VENV) bash scripts/sweep_shards.sh authors-merging authors-fedlpa
 	OMP_NUM_THREADS=2 $(VENV)/python scripts/fedlpa_stability.py benchmarks/merging-fmnist.yaml
+
+## FedCGS beside GH-OFL and the authors' server step on the shared-encoder federations, over α and
+## client count (issue 52; docs/benchmarks/merging.md); FEDCGS_REPO names a checkout.
+bench-fedcgs: setup data
+	$(call need_checkouts,FEDCGS_REPO,benchmarks/fedcgs-fmnist.yaml)
+	VENV=$(VENV) bash scripts/sweep_shards.sh fedcgs-fmnist
+	$(VENV)/python scripts/paired.py methods benchmarks/results/fedcgs-fmnist \
+	  "fedcgs - ghofl" "fedcgs - fedcgs_authors" "fedcgs - head_ensemble" \
+	  > benchmarks/results/fedcgs-fmnist/paired-readings.md
+	$(VENV)/python scripts/paired.py times benchmarks/results/fedcgs-fmnist \
+	  "fedcgs / fedcgs_authors" > benchmarks/results/fedcgs-fmnist/times.md
 
 ## The authors' DeDES selection and RegMean merge (FedFisher's algs/regmean.py) as plugins on the
 ## same clients as bench-dedes / bench-merging (benchmarks/authors-dedes.yaml, authors-regmean.yaml).

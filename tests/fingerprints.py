@@ -1,4 +1,5 @@
-"""Recorded payload fingerprints of every registered method (``tests/fingerprints.json``).
+"""Recorded payload fingerprints of every registered method, one file each
+(``tests/contract/<name>.json``, with the hyper-parameters the method is checked with).
 
 A fingerprint is, per client and per payload field, its dtype and shape and — for floats —
 a few statistics (sum, |sum|, sum of squares, four sampled values), for everything else a
@@ -11,6 +12,11 @@ After a change that is *meant* to change what a method sends, re-record and revi
 
     OMP_NUM_THREADS=1 .venv/bin/python tests/fingerprints.py            # all methods
     OMP_NUM_THREADS=1 .venv/bin/python tests/fingerprints.py fedol      # one method
+
+A new method records its own file with the same command; where the contract should check it at
+a smaller budget than its defaults, name the parameters once (they are kept on re-recording)::
+
+    OMP_NUM_THREADS=1 .venv/bin/python tests/fingerprints.py mymethod epochs=3 --why "…"
 """
 
 from __future__ import annotations
@@ -36,37 +42,37 @@ from oneshotfl.runner.federation import Federation
 from oneshotfl.runner.plan import Schedules
 from oneshotfl.runner.transport import ClientReply, LocalTransport, Missing, PeerReport
 
-RECORD = Path(__file__).with_name("fingerprints.json")
+RECORDS = Path(__file__).with_name("contract")
+"""One file per method, ``contract/<name>.json`` (:func:`recorded`): a new method adds its
+own, written by this module's command; no shared file to edit."""
 
 
-CONTRACT_PARAMS: dict[str, dict[str, Any]] = {
-    # server-side synthesis at a budget that keeps the contract suite fast; the loop is the same
-    "intactofl": {"rounds": 3, "generator_steps": 3, "batch_size": 32, "width": 4},
-    "dense": {"rounds": 3, "generator_steps": 3, "batch_size": 32, "width": 4},
-    "co_boosting": {"rounds": 3, "generator_steps": 3, "batch_size": 32, "width": 4},
-    "f_adi": {"images": 32, "steps": 5, "distill_steps": 10},
-    "f_dafl": {"rounds": 10, "batch_size": 32, "width": 4, "noise_dim": 16},
-    "ma_echo": {"iterations": 5},
-    "fens": {"rounds": 20, "eval_every": 10},
-    **{f: {"kd_epochs": 1, "weight_steps": 20} for f in ("fol", "fol-a", "fol-n", "fol-an")},
-    # server solvers and heads at a few hundred steps, not the papers' thousands: the same
-    # code runs, the payload is unchanged, and each accuracy stays well above chance
-    "fedpft": {"epochs": 1, "min_steps": 200, "lr": 0.03},  # the step floor still binds
-    "fedage": {"block_epochs": 3, "ensemble_epochs": 5, "ensemble_lr_scale": 10.0},
-    "pseudo_head": {"ensemble_epochs": 5, "ensemble_lr_scale": 10.0},
-    "fedlpa": {"cg_steps": 100},  # conjugate gradients stop at the cap (261 at 1000)
-    "fedd3": {"server_epochs": 50},
-    "fedavg_rounds": {"rounds": 3},  # round 0, the payload recorded, is the same
-    # the clients' part is the cost: fewer CVAE epochs, the true Fisher on two batches of 64
-    "fedcvae": {"epochs": 3},
-    "fedfisher": {"steps": 200, "fisher_examples": 128},
-}
-"""Hyper-parameters a method is checked with (default: its own defaults)."""
+def recorded(name: str) -> dict[str, Any]:
+    """``name``'s record (:data:`RECORDS`): ``params``, the hyper-parameters it is checked
+    with (its own defaults where empty) and ``why`` they differ from its defaults; the
+    fingerprint of each client's payload (``clients``) and the outcome's ``accuracy``.
+
+    Raises:
+        FileNotFoundError: when none is recorded, naming the command that records it.
+    """
+    path = RECORDS / f"{name}.json"
+    if not path.exists():
+        raise FileNotFoundError(
+            f"no contract record for method {name!r} ({path}): record it with"
+            f" OMP_NUM_THREADS=1 .venv/bin/python tests/fingerprints.py {name}"
+        )
+    return dict(json.loads(path.read_text()))
+
+
+def contract_params(name: str) -> dict[str, Any]:
+    """The hyper-parameters ``name`` is checked with (empty: its defaults)."""
+    path = RECORDS / f"{name}.json"
+    return dict(json.loads(path.read_text()).get("params", {})) if path.exists() else {}
 
 
 def contract_method(name: str) -> Method[Any]:
-    """``name`` built with its :data:`CONTRACT_PARAMS`."""
-    return build_method(MethodSpec(name, CONTRACT_PARAMS.get(name, {})))
+    """``name`` built with its :func:`contract_params`."""
+    return build_method(MethodSpec(name, contract_params(name)))
 
 
 def contract_config(name: str, **overrides: Any) -> ExperimentConfig:
@@ -173,19 +179,57 @@ def differences(want: dict[str, Any], got: dict[str, Any], where: str) -> list[s
     return diffs
 
 
-def record(names: list[str]) -> None:
-    """Re-record ``names`` (all methods when empty) into :data:`RECORD`."""
-    recorded = json.loads(RECORD.read_text()) if RECORD.exists() else {}
+def record(names: list[str], params: dict[str, str] | None = None, why: str = "") -> None:
+    """Re-record ``names`` (every registered method when empty), each into its own
+    ``contract/<name>.json``, keeping the ``params`` and ``why`` recorded before unless new
+    ones are given (one method only); a record whose method is no longer registered is
+    removed."""
+    if params and len(names) != 1:
+        raise SystemExit("fingerprints: key=value parameters need exactly one method name")
+    RECORDS.mkdir(exist_ok=True)
     for name in names or METHODS.names():
+        METHODS.get(name)  # an unknown name: the registry's error, listing the known ones
+        path = RECORDS / f"{name}.json"
+        before = json.loads(path.read_text()) if path.exists() else {}
+        entry: dict[str, Any] = {"params": before.get("params", {})}
+        if params is not None:
+            entry["params"] = dict(params)
+        if why or before.get("why"):
+            entry["why"] = why or before["why"]
+        path.write_text(json.dumps(entry, indent=1, sort_keys=True) + "\n")  # params first
         payloads, result, _ = contract_run(name)
-        recorded[name] = {
-            "clients": {str(c): fingerprint(data) for c, data in sorted(payloads.items())},
-            "accuracy": result["accuracy"],
-        }
-        print(f"recorded {name}")
-    recorded = {k: recorded[k] for k in sorted(recorded) if k in METHODS}
-    RECORD.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
+        entry["clients"] = {str(c): fingerprint(data) for c, data in sorted(payloads.items())}
+        entry["accuracy"] = result["accuracy"]
+        path.write_text(json.dumps(entry, indent=1, sort_keys=True) + "\n")
+        print(f"recorded {name} -> {path}")
+    if not names:
+        for stale in sorted(set(p.stem for p in RECORDS.glob("*.json")) - set(METHODS.names())):
+            (RECORDS / f"{stale}.json").unlink()
+            print(f"removed {stale}: no longer registered")
+
+
+def main(argv: list[str]) -> None:
+    """``fingerprints.py [NAME ...]``, or ``fingerprints.py NAME key=value ... [--why TEXT]``
+    for a method checked with parameters other than its defaults."""
+    why = ""
+    if "--why" in argv:
+        at = argv.index("--why")
+        why, argv = " ".join(argv[at + 1 : at + 2]), argv[:at] + argv[at + 2 :]
+    names = [a for a in argv if "=" not in a]
+    pairs = [a.split("=", 1) for a in argv if "=" in a]
+    try:
+        record(names, {k: _value(v) for k, v in pairs} if pairs else None, why)
+    except KeyError as exc:  # an unknown method: the registry's one line, listing the known
+        raise SystemExit(f"fingerprints: {exc}") from None
+
+
+def _value(text: str) -> Any:
+    """A command-line value as JSON holds it (``3`` → 3, ``0.03`` → 0.03, ``true`` → True)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
 
 
 if __name__ == "__main__":
-    record(sys.argv[1:])
+    main(sys.argv[1:])

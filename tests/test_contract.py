@@ -2,7 +2,7 @@
 digits federation (``fingerprints.contract_config``):
 
 * its declaration: registered name, ``Requires``, a frozen ``Config``;
-* its payload equals the recorded fingerprint (``tests/fingerprints.json``);
+* its payload equals the recorded fingerprint (``tests/contract/<name>.json``);
 * the context its receiver gets holds no other client's data, nor a route to another
   party's cached artefacts (a server's holds no client data at all);
 * every requirement it declares is enforced before any training;
@@ -23,12 +23,12 @@ import pytest
 import torch
 
 from fingerprints import (
-    RECORD,
     SLIPS,
     contract_config,
     contract_run,
     differences,
     fingerprint,
+    recorded,
 )
 from helpers import check, prepare
 from oneshotfl.data.types import LabelledData
@@ -40,7 +40,6 @@ from oneshotfl.runner.errors import RequirementError
 from oneshotfl.training.artefacts import ArtefactStore
 
 NAMES = METHODS.names()
-RECORDED: dict[str, Any] = json.loads(RECORD.read_text())
 first_run = functools.cache(contract_run)  # shared by the fingerprint and the identity test
 SHARED = [pytest.param(n, marks=pytest.mark.xdist_group(f"contract-{n}")) for n in NAMES]
 """The methods, each one's tests that read :func:`first_run` kept on one xdist worker
@@ -63,9 +62,9 @@ def test_declaration(name: str) -> None:
 
 @pytest.mark.parametrize("name", SHARED)
 def test_payload_matches_the_recorded_fingerprint(name: str) -> None:
-    assert name in RECORDED, f"no fingerprint recorded for {name}: run tests/fingerprints.py"
+    record = recorded(name)  # none recorded: the error names the command that records it
     payloads, result, _ = first_run(name)
-    want = RECORDED[name]["clients"]
+    want = record["clients"]
     assert sorted(want) == [str(c) for c in sorted(payloads)]
     diffs = [
         line
@@ -73,7 +72,7 @@ def test_payload_matches_the_recorded_fingerprint(name: str) -> None:
         for line in differences(want[str(c)], fingerprint(data), f"client {c}")
     ]
     assert not diffs, "\n".join(diffs[:10])
-    assert result["accuracy"] == pytest.approx(RECORDED[name]["accuracy"], abs=0.02)
+    assert result["accuracy"] == pytest.approx(record["accuracy"], abs=0.02)
 
 
 @pytest.mark.parametrize("name", SHARED)

@@ -27,6 +27,54 @@ def test_registry_rejects_duplicates_and_lists_known_names() -> None:
     assert reg.names() == ["a"] and reg.entries()[0].description == "the a"
 
 
+def test_a_module_dropped_into_a_package_registers_without_an_import_list(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, forget: list[str]
+) -> None:
+    """Issue 52: a method is one module. ``import_package_modules`` imports every module of
+    a package, so a decorator in a new file registers; the methods package does this, and
+    every method class defined in its modules is registered."""
+    import inspect
+    import pkgutil
+    import sys
+
+    import oneshotfl.methods as methods
+    from oneshotfl.methods.base import METHODS, Method
+    from oneshotfl.registry import import_package_modules
+
+    package = tmp_path / "oneshotfl_plugin_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "zeta.py").write_text(
+        "from oneshotfl.extend import register_method\n"
+        "from oneshotfl.methods.fedavg import FedAvg\n"
+        "@register_method('dropped_in', 'a module no list names')\n"
+        "class DroppedIn(FedAvg):\n    'A test method.'\n"
+    )
+    (package / "alpha.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    forget.append("dropped_in")
+    import oneshotfl_plugin_pkg
+
+    assert import_package_modules("oneshotfl_plugin_pkg", oneshotfl_plugin_pkg.__path__) == [
+        "alpha",
+        "zeta",
+    ]
+    assert "dropped_in" in METHODS and "oneshotfl_plugin_pkg.alpha" in sys.modules
+    found = sorted(m.name for m in pkgutil.iter_modules(methods.__path__))
+    assert list(methods.MODULES) == found
+    defined = {
+        cls.name
+        for module in found
+        for _, cls in inspect.getmembers(
+            sys.modules[f"oneshotfl.methods.{module}"], inspect.isclass
+        )
+        if issubclass(cls, Method)
+        and cls.__module__ == f"oneshotfl.methods.{module}"
+        and cls.__dict__.get("name")
+    }
+    assert defined and defined <= set(METHODS.names())
+
+
 def test_seed_streams_are_stable_and_independent() -> None:
     assert derive_seed(0, "client", 1) == derive_seed(0, "client", 1)
     assert derive_seed(0, "client", 1) != derive_seed(0, "client", 2)

@@ -58,6 +58,46 @@ def authors_functions(
     return authors_definitions(env, file, names, scope)
 
 
+def _statements(body: list[ast.stmt], first: int, last: int) -> list[ast.stmt]:
+    """The statements of ``body``, at any depth, that lie wholly in lines first..last; a
+    statement that straddles the range is searched inside (its body, else-branch, ...)."""
+    out: list[ast.stmt] = []
+    for node in body:
+        end = node.end_lineno or node.lineno
+        if first <= node.lineno and end <= last:
+            out.append(node)
+        elif node.lineno <= last and end >= first:
+            for name in ("body", "orelse", "finalbody", "handlers"):
+                inner = getattr(node, name, None)
+                if isinstance(inner, list):
+                    out += _statements([n for n in inner if isinstance(n, ast.stmt)], first, last)
+    return out
+
+
+def authors_lines(
+    env: str, file: str, first: int, last: int, scope: dict[str, Any]
+) -> dict[str, Any]:
+    """Run lines ``first``–``last`` of ``$env/file`` unedited — statements nested in a block
+    (a script's ``if __name__ == "__main__":`` loop) included — in a copy of ``scope`` (the
+    names those lines read, as the surrounding code would have bound them); the namespace
+    afterwards. The range must begin and end on whole statements.
+
+    Raises:
+        ValueError: when the lines do not begin and end with whole statements.
+    """
+    path = authors_file(env, file)
+    tree = ast.parse(path.read_text(), str(path))
+    body = _statements(tree.body, first, last)
+    if not body or body[0].lineno != first or (body[-1].end_lineno or 0) != last:
+        got = f"{body[0].lineno}–{body[-1].end_lineno}" if body else "none"
+        raise ValueError(
+            f"{path}: expected whole statements from line {first} to {last}, got lines {got}"
+        )
+    namespace = dict(scope)
+    exec(compile(ast.Module(body=body, type_ignores=[]), str(path), "exec"), namespace)
+    return namespace
+
+
 _TEST: dict[str, Any] = {}
 
 

@@ -7,6 +7,8 @@ entry under a unique name, a lookup by an unknown name raises an error that list
 from __future__ import annotations
 
 import difflib
+import importlib
+import pkgutil
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -114,3 +116,16 @@ def parse_spec(text: str, what: str) -> tuple[str, dict[str, str]]:
             raise ValueError(f"{what} spec {text!r}: expected key=value, got {item!r}")
         options[key.strip()] = value.strip()
     return name, options
+
+
+def import_package_modules(package: str, path: Iterable[str]) -> list[str]:
+    """Import every module of ``package`` (its ``__path__`` is ``path``), in name order, so
+    that the decorators in them register what they define: a module dropped into the
+    package registers without a hand-kept import list. Returns the modules' names.
+
+    A module that fails to import raises as it would in a plain import (a package module
+    with a syntax error is a bug, not a plugin to skip)."""
+    names = sorted(info.name for info in pkgutil.iter_modules(list(path)))
+    for name in names:
+        importlib.import_module(f"{package}.{name}")
+    return names
