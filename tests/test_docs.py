@@ -282,3 +282,32 @@ def test_the_documented_sweep_file_is_a_valid_sweep() -> None:
     assert len(sweep.runs) == (2 + 1) * 3 * 2  # grid points × seeds × groups
     listed = page.split("<!-- sweep-runs -->")[1].split("```text")[1].split("```")[0].split()
     assert listed == [run.run_id for run in sweep.runs]  # the folders, as parse_sweep names them
+
+
+def test_benchmark_pages_open_with_the_summary_their_results_give(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 52: each page of ``benchmarks/summaries.yaml`` holds, before its first section,
+    the summary ``scripts/page_summaries.py`` writes from the committed result files — so a
+    result regenerated without its summary fails here — and each row links to a heading of
+    the page."""
+    import yaml
+
+    spec = importlib.util.spec_from_file_location(
+        "page_summaries", ROOT / "scripts/page_summaries.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.chdir(ROOT)
+    pages = yaml.safe_load((ROOT / "benchmarks/summaries.yaml").read_text())["pages"]
+    assert len(pages) >= 7
+    for page in pages:
+        text = (ROOT / page["page"]).read_text()
+        start = text.index("<!-- report:summary -->")
+        assert start < text.index("\n## "), f"{page['page']}: the summary comes first"
+        body = text[start:].split("\n", 1)[1].split("<!-- /report:summary -->")[0].strip()
+        assert body == module.summary(page), f"{page['page']}: run scripts/page_summaries.py"
+        headings = {module.anchor(h) for h in re.findall(r"^#+ (.+?)\s*$", text, re.MULTILINE)}
+        for link in re.findall(r"\]\(#([^)]+)\)", body):
+            assert link in headings, f"{page['page']}: no heading for #{link}"
