@@ -82,28 +82,45 @@ class PretrainConfig(Params):
         require(self.temperature > 0, "temperature", "> 0", self.temperature)
 
 
-def augment(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+def augment(
+    x: torch.Tensor,
+    generator: torch.Generator,
+    scale: tuple[float, float] = (0.6, 1.0),
+    noise: float = 0.1,
+    per_batch: bool = False,
+) -> torch.Tensor:
     """A random resized crop with horizontal flip (one affine warp) plus Gaussian noise.
 
-    The draws come from ``generator`` on its own device (the same stream wherever ``x``
-    lies); the warp and the noise are then moved to ``x``'s device."""
-    n, at = len(x), generator.device
-    scale = torch.empty(n, device=at).uniform_(0.6, 1.0, generator=generator).sqrt()
+    Args:
+        x: images ``[N, C, H, W]``.
+        generator: the draws' stream, on its own device (the same stream wherever ``x`` lies);
+            the warp and the noise are then moved to ``x``'s device.
+        scale: the range of the crop's area as a fraction of the image's.
+        noise: the Gaussian noise's standard deviation (0: none, and no draw for it).
+        per_batch: one crop and flip for the whole batch (as a batch-wide torchvision
+            transform draws), instead of one per image.
+    """
+    n, at = (1 if per_batch else len(x)), generator.device
+    area = torch.empty(n, device=at).uniform_(scale[0], scale[1], generator=generator)
+    side = area.sqrt()
     log_aspect = torch.empty(n, device=at).uniform_(
         math.log(3 / 4), math.log(4 / 3), generator=generator
     )
     aspect = torch.exp(log_aspect)
-    sx, sy = scale * aspect.sqrt(), scale / aspect.sqrt()
+    sx, sy = side * aspect.sqrt(), side / aspect.sqrt()
     tx = (1 - sx) * (2 * torch.rand(n, generator=generator, device=at) - 1)
     ty = (1 - sy) * (2 * torch.rand(n, generator=generator, device=at) - 1)
     flip = torch.where(torch.rand(n, generator=generator, device=at) < 0.5, -1.0, 1.0)
     theta = torch.zeros(n, 2, 3, device=at)
     theta[:, 0, 0], theta[:, 0, 2] = sx * flip, tx
     theta[:, 1, 1], theta[:, 1, 2] = sy, ty
+    theta = theta.expand(len(x), 2, 3)
     grid = F.affine_grid(theta.to(x.device), list(x.shape), align_corners=False)
     warped = F.grid_sample(x, grid, padding_mode="border", align_corners=False)
-    noise = torch.randn(x.shape, generator=generator, device=at)
-    return warped + 0.1 * noise.to(x.device)
+    if noise <= 0:
+        return warped
+    drawn = torch.randn(x.shape, generator=generator, device=at)
+    return warped + noise * drawn.to(x.device)
 
 
 def nt_xent(a: torch.Tensor, b: torch.Tensor, temperature: float) -> torch.Tensor:
