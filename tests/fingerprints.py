@@ -22,6 +22,7 @@ a smaller budget than its defaults, name the parameters once (they are kept on r
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import sys
@@ -49,8 +50,9 @@ own, written by this module's command; no shared file to edit."""
 
 def recorded(name: str) -> dict[str, Any]:
     """``name``'s record (:data:`RECORDS`): ``params``, the hyper-parameters it is checked
-    with (its own defaults where empty) and ``why`` they differ from its defaults; the
-    fingerprint of each client's payload (``clients``) and the outcome's ``accuracy``.
+    with (its own defaults where empty) and ``why`` they differ from its defaults; what it
+    declares it needs (``requires``); the fingerprint of each client's payload (``clients``)
+    and the outcome's ``accuracy``.
 
     Raises:
         FileNotFoundError: when none is recorded, naming the command that records it.
@@ -62,6 +64,14 @@ def recorded(name: str) -> dict[str, Any]:
             f" OMP_NUM_THREADS=1 .venv/bin/python tests/fingerprints.py {name}"
         )
     return dict(json.loads(path.read_text()))
+
+
+def declared_requires(name: str) -> dict[str, Any]:
+    """What ``name`` declares it needs (its :class:`~oneshotfl.protocol.contract.Requires`), as
+    its record holds it: a change of a method's declared needs is seen and re-recorded."""
+    req = METHODS.get(name).requires
+    values = {f.name: getattr(req, f.name) for f in dataclasses.fields(req)}
+    return {k: getattr(v, "value", v) for k, v in values.items()}
 
 
 def contract_params(name: str) -> dict[str, Any]:
@@ -192,6 +202,7 @@ def record(names: list[str], params: dict[str, str] | None = None, why: str = ""
         path = RECORDS / f"{name}.json"
         before = json.loads(path.read_text()) if path.exists() else {}
         entry: dict[str, Any] = {"params": before.get("params", {})}
+        entry["requires"] = declared_requires(name)
         if params is not None:
             entry["params"] = dict(params)
         if why or before.get("why"):

@@ -26,6 +26,7 @@ from fingerprints import (
     SLIPS,
     contract_config,
     contract_run,
+    declared_requires,
     differences,
     fingerprint,
     recorded,
@@ -58,6 +59,13 @@ def test_declaration(name: str) -> None:
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(config, field_names[0], None)
     assert (cls.__doc__ or "").strip(), "a method documents itself"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_declared_needs_match_the_record(name: str) -> None:
+    """A method's declared needs (images, a shared encoder, a public pool, ...) are pinned in
+    its record: a change is deliberate, re-recorded with ``tests/fingerprints.py NAME``."""
+    assert recorded(name)["requires"] == declared_requires(name)
 
 
 @pytest.mark.parametrize("name", SHARED)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from fingerprints import contract_config, contract_method
+from fingerprints import contract_config, contract_method, recorded
 from helpers import run_config, run_method
 from oneshotfl.cli.describe import describe_method
 from oneshotfl.data.types import TaskInfo
@@ -31,17 +31,11 @@ NAMES = METHODS.names()
 IMAGE_METHODS = [n for n in NAMES if not METHODS.get(n).requires.takes_side(1)]
 TABLE_METHODS = [n for n in NAMES if n not in IMAGE_METHODS]
 DECLARED = {
-    "fedov": (5, 1),
-    "fedeov": (4, 1),
-    "fedeov_pruned": (4, 1),
-    "fedeov_distilled": (4, 1),
-    "intactofl": (4, 4),
-    "dense": (4, 4),
-    "co_boosting": (4, 4),
-    "f_dafl": (4, 4),
-    "f_adi": (2, 1),
+    n: (recorded(n)["requires"]["images"], recorded(n)["requires"]["image_multiple"])
+    for n in IMAGE_METHODS
 }
-"""The image methods and the images each needs: (least side, multiple)."""
+"""The image methods and the images each needs (least side, multiple), as their contract
+records pin them (``tests/contract/<name>.json``)."""
 
 
 def write_table(root: Path, rows: int = 200, features: int = 30) -> str:
@@ -80,6 +74,7 @@ def test_the_image_methods_are_declared() -> None:
         for n in IMAGE_METHODS
     }
     assert declared == DECLARED
+    assert {"fedov", "fedeov", "intactofl", "dense", "f_adi"} <= set(DECLARED)  # no table
 
 
 def test_image_problems_name_every_method_the_inputs_cannot_serve() -> None:
@@ -88,7 +83,8 @@ def test_image_problems_name_every_method_the_inputs_cannot_serve() -> None:
     assert [p.split(" ")[0] for p in table] == IMAGE_METHODS
     assert all(p.endswith("got a table of 30 features (inputs of side 1)") for p in table)
     six = image_problems(methods, TaskInfo("t", 2, 1, 6))
-    assert {p.split(" ")[0] for p in six} == {n for n, (_, m) in DECLARED.items() if m == 4}
+    refused = {n for n, (side, m) in DECLARED.items() if 6 < side or 6 % m}
+    assert {p.split(" ")[0] for p in six} == refused and "intactofl" in refused
     assert "intactofl needs images of side >= 4, a multiple of 4" in "; ".join(six)
     assert image_problems(methods, TaskInfo("digits", 10, 1, 8)) == []
 
