@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
 .PHONY: setup data demo test test-fast test-cuda docs check-site check-wheel lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
-	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-fol-defaults bench-user-datasets bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-scale bench-gpu check-kernels bench-membership bench-fedd3-privacy bench-fens bench-stats bench-fedpft-defaults bench-stats-privacy bench-authors-stats bench-authors-fens bench-authors-fedd3 bench-authors-fedage bench-authors-fedeov bench-authors-intactofl bench-merging bench-authors-merging bench-authors-selection bench-fedcgs claims bench-flower bench-flower-deploy bench-flower-sim bench-flower-scale check-flower-chaos check-reproduce check-committed check-committed-avx2 \
+	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-fol-defaults bench-user-datasets bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-scale bench-gpu check-kernels bench-membership bench-fedd3-privacy bench-fens bench-stats bench-fedpft-defaults bench-stats-privacy bench-authors-stats bench-authors-fens bench-authors-fedd3 bench-authors-fedage bench-authors-fedeov bench-authors-intactofl bench-merging bench-authors-merging bench-authors-selection bench-fedcgs bench-fafi claims bench-flower bench-flower-deploy bench-flower-sim bench-flower-scale check-flower-chaos check-reproduce check-committed check-committed-avx2 \
 	clean-cache
 VENV := .venv/bin
 
@@ -177,6 +177,17 @@ bench-fedcgs: setup data
 	  > benchmarks/results/fedcgs-fmnist/paired-readings.md
 	$(VENV)/python scripts/paired.py times benchmarks/results/fedcgs-fmnist \
 	  "fedcgs / fedcgs_authors" > benchmarks/results/fedcgs-fmnist/times.md
+
+## FAFI beside the ensemble, FedAvg and the authors' server step on the core federations (issue 52;
+## docs/benchmarks/data-free.md); FAFI_REPO names a checkout.
+bench-fafi: setup data
+	$(call need_checkouts,FAFI_REPO,benchmarks/fafi-fmnist.yaml)
+	REPORT=0 VENV=$(VENV) bash scripts/sweep_shards.sh fafi-fmnist
+	$(VENV)/python scripts/paired.py methods benchmarks/results/fafi-fmnist \
+	  "fafi - ensemble" "fafi - fedavg" "fafi - fafi_authors" "fafi:draw=image - fafi" \
+	  > benchmarks/results/fafi-fmnist/paired-readings.md
+	$(VENV)/python scripts/paired.py times benchmarks/results/fafi-fmnist \
+	  "fafi / fafi_authors" > benchmarks/results/fafi-fmnist/times.md
 
 ## The authors' DeDES selection and RegMean merge (FedFisher's algs/regmean.py) as plugins on the
 ## same clients as bench-dedes / bench-merging (benchmarks/authors-dedes.yaml, authors-regmean.yaml).

@@ -83,10 +83,11 @@ def authors_head(payloads: Mapping[int, Payload], device: torch.device) -> nn.Li
         ax_l.append(sums.sum(0))
         bx_l.append(torch.from_numpy(np.asarray(a["gram"], np.float64)))
     classes, d = cs_l[0].shape
-    if bool((sum(cc_l) == 0).any()):
+    total = torch.stack(cc_l).sum(0)
+    if bool((total == 0).any()):
         raise ValueError(
             "fedcgs_authors: expected every class held by some client (their class means are "
-            f"0/0 otherwise), got counts {sum(cc_l).tolist()}"
+            f"0/0 otherwise), got counts {total.tolist()}"
         )
     scope.update(cs_l=cs_l, cc_l=cc_l, Ax_l=ax_l, Bx_l=bx_l, num_d=d, device=device)
     scope.update(model=StandIn(d, classes), test_loader=None, eval=their_eval)

@@ -1,0 +1,51 @@
+"""The authors' FAFI server step, as ``benchmarks/authors/fafi_authors.py`` runs it (their
+``our_main.py`` lines unedited), predicts as ours on the same client models. It needs a
+checkout named by ``FAFI_REPO`` and is skipped, naming it, without one."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers import make_server_context
+from oneshotfl import plugins
+from oneshotfl.data.types import TaskInfo
+from oneshotfl.methods.fafi import Fafi
+from oneshotfl.models import create_model
+from oneshotfl.payload import Payload
+from oneshotfl.protocol.fields import model_fields
+from oneshotfl.protocol.outcome import GlobalModel
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_authors_server_step_predicts_as_ours(
+    forget: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not os.environ.get("FAFI_REPO"):
+        pytest.skip("FAFI_REPO is unset: set it to a checkout of zenghui9977/FAFI_ICML25")
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the plugin puts its own folder first
+    forget.append("fafi_authors")
+    path = ROOT / "benchmarks" / "authors" / "fafi_authors.py"
+    plugins.import_plugin(str(path))
+    module = sys.modules[plugins.plugin_module_name(path)]
+    torch.manual_seed(0)
+    payloads = {
+        c: model_fields(create_model("mlp", 1, 10, 8)).merged(Payload({}, {"n_examples": n}))
+        for c, n in enumerate([50, 120, 300])
+    }
+    ctx = make_server_context(TaskInfo("digits", 10, 1, 8), client_archs=("mlp",) * 3)
+    theirs = module.FafiAuthors().aggregate(payloads, ctx)
+    ours = Fafi().aggregate(payloads, ctx)
+    assert isinstance(theirs, GlobalModel) and isinstance(ours, GlobalModel)
+    x = torch.randn(64, 1, 8, 8)
+    with torch.no_grad():
+        assert torch.equal(theirs.model(x).argmax(1), ours.model(x).argmax(1))
+        assert torch.allclose(theirs.model(x), ours.model(x), atol=1e-5)
+    weights = theirs.info["authors_weights"]
+    assert weights == pytest.approx([50 / 470, 120 / 470, 300 / 470])
+    assert 0.0 <= theirs.info["authors_printed_accuracy"] <= 1.0
