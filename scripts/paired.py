@@ -83,6 +83,18 @@ def table(results: Path, key: str, a: Any, b: Any, field: str) -> str:
     return "\n".join(head + rows)
 
 
+def setting_labels(configs: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Each setting's label: its partition, and the :data:`LABEL_KEYS` that differ between
+    the settings (``clients=20``)."""
+    varying = [k for k in sorted(LABEL_KEYS) if len({str(c.get(k)) for c in configs.values()}) > 1]
+    return {
+        ident: " · ".join(
+            [setting_label(c), *(f"{k}={c.get(k)}" for k in varying if c.get(k) is not None)]
+        )
+        for ident, c in configs.items()
+    }
+
+
 def methods_table(results: Path, pairs: list[str], field: str) -> str:
     """Per setting (the config without its seed) and pair ``X - Y``: X minus Y over seeds."""
     found: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
@@ -94,13 +106,7 @@ def methods_table(results: Path, pairs: list[str], field: str) -> str:
         for method in doc["methods"]:
             if method.get(field) is not None:
                 found[(ident, method["key"])][int(config["seed"])] = 100 * float(method[field])
-    varying = [k for k in sorted(LABEL_KEYS) if len({str(c.get(k)) for c in configs.values()}) > 1]
-    labels = {
-        ident: " · ".join(
-            [setting_label(c), *(f"{k}={c.get(k)}" for k in varying if c.get(k) is not None)]
-        )
-        for ident, c in configs.items()
-    }
+    labels = setting_labels(configs)
     rows = []
     for pair in pairs:
         x, sep, y = (part.strip() for part in pair.partition(" - "))
@@ -137,14 +143,15 @@ def seconds(method: dict[str, Any]) -> dict[str, float]:
 def times_table(results: Path, pairs: list[str]) -> str:
     """Per setting and pair ``X / Y``: X's seconds over Y's, server and client step."""
     found: dict[tuple[str, str, str], dict[int, float]] = defaultdict(dict)
-    labels: dict[str, str] = {}
+    configs: dict[str, dict[str, Any]] = {}
     for _, doc in iter_results(results):
         config = doc["config"]
         ident = identity(config, "seed")
-        labels[ident] = setting_label(config)
+        configs[ident] = config
         for method in doc["methods"]:
             for step, value in seconds(method).items():
                 found[(ident, method["key"], step)][int(config["seed"])] = value
+    labels = setting_labels(configs)
     rows = []
     for pair in pairs:
         x, sep, y = (part.strip() for part in pair.partition(" / "))

@@ -63,7 +63,13 @@ def recorded(name: str) -> dict[str, Any]:
             f"no contract record for method {name!r} ({path}): record it with"
             f" OMP_NUM_THREADS=1 .venv/bin/python tests/fingerprints.py {name}"
         )
-    return dict(json.loads(path.read_text()))
+    record = dict(json.loads(path.read_text()))
+    if "clients" not in record:  # a recording that did not finish
+        raise FileNotFoundError(
+            f"the contract record of {name!r} ({path}) holds no fingerprint: record it with"
+            f" OMP_NUM_THREADS=1 .venv/bin/python tests/fingerprints.py {name}"
+        )
+    return record
 
 
 def declared_requires(name: str) -> dict[str, Any]:
@@ -207,7 +213,8 @@ def record(names: list[str], params: dict[str, str] | None = None, why: str = ""
             entry["params"] = dict(params)
         if why or before.get("why"):
             entry["why"] = why or before["why"]
-        path.write_text(json.dumps(entry, indent=1, sort_keys=True) + "\n")  # params first
+        if params is not None:  # the run reads its parameters from the record
+            path.write_text(json.dumps({**before, **entry}, indent=1, sort_keys=True) + "\n")
         payloads, result, _ = contract_run(name)
         entry["clients"] = {str(c): fingerprint(data) for c, data in sorted(payloads.items())}
         entry["accuracy"] = result["accuracy"]

@@ -37,5 +37,30 @@ def test_lines_nested_in_a_main_block_run_unedited_and_a_cut_statement_is_refuse
     load = loader()
     out = load.authors_lines("SCRIPT_REPO", "script.py", 4, 6, {"parts": [1, 2], "gains": [2]})
     assert out["total"] == 3 and out["scaled"] == [6] and "k" not in out
-    with pytest.raises(ValueError, match="expected whole statements from line 4 to 5"):
+    with pytest.raises(ValueError, match="lines 4–5 cut the statement of lines 5–6"):
         load.authors_lines("SCRIPT_REPO", "script.py", 4, 5, {})
+
+
+def test_a_range_that_cuts_a_compound_statement_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Running part of an ``if`` would run its branches without their condition."""
+    (tmp_path / "branches.py").write_text(
+        "x = 1\n"  # 1
+        "if flag:\n"  # 2
+        "    w = 'a'\n"  # 3
+        "else:\n"  # 4
+        "    w = 'b'\n"  # 5
+        "try:\n"  # 6
+        "    v = 1\n"  # 7
+        "except KeyError:\n"  # 8
+        "    v = 2\n"  # 9
+    )
+    monkeypatch.setenv("SCRIPT_REPO", str(tmp_path))
+    load = loader()
+    for first, last in ((3, 5), (1, 3)):
+        with pytest.raises(ValueError, match="cut the statement of lines 2–5"):
+            load.authors_lines("SCRIPT_REPO", "branches.py", first, last, {"flag": True})
+    assert load.authors_lines("SCRIPT_REPO", "branches.py", 5, 5, {})["w"] == "b"
+    assert load.authors_lines("SCRIPT_REPO", "branches.py", 9, 9, {})["v"] == 2
+    assert load.authors_lines("SCRIPT_REPO", "branches.py", 1, 5, {"flag": False})["w"] == "b"

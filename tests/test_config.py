@@ -179,6 +179,9 @@ def test_claim_seeds_run_only_the_named_methods_at_the_named_points() -> None:
         ({"grid": {"psi": 0.5, "graph": "ring"}}, "expected points of the sweep's grid"),
         ({"methods": []}, "expected a list of methods"),
         ({"every": 2}, "expected a mapping of seeds, methods and grid"),
+        ({"seeds": [True]}, "expected a list of integers"),
+        ({"methods": {"predictions": "fedol:rounds=2"}}, "expected a list of methods"),
+        ({"grid": ["psi=0.1"]}, "expected a mapping or a list of mappings"),
     ]
     for change, message in bad:
         with pytest.raises(ConfigError, match=message):

@@ -23,14 +23,14 @@ def test_supcon_with_one_example_a_class_is_nt_xent_and_a_lone_anchor_is_left_ou
     z = torch.nn.functional.normalize(torch.cat([a, b]), dim=1)
     ids = torch.arange(6).repeat(2)  # each "class" is one example's two views
     assert torch.allclose(supcon_loss(z, ids, 0.5), nt_xent(a, b, 0.5), atol=1e-6)
-    # a seventh row whose class no other row has: not an anchor, still a negative
+    # a row whose class no other row has: a negative to the others, itself counted as 0
     lone = torch.nn.functional.normalize(torch.randn(1, 5, generator=gen), dim=1)
     with_lone = torch.cat([z, lone])
     labels = torch.cat([ids, torch.tensor([99])])
     sim = with_lone @ with_lone.T / 0.5
     sim.fill_diagonal_(float("-inf"))
     log_prob = sim.log_softmax(1)
-    want = -torch.stack([log_prob[i, (i + 6) % 12] for i in range(12)]).mean()
+    want = -torch.stack([log_prob[i, (i + 6) % 12] for i in range(12)]).sum() / 13  # lone: 0
     assert torch.allclose(supcon_loss(with_lone, labels, 0.5), want, atol=1e-6)
 
 

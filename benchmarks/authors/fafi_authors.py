@@ -17,9 +17,13 @@ Adaptation: each client's model is handed to their code as an object with their 
 ``get_proto()``). Their local models are still in training mode when their code evaluates (so
 BatchNorm normalises each test batch by its own statistics); so are they here, for the number
 their code prints, on their test loader (the test split in batches of 256, shuffled with a
-seeded generator). The outcome is their fused features and averaged prototypes with the
+seeded generator, normalised as the run normalises it — their test loader feeds raw [0, 1]
+images on CIFAR-10). The outcome is their fused features and averaged prototypes with the
 members in eval mode, evaluated by the run like every method's; ``authors_printed_accuracy``
-is what their code logs.
+is what their evaluation gives on those inputs and ``authors_evaluation_s`` its seconds (part
+of ``server_wall_s``: ``scripts/paired.py times`` leaves them out). Their weights are the
+clients' sizes (their configs' ``aggregated_by_datasize``); ``fafi``'s ``weighting`` knob does
+not reach them.
 
 Needs ``FAFI_REPO`` = a checkout of that repository.
 """
@@ -29,6 +33,7 @@ from __future__ import annotations
 import copy
 import logging
 import sys
+import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -126,7 +131,18 @@ class FafiAuthors(Fafi):
             torch.utils.data.TensorDataset(test.x, test.y), batch_size=256, shuffle=True,
             generator=torch_generator(ctx.seed, "fafi_authors", "test loader"),
         )  # fmt: skip
+        timed: list[float] = []
+        their_eval = scope["eval_with_proto"]
+
+        def eval_with_proto(*args: Any, **kwargs: Any) -> Any:  # theirs, timed
+            start = time.perf_counter()
+            try:
+                return their_eval(*args, **kwargs)
+            finally:
+                timed.append(time.perf_counter() - start)
+
         scope.update(
+            eval_with_proto=eval_with_proto,
             local_models=theirs, local_protos=[m.get_proto().detach() for m in theirs],
             weights=weights, test_loader=loader, device=ctx.device, copy=copy,
             method_results=defaultdict(list),
@@ -137,6 +153,7 @@ class FafiAuthors(Fafi):
         fused = AuthorsFused(ensemble, outcome_members, ran["global_proto"]).eval()
         info = {
             "authors_printed_accuracy": float(ran["ens_proto_acc"]),
+            "authors_evaluation_s": sum(timed),
             "authors_weights": [float(w) for w in weights],
         }
         return GlobalModel(fused, info=info)

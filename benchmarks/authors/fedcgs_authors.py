@@ -93,7 +93,13 @@ def authors_head(payloads: Mapping[int, Payload], device: torch.device) -> nn.Li
     scope.update(model=StandIn(d, classes), test_loader=None, eval=their_eval)
     with warnings.catch_warnings():  # their 1-D ``.T`` and ``torch.tensor(tensor)``
         warnings.simplefilter("ignore", UserWarning)
-        authors_lines(ENV, "main_fedcgs.py", *SERVER_LINES, scope)
+        try:
+            authors_lines(ENV, "main_fedcgs.py", *SERVER_LINES, scope)
+        except np.linalg.LinAlgError as exc:  # γ = 0 and a singular covariance
+            raise ValueError(
+                f"fedcgs_authors: their inverse of the total covariance failed ({exc}); "
+                "expected more examples than feature dimensions"
+            ) from None
     (model,) = kept
     return model.fc  # type: ignore[return-value]
 

@@ -58,20 +58,40 @@ def authors_functions(
     return authors_definitions(env, file, names, scope)
 
 
+def _blocks(node: ast.stmt) -> list[list[ast.stmt]]:
+    """The statement lists inside a compound statement (its body, else-branch, handlers' and
+    cases' bodies, finally-block)."""
+    blocks = [getattr(node, n, None) for n in ("body", "orelse", "finalbody")]
+    blocks += [h.body for h in getattr(node, "handlers", [])]
+    blocks += [c.body for c in getattr(node, "cases", [])]
+    return [b for b in blocks if isinstance(b, list) and b]
+
+
 def _statements(body: list[ast.stmt], first: int, last: int) -> list[ast.stmt]:
-    """The statements of ``body``, at any depth, that lie wholly in lines first..last; a
-    statement that straddles the range is searched inside (its body, else-branch, ...)."""
-    out: list[ast.stmt] = []
-    for node in body:
-        end = node.end_lineno or node.lineno
-        if first <= node.lineno and end <= last:
-            out.append(node)
-        elif node.lineno <= last and end >= first:
-            for name in ("body", "orelse", "finalbody", "handlers"):
-                inner = getattr(node, name, None)
-                if isinstance(inner, list):
-                    out += _statements([n for n in inner if isinstance(n, ast.stmt)], first, last)
-    return out
+    """The statements of one block, at any depth, that make up lines first..last: the block
+    holding the whole range, searched inside the one statement that contains it.
+
+    Raises:
+        ValueError: when the range cuts a statement (a compound one included: running part of
+            an ``if`` would run its branches without their condition).
+    """
+    overlapping = [n for n in body if n.lineno <= last and (n.end_lineno or n.lineno) >= first]
+    whole = [n for n in overlapping if first <= n.lineno and (n.end_lineno or n.lineno) <= last]
+    if whole == overlapping:  # the block holds the range whole (or none of it)
+        return whole
+    if len(overlapping) == 1 and overlapping[0].lineno < first:
+        node = overlapping[0]
+        if (node.end_lineno or node.lineno) >= last:  # it holds the range: look inside
+            for block in _blocks(node):
+                found = _statements(block, first, last)
+                if found and found[0].lineno == first and found[-1].end_lineno == last:
+                    return found
+            overlapping = [node]  # the range spans more than one of its blocks
+    cut = next(n for n in overlapping if n not in whole)
+    raise ValueError(
+        f"lines {first}–{last} cut the statement of lines {cut.lineno}–{cut.end_lineno}:"
+        " expected whole statements of one block"
+    )
 
 
 def authors_lines(
@@ -87,7 +107,10 @@ def authors_lines(
     """
     path = authors_file(env, file)
     tree = ast.parse(path.read_text(), str(path))
-    body = _statements(tree.body, first, last)
+    try:
+        body = _statements(tree.body, first, last)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
     if not body or body[0].lineno != first or (body[-1].end_lineno or 0) != last:
         got = f"{body[0].lineno}–{body[-1].end_lineno}" if body else "none"
         raise ValueError(

@@ -25,7 +25,13 @@ The views (:func:`two_views`): a random resized crop of 0.2–1 of the area with
 then, with probability 0.8, brightness and contrast jitter of ±0.4 (and saturation ±0.4 on
 colour images), and grey with probability 0.2 on colour images — drawn once per batch as their
 batch-wide torchvision transform draws (``draw=image``: one draw per image). Not here: the hue
-jitter (±0.1) on colour images (no HSV round trip in the training layer). The client sends its
+jitter (±0.1) on colour images (no HSV round trip in the training layer). Also unlike
+torchvision's transforms: the jitter's three factors apply in a fixed order (torchvision
+shuffles it), contrast, saturation and grey use the channels' plain mean (torchvision weighs
+them 0.299 / 0.587 / 0.114), the views are clamped to [0, 1] once at the end, and a crop can
+reach past the image's edge, filled with the border pixels (a random resized crop stays
+inside). Their optimiser is rebuilt every round (every epoch on CIFAR-10); ours runs once
+over the budget. The client sends its
 model; the prototypes are its head's weights (bias 0), so the upload is one model's bytes,
 as the plain ensemble's, and no label counts are sent.
 
@@ -106,15 +112,14 @@ def supcon_loss(z: torch.Tensor, y: torch.Tensor, temperature: float) -> torch.T
     """The supervised contrastive loss (Khosla et al. 2020, ``contrast_mode='all'``) of the
     normalised features ``z`` ``[M, F]`` with labels ``y``: for each anchor, minus the mean log
     softmax (over every other row, at ``temperature``) of its positives — the other rows of
-    its class; an anchor with no positive is left out."""
+    its class — averaged over the anchors; an anchor with no positive counts 0, as in their
+    code and the authors' (``unsupervised_loss.py`` 88–94)."""
     sim = z @ z.T / temperature
     self_mask = torch.eye(len(z), dtype=torch.bool, device=z.device)
     log_prob = sim - torch.logsumexp(sim.masked_fill(self_mask, float("-inf")), 1, keepdim=True)
     positive = (y[:, None] == y[None, :]) & ~self_mask
-    count = positive.sum(1)
-    has = count > 0
-    mean_log = (log_prob * positive).sum(1)[has] / count[has]
-    return -mean_log.mean() if bool(has.any()) else z.sum() * 0.0
+    count = positive.sum(1).clamp(min=1)
+    return -((log_prob * positive).sum(1) / count).mean()
 
 
 def prototype_logits(features: torch.Tensor, prototypes: torch.Tensor) -> torch.Tensor:
@@ -175,7 +180,8 @@ class FusedPrototypes(nn.Module):
         self.members = nn.ModuleList(members)
         self.weights: torch.Tensor
         self.prototypes: torch.Tensor
-        self.register_buffer("weights", weights.float() / weights.sum())
+        weights = (weights / weights.sum()).float().to(prototypes.device)
+        self.register_buffer("weights", weights)
         self.register_buffer("prototypes", prototypes.float())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -197,6 +203,7 @@ class Fafi(SendsTrainedModel[FafiConfig]):
     )
 
     Config = FafiConfig
+    # images of side 8 at least: a crop of a fifth of the area leaves ~3.6 pixels a side
     requires = Requires(data_free=True, same_architecture=True, images=8)
 
     def client_recipe(self, ctx: ClientContext) -> None:

@@ -150,7 +150,11 @@ def _claim_plan(
             f"sweep: claim_seeds: expected a mapping of seeds, methods and grid, got {spec!r}"
         )
     extra = spec.get("seeds")
-    if not isinstance(extra, list) or not extra or not all(isinstance(s, int) for s in extra):
+    if (
+        not isinstance(extra, list)
+        or not extra
+        or not all(isinstance(s, int) and not isinstance(s, bool) for s in extra)
+    ):
         raise ConfigError(f"sweep: claim_seeds.seeds: expected a list of integers, got {extra!r}")
     if set(extra) & set(seeds):
         raise ConfigError(
@@ -172,7 +176,12 @@ def _claim_plan(
                 f"sweep: claim_seeds.methods: expected groups among {sorted(groups)}, got {group!r}"
             )
         full = [str(m).strip() for m in groups[group].get("methods", base.get("methods")) or []]
-        chosen = [str(m).strip() for m in specs or []]
+        if not isinstance(specs, list):
+            raise ConfigError(
+                f"sweep: claim_seeds.methods{f' of group {group}' if group else ''}: expected a"
+                f" list of methods, got {specs!r}"
+            )
+        chosen = [str(m).strip() for m in specs]
         stray = [m for m in chosen if m not in full]
         if not chosen or stray:
             raise ConfigError(
@@ -183,8 +192,12 @@ def _claim_plan(
     grid = spec.get("grid")
     chosen_points = points
     if grid is not None:
-        chosen_points = [p for sub in ([grid] if isinstance(grid, Mapping) else grid)
-                         for p in _expand(sub)]  # fmt: skip
+        subgrids = [grid] if isinstance(grid, Mapping) else grid
+        if not isinstance(subgrids, list) or not all(isinstance(g, Mapping) for g in subgrids):
+            raise ConfigError(
+                f"sweep: claim_seeds.grid: expected a mapping or a list of mappings, got {grid!r}"
+            )
+        chosen_points = [p for sub in subgrids for p in _expand(sub)]
         stray_points = [p for p in chosen_points if p not in points]
         if stray_points:
             raise ConfigError(
