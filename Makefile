@@ -175,7 +175,7 @@ bench-fedcgs: setup data
 	$(VENV)/python scripts/paired.py methods benchmarks/results/fedcgs-fmnist \
 	  "fedcgs - ghofl" "fedcgs - fedcgs_authors" "fedcgs - head_ensemble" \
 	  > benchmarks/results/fedcgs-fmnist/paired-readings.md
-	$(VENV)/python scripts/paired.py times benchmarks/results/fedcgs-fmnist \
+	$(VENV)/python scripts/paired.py times benchmarks/results/fedcgs-fmnist --step server \
 	  "fedcgs / fedcgs_authors" > benchmarks/results/fedcgs-fmnist/times.md
 
 ## FAFI beside the ensemble, FedAvg and the authors' server step on the core federations (issue 52;
@@ -186,7 +186,7 @@ bench-fafi: setup data
 	$(VENV)/python scripts/paired.py methods benchmarks/results/fafi-fmnist \
 	  "fafi - ensemble" "fafi - fedavg" "fafi - fafi_authors" "fafi:draw=image - fafi" \
 	  > benchmarks/results/fafi-fmnist/paired-readings.md
-	$(VENV)/python scripts/paired.py times benchmarks/results/fafi-fmnist \
+	$(VENV)/python scripts/paired.py times benchmarks/results/fafi-fmnist --step server \
 	  "fafi / fafi_authors" > benchmarks/results/fafi-fmnist/times.md
 
 ## The authors' DeDES selection and RegMean merge (FedFisher's algs/regmean.py) as plugins on the

@@ -19,7 +19,7 @@ table.
 
 Usage: python scripts/paired.py settings RESULTS KEY A B [--field accuracy|personal_accuracy]
        python scripts/paired.py methods RESULTS "X - Y" ["X - Y" ...] [--field …]
-       python scripts/paired.py times RESULTS "X / Y" ["X / Y" ...]
+       python scripts/paired.py times RESULTS "X / Y" ["X / Y" ...] [--step server|client|both]
 """
 
 from __future__ import annotations
@@ -140,7 +140,9 @@ def seconds(method: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def times_table(results: Path, pairs: list[str]) -> str:
+def times_table(
+    results: Path, pairs: list[str], steps: tuple[str, ...] = ("server", "client")
+) -> str:
     """Per setting and pair ``X / Y``: X's seconds over Y's, server and client step."""
     found: dict[tuple[str, str, str], dict[int, float]] = defaultdict(dict)
     configs: dict[str, dict[str, Any]] = {}
@@ -158,7 +160,7 @@ def times_table(results: Path, pairs: list[str]) -> str:
         if not sep:
             raise SystemExit(f"paired: expected a pair as 'X / Y', got {pair!r}")
         for ident in sorted(labels, key=lambda i: labels[i]):
-            for step in ("server", "client"):
+            for step in steps:
                 ours, theirs = found.get((ident, x, step)), found.get((ident, y, step))
                 if not ours or not theirs:
                     continue
@@ -173,8 +175,8 @@ def times_table(results: Path, pairs: list[str]) -> str:
                 mean_x = sum(ours[s] for s in seeds) / max(len(seeds), 1)
                 mean_y = sum(theirs[s] for s in seeds) / max(len(seeds), 1)
                 rows.append(
-                    f"| {labels[ident]} | `{x}` / `{y}` | {step} | {len(seeds)} | {mean_x:.1f} "
-                    f"| {mean_y:.1f} | {shown} | {verdict} |"
+                    f"| {labels[ident]} | `{x}` / `{y}` | {step} | {len(seeds)} | {mean_x:.3g} "
+                    f"| {mean_y:.3g} | {shown} | {verdict} |"
                 )
     if not rows:
         raise SystemExit(f"paired: expected runs of {', '.join(pairs)} under {results}, got none")
@@ -202,12 +204,17 @@ def main() -> None:
     by_time = sub.add_parser("times")
     by_time.add_argument("results", type=Path)
     by_time.add_argument("pairs", nargs="+")
+    by_time.add_argument(
+        "--step", choices=("server", "client", "both"), default="both",
+        help="server: where only the server step is the authors' (a plugin on our clients)",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.mode == "settings":
         a, b = parse_value(args.a), parse_value(args.b)
         print(table(args.results, args.key, a, b, args.field))
     elif args.mode == "times":
-        print(times_table(args.results, args.pairs))
+        steps = ("server", "client") if args.step == "both" else (args.step,)
+        print(times_table(args.results, args.pairs, steps))
     else:
         print(methods_table(args.results, args.pairs, args.field))
 
