@@ -194,6 +194,11 @@ bench-fafi: setup data
 bench-authors-selection: setup data
 	$(call need_checkouts,DEDES_REPO FEDFISHER_REPO,benchmarks/authors-dedes.yaml and authors-regmean.yaml)
 	VENV=$(VENV) bash scripts/sweep_shards.sh authors-dedes authors-regmean
+	$(VENV)/python scripts/paired.py methods benchmarks/results/authors-regmean \
+	  "regmean - regmean_authors" "regmean:alpha=0.1 - regmean_authors:alpha=0.1" \
+	  > benchmarks/results/authors-regmean/paired-readings.md
+	$(VENV)/python scripts/paired.py times benchmarks/results/authors-regmean --step server \
+	  "regmean / regmean_authors" > benchmarks/results/authors-regmean/times.md
 
 ## The authors' FedAGE (their pipeline.py client and server lines, unedited) as a plugin on the
 ## clients of bench-fedage (seeds 0-4; docs/benchmarks/shared-encoder.md), ours beside theirs:
