@@ -209,7 +209,7 @@ bench-authors-fedage: setup data
 	$(VENV)/python scripts/paired.py methods benchmarks/results/authors-fedage \
 	  "fedage - fedage_authors" > benchmarks/results/authors-fedage/paired-readings.md
 	$(VENV)/python scripts/paired.py times benchmarks/results/authors-fedage \
-	  "fedage / fedage_authors" > benchmarks/results/authors-fedage/times.md
+	  "fedage / fedage_authors" > benchmarks/results/authors-fedage/times.md  # client and server
 
 ## The FedEOV authors' negatives and vote as plugins on our FedEOV/FedOV clients
 ## (n = 10, disjoint, seeds 0-4; docs/benchmarks/open-set.md); FEDEOV_REPO names a checkout.
