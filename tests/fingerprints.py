@@ -195,6 +195,19 @@ def differences(want: dict[str, Any], got: dict[str, Any], where: str) -> list[s
     return diffs
 
 
+def payload_differences(record: Mapping[str, Any], payloads: Mapping[int, bytes]) -> list[str]:
+    """What differs between a record's client fingerprints and these round-0 payloads (a
+    different set of clients included)."""
+    want = record["clients"]
+    if sorted(want) != [str(c) for c in sorted(payloads)]:
+        return [f"clients {sorted(want)} recorded, {sorted(payloads)} now"]
+    return [
+        line
+        for c, data in sorted(payloads.items())
+        for line in differences(want[str(c)], fingerprint(data), f"client {c}")
+    ]
+
+
 def record(names: list[str], params: dict[str, str] | None = None, why: str = "") -> None:
     """Re-record ``names`` (every registered method when empty), each into its own
     ``contract/<name>.json``, keeping the ``params`` and ``why`` recorded before unless new

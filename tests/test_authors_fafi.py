@@ -4,35 +4,25 @@ checkout named by ``FAFI_REPO`` and is skipped, naming it, without one."""
 
 from __future__ import annotations
 
-import os
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
 from helpers import make_server_context
-from oneshotfl import plugins
 from oneshotfl.data.types import TaskInfo
 from oneshotfl.methods.fafi import Fafi
 from oneshotfl.models import create_model
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.fields import model_fields
 from oneshotfl.protocol.outcome import GlobalModel
-
-ROOT = Path(__file__).resolve().parents[1]
+from test_authors_dedes_regmean import authors_plugin
 
 
 def test_the_authors_server_step_predicts_as_ours(
     forget: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if not os.environ.get("FAFI_REPO"):
-        pytest.skip("FAFI_REPO is unset: set it to a checkout of zenghui9977/FAFI_ICML25")
-    monkeypatch.setattr(sys, "path", list(sys.path))  # the plugin puts its own folder first
-    forget.append("fafi_authors")
-    path = ROOT / "benchmarks" / "authors" / "fafi_authors.py"
-    plugins.import_plugin(str(path))
-    module = sys.modules[plugins.plugin_module_name(path)]
+    module = authors_plugin(
+        "fafi_authors", ("FAFI_REPO", "zenghui9977/FAFI_ICML25"), forget, monkeypatch
+    )
     torch.manual_seed(0)
     payloads = {
         c: model_fields(create_model("mlp", 1, 10, 8)).merged(Payload({}, {"n_examples": n}))

@@ -5,31 +5,21 @@ without one."""
 
 from __future__ import annotations
 
-import os
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
-from oneshotfl import plugins
 from oneshotfl.methods.fedcgs import FedCgsConfig, fedcgs_head
 from oneshotfl.methods.ghofl import class_statistics
-
-ROOT = Path(__file__).resolve().parents[1]
+from test_authors_dedes_regmean import authors_plugin
 
 
 def test_the_authors_server_step_is_ours(
     forget: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if not os.environ.get("FEDCGS_REPO"):
-        pytest.skip("FEDCGS_REPO is unset: set it to a checkout of Yuqin-G/FedCGS")
-    monkeypatch.setattr(sys, "path", list(sys.path))  # the plugin puts its own folder first
-    forget.append("fedcgs_authors")
-    path = ROOT / "benchmarks" / "authors" / "fedcgs_authors.py"
-    plugins.import_plugin(str(path))
-    module = sys.modules[plugins.plugin_module_name(path)]
+    module = authors_plugin(
+        "fedcgs_authors", ("FEDCGS_REPO", "Yuqin-G/FedCGS"), forget, monkeypatch
+    )
     rng = np.random.default_rng(0)
     y = rng.integers(0, 3, 200)
     x = (rng.normal(0, 2, (3, 8))[y] + rng.normal(0, 1, (200, 8))).astype(np.float32)

@@ -60,6 +60,7 @@ from oneshotfl.methods.ghofl import (
     class_statistics,
     lda_weights,
     psd_part,
+    summed_statistics,
 )
 from oneshotfl.params import Params, require
 from oneshotfl.payload import Payload
@@ -135,10 +136,5 @@ class FedCgs(Method[FedCgsConfig]):
         return class_statistics(z, y, ctx.task.num_classes, "lda")
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
-        stats: dict[str, np.ndarray] = {}
-        for c in sorted(payloads):  # added in place: one client's statistics at a time
-            for k in STATISTICS:
-                value = np.asarray(payloads[c].arrays[k])
-                stats[k] = value.copy() if k not in stats else np.add(stats[k], value, out=stats[k])
-        head, info = fedcgs_head(stats, self.config)
+        head, info = fedcgs_head(summed_statistics(payloads, STATISTICS), self.config)
         return GlobalModel(encoded_head(ctx, head.eval()), info=info)

@@ -58,7 +58,7 @@ noised (the authors' earlier random projection used a public seed and hid nothin
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -118,6 +118,19 @@ def class_statistics(z: np.ndarray, y: np.ndarray, classes: int, head: Head) -> 
     else:
         arrays["grams"] = np.stack([x[y == c].T @ x[y == c] for c in range(classes)])
     return Payload(arrays)
+
+
+def summed_statistics(
+    payloads: Mapping[int, Payload], names: Sequence[str]
+) -> dict[str, np.ndarray]:
+    """The clients' statistics ``names`` summed, in place, one client's at a time (no stacked
+    copy of n Gram matrices)."""
+    stats: dict[str, np.ndarray] = {}
+    for c in sorted(payloads):
+        for k in names:
+            value = np.asarray(payloads[c].arrays[k])
+            stats[k] = value.copy() if k not in stats else np.add(stats[k], value, out=stats[k])
+    return stats
 
 
 def shrink(cov: np.ndarray, a: float) -> np.ndarray:
@@ -244,10 +257,5 @@ class GhOfl(Method[GhOflConfig]):
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         names = ("counts", "sums", SECOND_MOMENT[self.config.head])
-        stats: dict[str, np.ndarray] = {}
-        for c in sorted(payloads):  # added in place: one client's statistics at a time
-            for k in names:
-                value = np.asarray(payloads[c].arrays[k])
-                stats[k] = value.copy() if k not in stats else np.add(stats[k], value, out=stats[k])
-        head, info = gaussian_head(stats, self.config)
+        head, info = gaussian_head(summed_statistics(payloads, names), self.config)
         return GlobalModel(encoded_head(ctx, head.eval()), info={"head": self.config.head, **info})
