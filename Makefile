@@ -133,19 +133,19 @@ define need_checkouts
 endef
 
 ## The authors' server steps of GH-OFL and FedPFT as plugins on the same shared-encoder clients
-## (seeds 0 and 1; docs/benchmarks/merging.md); GHOFL_REPO and FEDPFT_REPO name checkouts.
+## (seeds 0-4; docs/benchmarks/merging.md); GHOFL_REPO and FEDPFT_REPO name checkouts.
 bench-authors-stats: setup data
 	$(call need_checkouts,GHOFL_REPO FEDPFT_REPO,benchmarks/authors-stats.yaml)
 	VENV=$(VENV) bash scripts/sweep_shards.sh authors-stats
 
-## The authors' FENS server step (FedAdam on SmallNN) as a plugin on the same FENS clients (seed
-## 0; docs/benchmarks/merging.md); FENS_REPO names a checkout of their code.
+## The authors' FENS server step (FedAdam on SmallNN) as a plugin on the same FENS clients (seeds
+## 0-4; docs/benchmarks/merging.md); FENS_REPO names a checkout of their code.
 bench-authors-fens: setup data
 	$(call need_checkouts,FENS_REPO,benchmarks/authors-fens.yaml)
 	VENV=$(VENV) bash scripts/sweep_shards.sh authors-fens
 
 ## The authors' FedD3 server step (their FedServer.train, on our cnn) as a plugin on the same
-## FedD3 clients (seed 0; docs/benchmarks/merging.md); FEDD3_REPO names a checkout of their code.
+## FedD3 clients (seeds 0-4; docs/benchmarks/merging.md); FEDD3_REPO names a checkout of their code.
 bench-authors-fedd3: setup data
 	$(call need_checkouts,FEDD3_REPO,benchmarks/authors-fedd3.yaml)
 	VENV=$(VENV) bash scripts/sweep_shards.sh authors-fedd3
@@ -158,7 +158,7 @@ bench-stats-privacy: setup data
 bench-fedd3-privacy: setup data
 	OMP_NUM_THREADS=1 $(VENV)/python scripts/fedd3_privacy.py benchmarks/fedd3-privacy.yaml
 
-## The authors' server steps of FedFisher and FedLPA as plugins on the same clients (seeds 0 and 1),
+## The authors' server steps of FedFisher and FedLPA as plugins on the same clients (seeds 0-4),
 ## then FedLPA's, theirs and ours, on factors in their K-FAC scaling (benchmarks/authors-fedlpa.yaml),
 ## then per layer where the descent is stable and the factor ablation on the merging table's
 ## clients, seeds 0-2 (scripts/fedlpa_stability.py; docs/benchmarks/merging.md); FEDFISHER_REPO and FEDLPA_REPO name checkouts of their code.
