@@ -1,6 +1,7 @@
 """``oneshotfl encoder ...``: research commands on shared frozen encoders — pretrain one with
-SimCLR on the public pool, linear-probe it, price its client cost in FLOPs, and audit it with
-a model-inversion attack. Registered by :mod:`oneshotfl.cli.main` as the ``encoder`` group."""
+SimCLR on the public pool (or FedSD2C's autoencoder), linear-probe it, price its client cost in
+FLOPs, and audit it with a model-inversion attack. Registered by :mod:`oneshotfl.cli.main` as
+the ``encoder`` group."""
 
 from __future__ import annotations
 
@@ -87,6 +88,62 @@ def encoder_pretrain(
     digest = save_encoder(module, out, metadata)
     console.print(f"encoder: {out}  (SimCLR loss {losses[0]:.3f} → {losses[-1]:.3f})")
     console.print(f"use it with: encoder=file:path={out}:sha256={digest}", markup=False)
+
+
+@app.command("autoencoder")
+def encoder_autoencoder(
+    out: Annotated[Path, typer.Option(help="the safetensors file to write")],
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="key=value experiment overrides (data, pool)")
+    ] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML config")] = None,
+    channels: Annotated[int, typer.Option(help="latent maps")] = 4,
+    downsample: Annotated[int, typer.Option(help="image side / latent side (a power of 2)")] = 4,
+    width: Annotated[int, typer.Option(help="hidden conv channels")] = 32,
+    epochs: Annotated[int, typer.Option(help="passes over the public pool, at least")] = 5,
+    min_steps: Annotated[int, typer.Option(help="optimiser steps, at least")] = 500,
+    batch_size: Annotated[int, typer.Option(help="images per batch")] = 64,
+    kl: Annotated[float, typer.Option(help="weight of the KL term")] = 1e-6,
+) -> None:
+    """Train the shared KL autoencoder (FedSD2C's) on the experiment's public pool only (no
+    labels) and save it for ``autoencoder=file:path=…:sha256=…``."""
+    from oneshotfl.encoders.autoencoder import (
+        AutoencoderConfig,
+        build_autoencoder,
+        save_autoencoder,
+    )
+
+    setup_logging(False)
+    try:
+        cfg = load_config(config, overrides or [], {})
+        if cfg.public_size < 1:
+            raise ConfigError(
+                "encoder autoencoder: expected public_size > 0 (it trains on the pool)"
+            )
+        shape = AutoencoderConfig(
+            channels=channels, downsample=downsample, width=width, epochs=epochs,
+            min_steps=min_steps, batch_size=batch_size, kl=kl,
+        )  # fmt: skip
+        exp = Federation.prepare(federation_plan(dataclasses.replace(cfg, encoder=None)))
+        public = exp.data.public
+        assert public is not None
+        options = ":".join(f"{k}={v}" for k, v in dataclasses.asdict(shape).items() if k != "seed")
+        start = time.perf_counter()
+        auto = build_autoencoder(f"public:{options}", exp.data.task, cfg.seed, public=public.x,
+                                 device=exp.device)  # fmt: skip
+    except (*USER_ERRORS, ValueError) as exc:
+        fail(exc)
+    metadata = {
+        **auto.info,
+        "dataset": cfg.dataset,
+        "public_size": len(public),
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+    digest = save_autoencoder(auto, out, metadata)
+    console.print(
+        f"autoencoder: {out}  (loss {auto.info['pretrain_losses_first_last']})", markup=False
+    )
+    console.print(f"use it with: autoencoder=file:path={out}:sha256={digest}", markup=False)
 
 
 @app.command("probe")

@@ -92,6 +92,14 @@ class ArtefactStore:
             self._views[scope] = ArtefactStore(self.root, scope, self.counts)
         return self._views[scope]
 
+    def public(self) -> ArtefactStore:
+        """A view for public artefacts, those computed from public data and the seed alone
+        (an autoencoder pretrained on the public pool): the run's own scope on the same disk
+        root and counts, with a memo of its own, so a party finds on disk what another party
+        computed first (nothing private is under that scope; without a disk cache, each
+        party computes its own, as parties on separate machines would)."""
+        return ArtefactStore(self.root, "", self.counts)
+
     def forget(self, scope: str) -> None:
         """Drop party ``scope``'s view and its memo (what it made stays on disk, when there
         is a disk cache): a process that plays many clients holds a bounded number."""
