@@ -180,8 +180,16 @@ def table(results: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str]) -> None:
+    if any(a in ("-h", "--help") for a in argv[1:]):
+        print(__doc__)
+        return
+    if len(argv) > 3 or any(a.startswith("-") for a in argv[1:]):
+        sys.exit(f"claims_report.py: expected [CLAIMS_YAML] [MARKDOWN], got {argv[1:]}")
     path = Path(argv[1]) if len(argv) > 1 else Path("benchmarks/claims.yaml")
     markdown = Path(argv[2]) if len(argv) > 2 else Path("docs/benchmarks/claims.md")
+    for given, what in ((path, "claims file"), (markdown, "page")):
+        if not given.is_file():
+            sys.exit(f"claims_report.py: expected a {what} at {given}, found none")
     spec = yaml.safe_load(path.read_text())
     results = [evaluate(claim) for claim in spec["claims"]]
     out = RESULTS / "claims"

@@ -214,3 +214,19 @@ def test_times_are_ratios_over_seeds_without_the_authors_evaluation(tmp_path: Pa
     one = tmp_path / "one"
     (tmp_path / "seed=0").rename(one)
     assert "n/a: 1 seed" in paired.times_table(one, ["x / y"])
+
+
+def test_claims_command_answers_help_and_bad_arguments_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    claims = _claims_module()
+    claims.main(["claims_report.py", "--help"])
+    assert "Usage: python scripts/claims_report.py" in capsys.readouterr().out
+    for argv, message in (
+        (["x.yaml", "page.md", "more"], "expected [CLAIMS_YAML] [MARKDOWN]"),
+        (["--x"], "expected [CLAIMS_YAML] [MARKDOWN]"),
+        ([str(tmp_path / "none.yaml")], "expected a claims file at"),
+    ):
+        with pytest.raises(SystemExit) as stop:
+            claims.main(["claims_report.py", *argv])
+        assert message in str(stop.value)
