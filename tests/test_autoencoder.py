@@ -140,7 +140,7 @@ def test_file_source_round_trips_and_refuses_what_does_not_fit(tmp_path: Path) -
     with pytest.raises(EncoderError, match="expected arch 'conv-kl-autoencoder', got 'conv'"):
         build_autoencoder(f"file:path={encoder_file}", TASK, 0)
     (tmp_path / "junk").write_bytes(b"not a file of weights")
-    with pytest.raises(EncoderError, match="is not a safetensors file"):
+    with pytest.raises(EncoderError, match="is not an autoencoder file"):
         build_autoencoder(f"file:path={tmp_path / 'junk'}", TASK, 0)
 
 

@@ -36,12 +36,11 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file
 from torch import nn
 
 from oneshotfl.data.types import TaskInfo
 from oneshotfl.encoders.base import EncoderError, parse_encoder_spec, take_options
-from oneshotfl.encoders.pretrain import content_hash, read_metadata, save_encoder
+from oneshotfl.encoders.pretrain import checked_file, content_hash, read_metadata, save_encoder
 from oneshotfl.fingerprints import tensor_fingerprint
 from oneshotfl.models.generator import input_statistics
 from oneshotfl.params import Params, require
@@ -369,29 +368,7 @@ def save_autoencoder(auto: Autoencoder, path: Path, metadata: Mapping[str, objec
 def file_autoencoder(options: Mapping[str, str], ctx: AutoencoderContext) -> Autoencoder:
     """Options: ``path`` (required), ``sha256`` (the expected content hash; checked)."""
     spec = ctx.spec
-    opts = take_options(spec, options, {"path": str, "sha256": str})
-    if "path" not in opts:
-        raise EncoderError(f"autoencoder {spec!r}: expected path=FILE")
-    path = Path(opts["path"]).expanduser()
-    if not path.is_file():
-        raise EncoderError(f"autoencoder {spec!r}: no autoencoder file at {path}")
-    try:
-        meta, state = read_metadata(path), load_file(str(path))
-    except Exception as exc:  # safetensors raises its own error types
-        raise EncoderError(
-            f"autoencoder {spec!r}: {path} is not a safetensors file ({exc})"
-        ) from None
-    if meta.get("arch") != ARCH:
-        raise EncoderError(
-            f"autoencoder {spec!r}: expected arch {ARCH!r}, got {meta.get('arch')!r}"
-        )
-    actual = content_hash(state)
-    for name, wanted in (("stored", meta.get("content_hash")), ("requested", opts.get("sha256"))):
-        if wanted is not None and wanted != actual:
-            raise EncoderError(
-                f"autoencoder {spec!r}: content hash {actual[:16]}… does not match the {name} "
-                f"hash {str(wanted)[:16]}… (a different or corrupted file)"
-            )
+    path, meta, state, actual = checked_file(spec, options, "autoencoder", ARCH)
     if meta.get("in_channels") != ctx.task.in_channels:
         raise EncoderError(
             f"autoencoder {spec!r}: built for {meta.get('in_channels')!r} input channels, the "

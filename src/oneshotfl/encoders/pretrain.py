@@ -203,30 +203,44 @@ def read_metadata(path: Path) -> dict[str, Any]:
     return {k: json.loads(v) for k, v in raw.items()}
 
 
-@ENCODERS.register("file", "an encoder saved by `oneshotfl encoder pretrain` (hash-checked)")
-def file_encoder(options: Mapping[str, str], ctx: EncoderContext) -> Encoder:
-    """Options: ``path`` (required), ``sha256`` (the expected content hash; checked)."""
-    task, spec = ctx.task, ctx.spec
+def checked_file(
+    spec: str, options: Mapping[str, str], what: str, arch: str
+) -> tuple[Path, dict[str, Any], dict[str, torch.Tensor], str]:
+    """The saved weights a ``file`` source names (options ``path``, required, and ``sha256``):
+    ``(path, metadata, state, content hash)``, the hash recomputed and checked against the
+    stored and the requested one, and the metadata's ``arch`` against ``arch``.
+
+    Raises:
+        EncoderError: naming ``what`` ("encoder", "autoencoder") and what was expected.
+    """
     opts = take_options(spec, options, {"path": str, "sha256": str})
     if "path" not in opts:
-        raise EncoderError(f"encoder {spec!r}: expected path=FILE")
+        raise EncoderError(f"{what} {spec!r}: expected path=FILE")
     path = Path(opts["path"]).expanduser()
     if not path.is_file():
-        raise EncoderError(f"encoder {spec!r}: no encoder file at {path}")
+        raise EncoderError(f"{what} {spec!r}: no {what} file at {path}")
     try:
         meta = read_metadata(path)
         state = load_file(str(path))
     except Exception as exc:  # safetensors raises its own error types
-        raise EncoderError(f"encoder {spec!r}: {path} is not an encoder file ({exc})") from None
-    if meta.get("arch") != "conv":
-        raise EncoderError(f"encoder {spec!r}: expected arch 'conv', got {meta.get('arch')!r}")
+        raise EncoderError(f"{what} {spec!r}: {path} is not an {what} file ({exc})") from None
+    if meta.get("arch") != arch:
+        raise EncoderError(f"{what} {spec!r}: expected arch {arch!r}, got {meta.get('arch')!r}")
     actual = content_hash(state)
     for name, wanted in (("stored", meta.get("content_hash")), ("requested", opts.get("sha256"))):
         if wanted is not None and wanted != actual:
             raise EncoderError(
-                f"encoder {spec!r}: content hash {actual[:16]}… does not match the {name} "
+                f"{what} {spec!r}: content hash {actual[:16]}… does not match the {name} "
                 f"hash {str(wanted)[:16]}… (a different or corrupted file)"
             )
+    return path, meta, state, actual
+
+
+@ENCODERS.register("file", "an encoder saved by `oneshotfl encoder pretrain` (hash-checked)")
+def file_encoder(options: Mapping[str, str], ctx: EncoderContext) -> Encoder:
+    """Options: ``path`` (required), ``sha256`` (the expected content hash; checked)."""
+    task, spec = ctx.task, ctx.spec
+    path, meta, state, actual = checked_file(spec, options, "encoder", "conv")
     if int(meta.get("in_channels", -1)) != task.in_channels:
         raise EncoderError(
             f"encoder {spec!r}: built for {meta.get('in_channels')} input channels, the task "
