@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
 .PHONY: setup data demo test test-fast test-cuda docs check-site check-wheel lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
-	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-fol-defaults bench-user-datasets bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-scale bench-gpu check-kernels bench-membership bench-fedd3-privacy bench-fens bench-stats bench-fedpft-defaults bench-stats-privacy bench-authors-stats bench-authors-fens bench-authors-fedd3 bench-authors-fedage bench-authors-fedeov bench-authors-intactofl bench-merging bench-authors-merging bench-authors-selection bench-fedcgs bench-fafi claims bench-flower bench-flower-deploy bench-flower-sim bench-flower-scale check-flower-chaos check-reproduce check-committed check-committed-avx2 \
+	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-fol-defaults bench-user-datasets bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-scale bench-gpu check-kernels bench-membership bench-fedd3-privacy bench-fens bench-stats bench-fedpft-defaults bench-stats-privacy bench-authors-stats bench-authors-fens bench-authors-fedd3 bench-authors-fedage bench-authors-fedeov bench-authors-intactofl bench-merging bench-authors-merging bench-authors-selection bench-fedcgs bench-fafi bench-fedsd2c bench-fedsd2c-privacy claims bench-flower bench-flower-deploy bench-flower-sim bench-flower-scale check-flower-chaos check-reproduce check-committed check-committed-avx2 \
 	clean-cache
 VENV := .venv/bin
 
@@ -188,6 +188,26 @@ bench-fafi: setup data
 	  > benchmarks/results/fafi-fmnist/paired-readings.md
 	$(VENV)/python scripts/paired.py times benchmarks/results/fafi-fmnist --step server \
 	  "fafi / fafi_authors" > benchmarks/results/fafi-fmnist/times.md
+
+## FedSD2C beside the ensemble, FedAvg, FedD3 and the authors' client and server steps (issue 52;
+## docs/benchmarks/merging.md); FEDSD2C_REPO names a checkout.
+bench-fedsd2c: setup data
+	$(call need_checkouts,FEDSD2C_REPO,benchmarks/fedsd2c-fmnist.yaml)
+	REPORT=0 VENV=$(VENV) bash scripts/sweep_shards.sh fedsd2c-fmnist
+	$(VENV)/python scripts/paired.py methods benchmarks/results/fedsd2c-fmnist \
+	  "fedsd2c:ipc=10 - ensemble" "fedsd2c:ipc=10 - fedd3" \
+	  "fedsd2c:ipc=10:small_classes=drop - fedsd2c_authors:ipc=10" \
+	  "fedsd2c:ipc=10 - fedsd2c:ipc=10:small_classes=drop" \
+	  "fedsd2c:ipc=10 - fedsd2c:fourier=false:ipc=10" "fedsd2c:ipc=10 - fedsd2c:ipc=10:labels=hard" \
+	  > benchmarks/results/fedsd2c-fmnist/paired-readings.md
+	$(VENV)/python scripts/paired.py times benchmarks/results/fedsd2c-fmnist --step both \
+	  "fedsd2c:ipc=10:small_classes=drop / fedsd2c_authors:ipc=10" \
+	  > benchmarks/results/fedsd2c-fmnist/times.md
+
+## What FedSD2C's decoded distillates reveal of each client's images, with its two controls
+## (scripts/fedd3_privacy.py; docs/benchmarks/merging.md).
+bench-fedsd2c-privacy: setup data
+	OMP_NUM_THREADS=1 $(VENV)/python scripts/fedd3_privacy.py benchmarks/fedsd2c-privacy.yaml
 
 ## The authors' DeDES selection and RegMean merge (FedFisher's algs/regmean.py) as plugins on the
 ## same clients as bench-dedes / bench-merging (benchmarks/authors-dedes.yaml, authors-regmean.yaml).

@@ -1,8 +1,11 @@
-"""What FedD3's message reveals: its distilled examples against the sending client's data.
+"""What a message of distilled data reveals — FedD3's examples, FedSD2C's distillates (its
+latents decoded by the shared autoencoder, as the server decodes them) — against the sending
+client's data.
 
-For each client and variant of ``benchmarks/fedd3-privacy.yaml`` the client step runs as in a
-run (cached with it), and its examples x̂ are compared, on [0, 1] pixels, with the client's
-training images (members) and test images of the same labels (non-members):
+For each client and variant of the spec (``benchmarks/fedd3-privacy.yaml``,
+``benchmarks/fedsd2c-privacy.yaml``) the client step runs as in a run (cached with it), and
+its examples x̂ are compared, on [0, 1] pixels, with the client's training images (members)
+and test images of the same labels (non-members):
 
 * ``psnr_member`` / ``psnr_non_member``: the mean over x̂ of the PSNR to the closest of all the
   client's training images / of as many label-matched test images as the test set holds (a
@@ -16,6 +19,7 @@ Writes ``benchmarks/results/NAME/privacy.json`` and splices the table between th
 ``<!-- report:NAME -->`` markers of ``docs/benchmarks/merging.md``.
 
 Usage: python scripts/fedd3_privacy.py [benchmarks/fedd3-privacy.yaml] [MARKDOWN]
+(a spec naming a method that sends neither examples nor latents stops with one line)
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ import torch
 import yaml
 
 from oneshotfl.methods import build_method
+from oneshotfl.methods.fedsd2c import PREFIX, FedSd2c
+from oneshotfl.payload import Payload
+from oneshotfl.protocol.contract import ClientContext, Method
 from oneshotfl.runner.config import make_config
 from oneshotfl.runner.federation import Federation
 from oneshotfl.runner.plan import federation_plan
@@ -68,6 +75,21 @@ def audit(
     }
 
 
+def sent_examples(
+    key: str, method: Method[Any], payload: Payload, ctx: ClientContext
+) -> torch.Tensor:
+    """The examples a client's message carries, in the task's normalised space: FedD3's ``x``,
+    or FedSD2C's latents decoded by the autoencoder the server holds (the same, by its
+    fingerprint)."""
+    if "x" in payload.arrays:
+        return torch.from_numpy(np.asarray(payload.arrays["x"]))
+    if isinstance(method, FedSd2c):
+        coder = method.autoencoder(ctx).model
+        with torch.no_grad():
+            return coder.decode(torch.from_numpy(np.asarray(payload.arrays[f"{PREFIX}.latents"])))
+    raise SystemExit(f"{key}: its message carries neither examples (x) nor latents to audit")
+
+
 def cell(rows: list[dict[str, Any]], name: str, scale: float = 1.0, digits: int = 1) -> str:
     """mean ± std of ``name`` over ``rows``."""
     values = [scale * r[name] for r in rows]
@@ -92,7 +114,7 @@ def main(argv: list[str]) -> None:
             members = torch.from_numpy(np.sort(chosen))
             others = label_matched(ctx.data.y[members], test.y, rng, set())
             matched = label_matched(ctx.data.y, test.y, rng, set())
-            sent = torch.from_numpy(np.asarray(method.client_update(ctx).arrays["x"]))
+            sent = sent_examples(key, method, method.client_update(ctx), ctx)
             pools = (to_unit_range(ctx.data.x, dataset), to_unit_range(test.x[matched], dataset))
             report = audit(
                 to_unit_range(sent, dataset),
