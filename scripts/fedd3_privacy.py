@@ -13,7 +13,11 @@ and test images of the same labels (non-members):
 * ``copies``: the share of x̂ within 30 dB of some training image;
 * ``auc``: the ROC AUC of the nearest-example membership attack on ``candidates`` random
   training images and as many label-matched test images — a candidate scores the negative
-  distance to its closest x̂ (0.5: the message says nothing of who was in the data).
+  distance to its closest x̂ (0.5: the message says nothing of who was in the data);
+* FedSD2C only, ``psnr_own_crop``: the mean PSNR of each decoded distillate to the crop of a
+  training image it was made from (its core-set crop, recomputed as the client made it) — a
+  distillate is a crop, often a zoomed part of an image, which the whole-image measures above
+  would not call a copy.
 
 Writes ``benchmarks/results/NAME/privacy.json`` and splices the table between the
 ``<!-- report:NAME -->`` markers of ``docs/benchmarks/merging.md``.
@@ -36,7 +40,8 @@ import torch
 import yaml
 
 from oneshotfl.methods import build_method
-from oneshotfl.methods.fedsd2c import PREFIX, FedSd2c
+from oneshotfl.methods.fedsd2c import PREFIX, FedSd2c, core_set
+from oneshotfl.models.base import ClassifierModel
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, Method
 from oneshotfl.runner.config import make_config
@@ -45,6 +50,7 @@ from oneshotfl.runner.plan import federation_plan
 from oneshotfl.runner.report import splice_markdown
 from oneshotfl.security.inversion import psnr, to_unit_range
 from oneshotfl.security.membership import label_matched, roc_auc
+from oneshotfl.training.services import train_model
 
 COPY_DB = 30.0
 
@@ -73,6 +79,14 @@ def audit(
         "copies": float((to_member >= COPY_DB).double().mean()),
         "auc": roc_auc(score_m, score_o),
     }
+
+
+def own_crops(method: FedSd2c, ctx: ClientContext) -> torch.Tensor:
+    """The core-set crops FedSD2C's client made its distillates from, in the message's order."""
+    model = train_model(ctx, ctx.recipe()).to(ctx.device).eval()
+    assert isinstance(model, ClassifierModel)
+    with torch.no_grad():
+        return core_set(model, ctx.data, method.config, ctx, ctx.device)[0]
 
 
 def sent_examples(
@@ -122,6 +136,9 @@ def main(argv: list[str]) -> None:
                 to_unit_range(ctx.data.x[members], dataset),
                 to_unit_range(test.x[others], dataset),
             )
+            if isinstance(method, FedSd2c):
+                crops = to_unit_range(own_crops(method, ctx), dataset)
+                report["psnr_own_crop"] = float(psnr(to_unit_range(sent, dataset), crops).mean())
             rows.append({"method": key, "client": client, **report})
             print(f"{key} client {client}: " + ", ".join(f"{k} {v:.3f}" for k, v in report.items()))
     lines = [
@@ -129,11 +146,16 @@ def main(argv: list[str]) -> None:
         f"| within {COPY_DB:g} dB of a member | nearest-example attack ROC AUC |",
         "|---|---:|---:|---:|---:|",
     ]
+    with_crops = all("psnr_own_crop" in r for r in rows)
+    if with_crops:
+        lines[0] += " to its own core-set crop (dB) |"
+        lines[1] += "---:|"
     for key in spec["methods"]:
         mine = [r for r in rows if r["method"] == key]
         lines.append(
             f"| `{key}` | {cell(mine, 'psnr_member')} | {cell(mine, 'psnr_non_member')} "
             f"| {cell(mine, 'copies', 100)}% | {cell(mine, 'auc', digits=3)} |"
+            + (f" {cell(mine, 'psnr_own_crop')} |" if with_crops else "")
         )
     command = f"python scripts/fedd3_privacy.py {path}"
     over = f"Mean ± std over the {cfg.clients} clients"
