@@ -47,11 +47,12 @@ returns the final model.
 The autoencoder (:mod:`oneshotfl.encoders.autoencoder`) is the readings' largest departure:
 theirs is Stable Diffusion XL's VAE (8× downsampling, trained on web images), which cannot be
 downloaded here and does not fit 28-pixel grey images; ours is a small KL autoencoder of the
-same shape (4× on 28-pixel images) pretrained on the public pool (``autoencoder=public``) or loaded
-from a file every party holds (``autoencoder=file:ae_path=…``; a deployment across machines
-should use one: every party must hold the same weights). Also not theirs:
-``small_classes=keep``, the default (their ``CategoryDataset`` drops a class with at most
-``ipc`` examples, so a client with few examples of every class sends nothing;
+same shape (4× on 28-pixel images) pretrained on the public pool (``autoencoder=public``) or
+loaded from a file every party holds (``autoencoder=file:ae_path=…``; a deployment across
+machines should use one: every party must hold the same weights; the method declares a public
+pool, which the file source does not use — a method's needs are declared once, not per knob).
+Also not theirs: ``small_classes=keep``, the default (their ``CategoryDataset`` drops a class
+with at most ``ipc`` examples, so a client with few examples of every class sends nothing;
 ``small_classes=drop`` is theirs); their donor filter (meant to keep donors f_k predicts as c)
 is broken in their code and not built; they return D(z) after ``iterations − 1`` steps, we
 send z after all of them. Their server selects nothing on the test set but logs its best
