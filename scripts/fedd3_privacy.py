@@ -98,9 +98,8 @@ def sent_examples(
     if "x" in payload.arrays:
         return torch.from_numpy(np.asarray(payload.arrays["x"]))
     if isinstance(method, FedSd2c):
-        coder = method.autoencoder(ctx).model
-        with torch.no_grad():
-            return coder.decode(torch.from_numpy(np.asarray(payload.arrays[f"{PREFIX}.latents"])))
+        latents = torch.from_numpy(np.asarray(payload.arrays[f"{PREFIX}.latents"]))
+        return method.autoencoder(ctx).decoded(latents, ctx.device)
     raise SystemExit(f"{key}: its message carries neither examples (x) nor latents to audit")
 
 

@@ -93,6 +93,11 @@ def test_public_source_is_cached_seeded_and_checked(tmp_path: Path) -> None:
     second = build_autoencoder(SPEC, TASK, 5, public=pool, store=run.scoped("server"))
     assert (first.info["cache_hit"], second.info["cache_hit"]) == (False, True)
     assert second.fingerprint == first.fingerprint and (run.misses, run.hits) == (1, 1)
+    # without a disk cache the parties of one process still share the one pretraining
+    memory = ArtefactStore(None)
+    for party in ("client 0", "client 1", "server"):
+        build_autoencoder(SPEC, TASK, 5, public=pool, store=memory.scoped(party))
+    assert (memory.misses, memory.hits) == (1, 2)
     assert a.latent_shape(8) == (2, 2, 2) == spec_latent_shape(SPEC, 8)
     assert spec_latent_shape("public", 28) == (4, 7, 7)
     with pytest.raises(EncoderError, match="expected public_size >= 1, got 0"):

@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from oneshotfl.data.types import TaskInfo
-from oneshotfl.encoders.base import EncoderError, parse_encoder_spec, take_options
+from oneshotfl.encoders.base import EncoderError, parse_encoder_spec, registered, take_options
 from oneshotfl.encoders.pretrain import checked_file, content_hash, read_metadata, save_encoder
 from oneshotfl.fingerprints import tensor_fingerprint
 from oneshotfl.models.generator import input_statistics
@@ -230,6 +230,14 @@ class Autoencoder:
     fingerprint: str
     info: dict[str, object] = field(default_factory=dict)
 
+    def decoded(self, z: torch.Tensor, device: torch.device, batch: int = 512) -> torch.Tensor:
+        """The normalised images of latents ``z``, decoded on ``device`` ``batch`` at a time
+        without gradients, on the CPU."""
+        coder = self.model.to(device)
+        with torch.no_grad():
+            parts = [coder.decode(chunk.to(device)).cpu() for chunk in z.split(batch)]
+        return torch.cat(parts) if parts else torch.empty(0)
+
     def latent_shape(self, image_size: int) -> tuple[int, int, int]:
         """``(channels, side, side)`` of one image's latent."""
         side = image_size // self.config.downsample
@@ -270,13 +278,9 @@ def build_autoencoder(
     device: torch.device | None = None,
 ) -> Autoencoder:
     """Build the autoencoder ``spec`` names (raises :class:`EncoderError`)."""
-    name, options = parse_encoder_spec(spec)
-    if name not in AUTOENCODERS:
-        raise EncoderError(
-            f"unknown autoencoder {name!r}; expected one of: {', '.join(AUTOENCODERS.names())}"
-        )
+    factory, options = registered(AUTOENCODERS, spec, "autoencoder")
     ctx = AutoencoderContext(task, seed, spec, public, store, device or torch.device("cpu"))
-    return AUTOENCODERS.get(name)(options, ctx)
+    return factory(options, ctx)
 
 
 def spec_latent_shape(spec: str, image_size: int) -> tuple[int, int, int]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -69,6 +69,8 @@ EncoderFactory = Callable[[Mapping[str, str], EncoderContext], Encoder]
 
 ENCODERS: Registry[EncoderFactory] = Registry("encoder")
 
+F = TypeVar("F")
+
 
 def parse_encoder_spec(text: str) -> tuple[str, dict[str, str]]:
     """``name`` or ``name:key=value:...`` → (name, options).
@@ -80,6 +82,21 @@ def parse_encoder_spec(text: str) -> tuple[str, dict[str, str]]:
         return parse_spec(text, "encoder")
     except ValueError as exc:
         raise EncoderError(str(exc)) from None
+
+
+def registered(registry: Registry[F], spec: str, what: str) -> tuple[F, dict[str, str]]:
+    """The factory ``spec``'s name has in ``registry``, and its options.
+
+    Raises:
+        EncoderError: for a malformed spec or a name ``registry`` lacks, naming ``what`` and
+            the names it has.
+    """
+    name, options = parse_encoder_spec(spec)
+    if name not in registry:
+        raise EncoderError(
+            f"unknown {what} {name!r}; expected one of: {', '.join(registry.names())}"
+        )
+    return registry.get(name), options
 
 
 def build_encoder(
@@ -95,13 +112,9 @@ def build_encoder(
 
     ``public``, ``store`` and ``device`` serve sources that learn from the public pool's
     images (``simclr``); the others ignore them."""
-    name, options = parse_encoder_spec(spec)
-    if name not in ENCODERS:
-        raise EncoderError(
-            f"unknown encoder {name!r}; expected one of: {', '.join(ENCODERS.names())}"
-        )
+    factory, options = registered(ENCODERS, spec, "encoder")
     context = EncoderContext(task, seed, spec, public, store, device or torch.device("cpu"))
-    return ENCODERS.get(name)(options, context)
+    return factory(options, context)
 
 
 def take_options(

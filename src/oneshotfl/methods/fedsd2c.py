@@ -88,7 +88,14 @@ from oneshotfl.protocol.outcome import GlobalModel, Outcome
 from oneshotfl.protocol.spec import PayloadSpec, ScalarSpec, WireDims
 from oneshotfl.seeding import numpy_rng, torch_generator
 from oneshotfl.training import optim
-from oneshotfl.training.loop import Batch, FitHooks, TrainConfig, fit, make_optimizer
+from oneshotfl.training.loop import (
+    Batch,
+    FitHooks,
+    TrainConfig,
+    fit,
+    make_optimizer,
+    predict_logits,
+)
 from oneshotfl.training.services import client_artefact, train_model
 
 log = logging.getLogger(__name__)
@@ -251,15 +258,9 @@ class FedSd2c(Method[FedSd2cConfig]):
         z, losses = synthesize(model, auto, x_p, x_s, y, cfg, device)
         arrays = {"latents": z.numpy(), "y": y.numpy().astype(np.int64)}
         if cfg.labels == "logits":
-            with torch.no_grad():
-                decoded = torch.cat(
-                    [
-                        auto.model.decode(z[i : i + 256].to(device)).cpu()
-                        for i in range(0, len(z), 256)
-                    ]
-                )
-                both = [model(v.to(device)).cpu() for v in (decoded, decoded.flip(-1))]
-            arrays["logits"] = torch.stack(both, dim=1).float().numpy()
+            decoded = auto.decoded(z, device)
+            both = [predict_logits(model, v, device) for v in (decoded, decoded.flip(-1))]
+            arrays["logits"] = torch.stack(both, dim=1).numpy()
         out = {f"{PREFIX}.{k}": v for k, v in arrays.items()}
         return Payload(out, {"synthesis_loss_first": losses[0], "synthesis_loss_last": losses[1]})
 
@@ -282,12 +283,7 @@ class FedSd2c(Method[FedSd2cConfig]):
             k: np.concatenate([payloads[c].arrays[f"{PREFIX}.{k}"] for c in used])
             for k in ("latents", "y", *(("logits",) if cfg.labels == "logits" else ()))
         }
-        coder = auto.model.to(ctx.device)
-        with torch.no_grad():
-            z = torch.from_numpy(arrays["latents"])
-            x = torch.cat(
-                [coder.decode(z[i : i + 512].to(ctx.device)).cpu() for i in range(0, len(z), 512)]
-            )
+        x = auto.decoded(torch.from_numpy(arrays["latents"]), ctx.device)
         y = torch.from_numpy(arrays["y"])
         soft = torch.from_numpy(arrays["logits"]) if "logits" in arrays else None
         model = self._train_server(ctx, LabelledData(x, y), soft)
@@ -368,17 +364,9 @@ def core_set(
         crops = apply_crops(
             data.x[members], crop_boxes(cfg.num_crop, cfg.crop_scale_min, crops_gen)
         )
-        with torch.no_grad():
-            flat = crops.flatten(0, 1).to(device)
-            target = torch.full((len(flat),), int(c), device=device)
-            ce = torch.cat(
-                [
-                    F.cross_entropy(
-                        model(flat[i : i + 1024]), target[i : i + 1024], reduction="none"
-                    ).cpu()
-                    for i in range(0, len(flat), 1024)
-                ]
-            ).view(len(members), -1)
+        logits = predict_logits(model, crops.flatten(0, 1), device)
+        target = torch.full((len(logits),), int(c), device=logits.device)
+        ce = F.cross_entropy(logits, target, reduction="none").view(len(members), -1)
         if cfg.coreset == "vinfo":
             chosen, best_crop, best_ce = vinfo_coreset(ce, cfg.ipc)
         else:  # random examples (already a seeded order), their first crop

@@ -74,6 +74,8 @@ class ArtefactStore:
     _seconds: dict[str, float] = field(default_factory=dict, repr=False)
     _views: dict[str, ArtefactStore] = field(default_factory=dict, repr=False)
     _offered: dict[str, tuple[Payload, float]] = field(default_factory=dict, repr=False)
+    _public_memo: dict[str, Payload] = field(default_factory=dict, repr=False)
+    _public_seconds: dict[str, float] = field(default_factory=dict, repr=False)
 
     @property
     def hits(self) -> int:
@@ -89,16 +91,32 @@ class ArtefactStore:
         """The view of party ``scope`` (the same object on every call): same disk root and
         counts, its own keys and memo, and no route back to this store or other views."""
         if scope not in self._views:
-            self._views[scope] = ArtefactStore(self.root, scope, self.counts)
+            self._views[scope] = ArtefactStore(
+                self.root,
+                scope,
+                self.counts,
+                _public_memo=self._public_memo,
+                _public_seconds=self._public_seconds,
+            )
         return self._views[scope]
 
     def public(self) -> ArtefactStore:
         """A view for public artefacts, those computed from public data and the seed alone
         (an autoencoder pretrained on the public pool): the run's own scope on the same disk
-        root and counts, with a memo of its own, so a party finds on disk what another party
-        computed first (nothing private is under that scope; without a disk cache, each
-        party computes its own, as parties on separate machines would)."""
-        return ArtefactStore(self.root, "", self.counts)
+        root and counts, with one memo shared by this store and every view it hands out, so
+        a party finds in memory (or on disk) what another party computed first — once a
+        process, not once a party. Nothing private is kept under it, and the memo is a plain
+        mapping: no view reaches another party's store through it."""
+        memo, seconds = self._public_memo, self._public_seconds
+        return ArtefactStore(
+            self.root,
+            "",
+            self.counts,
+            _memo=memo,
+            _seconds=seconds,
+            _public_memo=memo,
+            _public_seconds=seconds,
+        )
 
     def forget(self, scope: str) -> None:
         """Drop party ``scope``'s view and its memo (what it made stays on disk, when there
