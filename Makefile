@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
 .PHONY: setup data demo test test-fast test-cuda docs check-site check-wheel lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
-	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-fol-defaults bench-user-datasets bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-scale bench-gpu check-kernels bench-membership bench-fedd3-privacy bench-fens bench-stats bench-fedpft-defaults bench-stats-privacy bench-authors-stats bench-authors-fens bench-authors-fedd3 bench-authors-fedage bench-authors-fedeov bench-authors-intactofl bench-merging bench-authors-merging bench-authors-selection bench-fedcgs bench-fafi bench-fedsd2c bench-fedsd2c-privacy claims bench-flower bench-flower-deploy bench-flower-sim bench-flower-scale check-flower-chaos check-reproduce check-committed check-committed-avx2 \
+	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-fol-defaults bench-user-datasets bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-scale bench-scale-bookkeeping bench-gpu check-kernels bench-membership bench-fedd3-privacy bench-fens bench-stats bench-fedpft-defaults bench-stats-privacy bench-authors-stats bench-authors-fens bench-authors-fedd3 bench-authors-fedage bench-authors-fedeov bench-authors-intactofl bench-merging bench-authors-merging bench-authors-selection bench-fedcgs bench-fafi bench-fedsd2c bench-fedsd2c-privacy claims bench-flower bench-flower-deploy bench-flower-sim bench-flower-scale check-flower-chaos check-reproduce check-committed check-committed-avx2 \
 	clean-cache
 VENV := .venv/bin
 
@@ -368,6 +368,12 @@ bench-scale: setup data
 	$(VENV)/oneshotfl report benchmarks/results/floor-bound
 	$(VENV)/python scripts/paired.py settings benchmarks/results/floor-bound local_floor_epochs 0 50 \
 	  > benchmarks/results/floor-bound/paired-floor.md
+
+## Issue 53's bookkeeping benchmark (docs/benchmarks/scale.md, "A client costs its compute"):
+## fedavg at 100, 1,000 and 10,000 clients on this tree and the tree before the issue, back to
+## back, on an idle machine (about 15 minutes on 2 cores).
+bench-scale-bookkeeping: setup data
+	$(VENV)/python scripts/bench_scale.py benchmarks/scale-bookkeeping.yaml
 
 bench-gpu: setup data
 	$(VENV)/python scripts/bench_gpu.py

@@ -8,9 +8,11 @@ that child) and, from ``result.json``, where the time went: client training (eac
 (``timings.client_diagnostics_s``), the server (``server_wall_s``) and evaluation
 (``timings.evaluation_s``); the rest (loading and carving the data, the wire, writing) is
 "other". A ``before`` entry runs the same command on the tree ``before_rev`` (checked out as
-a git worktree under ``runs/``), right after its "after" run. Writes
-``benchmarks/results/scale/summary.json`` and the table between the ``scale`` markers of
-``docs/benchmarks/scale.md``.
+a git worktree under ``runs/``), right after its "after" run. Writes ``summary.json`` in
+the spec's ``out`` folder (default ``benchmarks/results/scale``) and the table between the
+spec's ``section`` markers (default ``scale``) of ``docs/benchmarks/scale.md``; a spec's
+``ratios`` (pairs of client counts of one run) add, under the table, each tree's wall time at
+the larger count over the smaller, both measured by the same command.
 
 Usage: ``python scripts/bench_scale.py [benchmarks/scale.yaml] [--only NAME] [--max-clients N]
 [--side after|before]``; rows already in ``summary.json`` are replaced as they are run again.
@@ -34,7 +36,7 @@ import yaml
 from oneshotfl.runner.report import splice_markdown
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "benchmarks/results/scale"
+OUT = ROOT / "benchmarks/results/scale"  # a spec's `out` replaces it
 DOC = ROOT / "docs/benchmarks/scale.md"
 WRAP = (
     "import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); "
@@ -121,7 +123,8 @@ def main(argv: list[str]) -> None:
     )
     args = parser.parse_args(argv)
     spec = yaml.safe_load(Path(args.spec).read_text())
-    summary_path = OUT / "summary.json"
+    out_dir = ROOT / spec.get("out", "benchmarks/results/scale")
+    summary_path = out_dir / "summary.json"
     rows: list[dict[str, Any]] = (
         json.loads(summary_path.read_text()) if summary_path.exists() else []
     )
@@ -145,27 +148,27 @@ def main(argv: list[str]) -> None:
                 if args.side and side != args.side:
                     continue
                 print(f"{run['name']} n={n} {side} …", flush=True)
-                row = run_one(config, OUT / f"{slug}-{side}", spec["limit_s"], src)
+                row = run_one(config, out_dir / f"{slug}-{side}", spec["limit_s"], src)
                 row.update({"run": run["name"], "clients": n, "side": side})
                 rows = [
                     r for r in rows if (r["run"], r["clients"], r["side"]) != (run["name"], n, side)
                 ]
                 rows.append(row)
-                OUT.mkdir(parents=True, exist_ok=True)
+                out_dir.mkdir(parents=True, exist_ok=True)
                 summary_path.write_text(json.dumps(rows, indent=2) + "\n")
                 print(
                     json.dumps({k: row.get(k) for k in ("status", "wall_s", "peak_rss_mb")}),
                     flush=True,
                 )
-    splice_markdown(DOC, "scale", table(rows))
+    splice_markdown(DOC, spec.get("section", "scale"), table(rows, spec))
 
 
 def _f(value: Any) -> str:
     return "—" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def table(rows: list[dict[str, Any]]) -> str:
-    """The markdown table of every recorded run."""
+def table(rows: list[dict[str, Any]], spec: dict[str, Any]) -> str:
+    """The markdown table of every recorded run, and the spec's ratios."""
     lines = [
         "| run | clients | tree | wall s | peak RSS MB | client training s | diagnostics s "
         "| server s | evaluation s | other s | not asked for | accuracy |",
@@ -173,7 +176,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     ]
     order = {"after": 0, "before": 1}
     for r in sorted(rows, key=lambda r: (r["run"], r["clients"], order[r["side"]])):
-        tree = "now" if r["side"] == "after" else "before (ed01c9d)"
+        tree = "now" if r["side"] == "after" else f"before ({spec['before_rev']})"
         if r.get("status") != "ok":
             lines.append(
                 f"| {r['run']} | {r['clients']} | {tree} | {r.get('status')} | | | | | | | | |"
@@ -195,12 +198,31 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{_f(parts[0])} | {_f(parts[1])} | {_f(parts[2])} | {_f(parts[3])} | "
             f"{_f(None if other is None else round(other, 1))} | {overhead or '—'} | {acc} |"
         )
+    lines += ratio_lines(rows, spec)
     env = next((r.get("environment") for r in rows if r.get("environment")), {}) or {}
     lines += [
         "",
         f"Measured on {env.get('cpu')}, torch {env.get('torch')}, {env.get('threads')} thread(s).",
     ]
     return "\n".join(lines)
+
+
+def ratio_lines(rows: list[dict[str, Any]], spec: dict[str, Any]) -> list[str]:
+    """For each of the spec's ``ratios`` (``{run, clients: [small, large]}``) and each tree,
+    the wall time at the larger client count over the smaller."""
+    wall = {(r["run"], r["clients"], r["side"]): r.get("wall_s") for r in rows}
+    lines: list[str] = []
+    for ratio in spec.get("ratios", []):
+        small, large = ratio["clients"]
+        for side in ("after", "before"):
+            a, b = wall.get((ratio["run"], small, side)), wall.get((ratio["run"], large, side))
+            if a and b:
+                tree = "now" if side == "after" else f"before ({spec['before_rev']})"
+                lines.append(
+                    f"- {ratio['run']}, {tree}: {large:,} clients take {b / a:.2f}× the wall "
+                    f"time of {small:,} ({b:g} s against {a:g} s)"
+                )
+    return ["", *lines] if lines else []
 
 
 if __name__ == "__main__":

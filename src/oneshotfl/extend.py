@@ -197,7 +197,7 @@ __all__ = [
     "weighted_member_sum",
 ]
 
-PLUGIN_API_VERSION = "1.0"
+PLUGIN_API_VERSION = "1.1"
 """The version of this surface, ``MAJOR.MINOR``: the major version changes when a change can
 break a plugin written against it, the minor when names are only added (``CHANGELOG.md``
 says what each version changed)."""

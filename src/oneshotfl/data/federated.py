@@ -16,6 +16,7 @@ The test split is the dataset's own and is used for evaluation only.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -71,10 +72,19 @@ class FederatedData:
         Raises:
             KeyError: when this data holds no such client.
         """
+        shard = self._by_id.get(client_id)
+        if shard is None:
+            raise KeyError(f"client {client_id}: not among the shards held here")
+        return shard
+
+    @cached_property
+    def _by_id(self) -> dict[int, ClientShard]:
+        """Client id → shard (the first with that id), built once: a run of 10,000 clients
+        looks a shard up twice a client."""
+        index: dict[int, ClientShard] = {}
         for shard in self.clients:
-            if shard.client_id == client_id:
-                return shard
-        raise KeyError(f"client {client_id}: not among the shards held here")
+            index.setdefault(shard.client_id, shard)
+        return index
 
     def only(self, client_id: int, shard: ClientShard | None = None) -> FederatedData:
         """This data with only client ``client_id``'s shard (a node's view); ``shard``: the

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from oneshotfl.fingerprints import tensor_fingerprint
+
 
 @dataclass(frozen=True)
 class LabelledData:
@@ -28,6 +30,20 @@ class LabelledData:
 
     def __len__(self) -> int:
         return int(self.x.shape[0])
+
+    def fingerprint(self) -> str:
+        """``tensor_fingerprint(x, y)``, hashed once: memoised on this object while its tensors
+        are the same and unchanged (their storage and in-place version counters), so a
+        client's shard is hashed once however many keys and records name it."""
+        stamp = self._stamp()
+        memo = self.__dict__.get("_fingerprint")
+        if memo is None or memo[0] != stamp:
+            memo = (stamp, tensor_fingerprint(self.x, self.y))
+            object.__setattr__(self, "_fingerprint", memo)
+        return str(memo[1])
+
+    def _stamp(self) -> tuple[object, ...]:
+        return tuple((id(t), t.data_ptr(), t._version) for t in (self.x, self.y))
 
     def subset(self, index: torch.Tensor | list[int]) -> LabelledData:
         """The rows at ``index`` (a copy)."""
@@ -55,6 +71,10 @@ class IndexedData(LabelledData):
     @property
     def y(self) -> torch.Tensor:
         return self.source.y[self.index]
+
+    def _stamp(self) -> tuple[object, ...]:  # the source's and the index's, not a gather's
+        index = self.index
+        return (*self.source._stamp(), id(index), index.data_ptr(), index._version)
 
     def __len__(self) -> int:
         return int(self.index.shape[0])

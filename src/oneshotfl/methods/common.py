@@ -20,6 +20,7 @@ from oneshotfl.encoders.base import EncodedClassifier
 from oneshotfl.fingerprints import tensor_fingerprint
 from oneshotfl.functional import Weighting, client_weights, weighted_average
 from oneshotfl.methods.builders import seeded_head
+from oneshotfl.models.base import on_device
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, ConfigT, Method, ServerContext
 from oneshotfl.protocol.fields import model_fields, model_from_fields
@@ -148,7 +149,7 @@ class SendsTrainedModel(Method[ConfigT]):
         return ctx.recipe()
 
     def client_update(self, ctx: ClientContext) -> Payload:
-        model = self.trained(ctx).cpu()
+        model = on_device(self.trained(ctx), "cpu")
         return model_fields(model).merged(Payload({}, {"n_examples": len(ctx.data)}))
 
     def local_model(self, ctx: ClientContext) -> nn.Module | None:

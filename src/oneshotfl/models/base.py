@@ -13,7 +13,7 @@ import math
 import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, TypeVar
 
 import torch
 from torch import nn
@@ -192,6 +192,20 @@ def create_model(
 
 def _on_meta(model: nn.Module) -> bool:
     return any(p.is_meta for p in model.parameters())
+
+
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
+
+
+def on_device(module: ModuleT, device: torch.device | str) -> ModuleT:
+    """``module.to(device)``, skipped when every parameter and buffer is there already:
+    walking a small module's tree to move nothing costs more than its forward pass on a few
+    examples, and a client's model meets several such calls."""
+    want = torch.device(device)
+    tensors = [*module.parameters(), *module.buffers()]
+    if tensors and all(t.device == want for t in tensors):
+        return module
+    return module.to(want)
 
 
 def list_models() -> list[str]:

@@ -33,7 +33,6 @@ import torch
 from torch import nn
 
 from oneshotfl.data.types import LabelledData, TaskInfo, UnlabelledData
-from oneshotfl.fingerprints import tensor_fingerprint
 from oneshotfl.params import Params
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.limits import KnownLimit
@@ -108,7 +107,7 @@ class ClientContext:
     @cached_property
     def data_fingerprint(self) -> str:
         """A hash of this client's training data (part of every artefact key)."""
-        return tensor_fingerprint(self.data.x, self.data.y)
+        return self.data.fingerprint()
 
     @property
     def dims(self) -> WireDims:

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from oneshotfl.models import MODELS, create_model
-from oneshotfl.models.state import model_from_state
+from oneshotfl.models.state import forward_with_state
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.spec import (
     ArraySpec,
@@ -190,18 +190,18 @@ def _check_outputs(payload: Payload, spec: ModelSpec, dims: WireDims, client: in
     """The model must answer a zero input with finite logits (weights that are each finite
     can still overflow, or a BatchNorm layer divide by a negative variance's root)."""
     model_dims = spec.model_dims(dims)
-    model = model_from_state(
+    side = model_dims.image_size
+    # on the CPU, where the payload's arrays are
+    probe = torch.zeros(1, model_dims.in_channels, side, side, device="cpu")
+    out = forward_with_state(  # the payload's arrays run in a shared module: none built
         str(payload.scalars[spec.arch_key]),
         payload.arrays,
         model_dims.in_channels,
         model_dims.num_classes + spec.extra_outputs,
-        model_dims.image_size,
+        side,
+        probe,
         spec.prefix,
-    ).eval()
-    side, device = model_dims.image_size, next(model.parameters()).device
-    probe = torch.zeros(1, model_dims.in_channels, side, side, device=device)
-    with torch.no_grad():
-        out = model(probe)
+    )
     if not torch.isfinite(out).all():
         raise PayloadError(
             spec.arch_key,

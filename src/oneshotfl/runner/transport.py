@@ -117,8 +117,8 @@ def local_stats_key(model: nn.Module, ctx: ClientContext, test: LabelledData) ->
     """The memo key of a client's local-model diagnostics (within one run: one test split)."""
     return {
         "model": tensor_fingerprint(*model.state_dict().values()),
-        "test": [len(test), tensor_fingerprint(test.y)],
-        "val": None if ctx.val is None else tensor_fingerprint(ctx.val.x, ctx.val.y),
+        "test": [len(test), test.fingerprint()],  # each hashed once, not once per client
+        "val": None if ctx.val is None else ctx.val.fingerprint(),
     }
 
 

@@ -20,7 +20,7 @@ from torch import nn
 from torch.nn.utils import clip_grad_norm_
 
 from oneshotfl.data.types import LabelledData
-from oneshotfl.models.base import INITS, Init
+from oneshotfl.models.base import INITS, Init, on_device
 from oneshotfl.models.stacked import stacked_logits
 from oneshotfl.params import Params, require
 from oneshotfl.training import memo, optim
@@ -199,7 +199,7 @@ def fit(
     n = int(tensors[0].shape[0])
     if any(int(t.shape[0]) != n for t in tensors):
         raise ValueError(f"tensors differ in length: {[int(t.shape[0]) for t in tensors]}")
-    model.to(device)
+    on_device(model, device)
     start = time.perf_counter()
     cfg = resolve_budget(cfg, n)
     if n == 0 or cfg.epochs == 0:
@@ -304,7 +304,7 @@ def predict_logits(
     :func:`~oneshotfl.training.memo.memoised_logits` over ``x``)."""
 
     def compute() -> torch.Tensor:
-        model.to(device).eval()
+        on_device(model, device).eval()
         outs = [model(chunk.to(device)).float().cpu() for chunk in x.split(batch_size)]
         if not outs:
             return torch.empty(0)

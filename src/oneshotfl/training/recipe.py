@@ -105,11 +105,13 @@ def initial_model(
 
     One-shot FedAvg and FedProx assume the server broadcast one initial model; deriving it
     from the model seed and the architecture name gives every party the same weights
-    (``init``: see :func:`oneshotfl.models.base.init_weights`).
+    (``init``: see :func:`oneshotfl.models.base.init_weights`). The weights are drawn once;
+    the module is one :func:`recycle` took back when there is one (the drawn state loaded into
+    it), else built without drawing — the same module either way, in training mode.
     """
     classes = task.num_classes + extra_outputs
-    key = (arch, MODELS.get(arch), task.in_channels, classes, extra_outputs, task.image_size,
-           seed, init)  # fmt: skip
+    shape = (arch, MODELS.get(arch), task.in_channels, classes, task.image_size)
+    key = (*shape, extra_outputs, seed, init)
     state = _INITIAL.get(key)
     if state is None:  # drawn once per run's architecture: thousands of clients share it
         with seeded_torch(seed, "init", arch, extra_outputs):
@@ -118,6 +120,14 @@ def initial_model(
         if len(_INITIAL) >= 64:
             _INITIAL.pop(next(iter(_INITIAL)))
         _INITIAL[key] = state
+    free = _FREE.get(shape)
+    if free:  # a module a client trained and nobody holds: the initial state loaded into it
+        reused = free.pop().cpu()
+        reused.load_state_dict(state, strict=True)
+        for param in reused.parameters():
+            param.grad = None
+            param.requires_grad_(True)
+        return reused.train()
     with torch.device("meta"):  # built without drawing weights, then given the drawn ones
         model = create_model(arch, task.in_channels, classes, task.image_size, init)
     model.load_state_dict({k: v.clone() for k, v in state.items()}, strict=True, assign=True)
@@ -127,8 +137,39 @@ def initial_model(
     return model
 
 
+def recycle(model: nn.Module) -> None:
+    """Hand :func:`initial_model` a module nobody holds any more (a client's trained model
+    once its step is over), to load the next client's initial state into instead of building
+    one: a process that plays thousands of clients builds a few modules per architecture.
+    Only models with a persistent state alone (nothing :meth:`load_state_dict` would not
+    reset) and no hooks are taken; a few are kept per architecture."""
+    arch = getattr(model, "arch", None)
+    if not isinstance(arch, str) or arch not in MODELS.names():
+        return
+    persistent = set(model.state_dict())
+    named = [*model.named_parameters(), *model.named_buffers()]
+    if any(name not in persistent for name, _ in named) or _has_hooks(model):
+        return
+    sizes = [getattr(model, k, None) for k in ("in_channels", "num_classes", "image_size")]
+    shape = (arch, MODELS.get(arch), *sizes)
+    free = _FREE.setdefault(shape, [])
+    if len(free) < 4 and all(m is not model for m in free):
+        free.append(model)
+
+
+def _has_hooks(model: nn.Module) -> bool:
+    hooks = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_state_dict_hooks",
+             "_load_state_dict_pre_hooks", "_backward_pre_hooks")  # fmt: skip
+    return any(getattr(m, h, None) for m in model.modules() for h in hooks) or any(
+        getattr(m, "parametrizations", None) for m in model.modules()
+    )
+
+
 _INITIAL: dict[tuple[object, ...], dict[str, torch.Tensor]] = {}
 """The initial states :func:`initial_model` drew, by architecture, task, seed and init."""
+
+_FREE: dict[tuple[object, ...], list[nn.Module]] = {}
+"""Modules :func:`recycle` took back, by architecture and sizes."""
 
 
 @dataclass(frozen=True)

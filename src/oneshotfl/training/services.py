@@ -22,6 +22,7 @@ once, when the method puts it into its payload.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
@@ -29,13 +30,14 @@ import torch
 from torch import nn
 
 from oneshotfl.data.types import LabelledData, TaskInfo
+from oneshotfl.models.base import on_device
 from oneshotfl.models.state import model_from_state, model_state
 from oneshotfl.payload import Payload
-from oneshotfl.training.artefacts import ArtefactStore
+from oneshotfl.training.artefacts import ArtefactStore, cache_key
 from oneshotfl.training.encoder import Encoder
 from oneshotfl.training.loop import TrainConfig
 from oneshotfl.training.progress import NullTracker, Tracker
-from oneshotfl.training.recipe import ClientRecipe, train_recipe
+from oneshotfl.training.recipe import ClientRecipe, recycle, train_recipe
 
 
 class ClientSide(Protocol):
@@ -99,7 +101,7 @@ def client_artefact(
 def _model_payload(
     model: nn.Module, seconds: float, steps: int, facts: Mapping[str, float]
 ) -> Payload:
-    arrays, arch = model_state(model.cpu())
+    arrays, arch = model_state(on_device(model, "cpu"))
     info = {"train_seconds": seconds, "steps": steps}
     return Payload(arrays, {"model.arch": arch, **info, **facts})
 
@@ -121,7 +123,13 @@ def offer_model(
 
 def train_model(ctx: ClientSide, recipe: ClientRecipe) -> nn.Module:
     """The model ``recipe`` trains on client ``ctx``'s data — trained once, then a cache hit;
-    returned on the client's device in eval mode."""
+    returned on the client's device in eval mode.
+
+    No module is built where one can be handed back: on a miss the module just trained (its
+    gradients dropped, every parameter trainable, as one built from the cached state), and
+    on the next call for the same model, as long as nobody changed it (:class:`_Handed`), the
+    module handed out last — a method's ``client_update`` and its ``local_model`` share it."""
+    trained: list[nn.Module] = []
 
     def make() -> Payload:
         done = train_recipe(
@@ -133,18 +141,86 @@ def train_model(ctx: ClientSide, recipe: ClientRecipe) -> nn.Module:
             device=ctx.device,
             tracker=ctx.tracker,
         )
+        trained.append(done.model)
         return _model_payload(done.model, done.stats.seconds, done.stats.steps, done.facts)
 
-    payload = client_artefact(ctx, "local_model", {"recipe": recipe.key()}, make, recipe.name)
-    task = ctx.task
-    model = model_from_state(
-        str(payload.scalars["model.arch"]),
-        payload.arrays,
-        task.in_channels,
-        task.num_classes + recipe.extra_outputs,
-        task.image_size,
-    )
-    return model.to(ctx.device).eval()
+    parts = {"recipe": recipe.key()}
+    payload = client_artefact(ctx, "local_model", parts, make, recipe.name)
+    key = (ctx.store.scope, cache_key({"kind": "local_model", **artefact_key(ctx, parts)}))
+    if trained:
+        model = _handed_back(trained[0])
+    else:
+        handed = _HANDED.get(key, ctx.device)
+        if handed is not None:
+            return handed
+        task = ctx.task
+        model = model_from_state(
+            str(payload.scalars["model.arch"]),
+            payload.arrays,
+            task.in_channels,
+            task.num_classes + recipe.extra_outputs,
+            task.image_size,
+        )
+    model = on_device(model, ctx.device).eval()
+    _HANDED.put(key, model)
+    return model
+
+
+def _handed_back(model: nn.Module) -> nn.Module:
+    """A module fresh from training as one built from its state would be: no gradients,
+    every parameter trainable."""
+    for param in model.parameters():
+        param.grad = None
+        param.requires_grad_(True)
+    return model
+
+
+class _Handed:
+    """The modules :func:`train_model` handed out last (a few, by party and artefact key),
+    each with the signature of its tensors — identity, storage, in-place version counter and
+    ``requires_grad`` — and modes when handed out. A module comes back only when this memo
+    is its last holder (no caller can change it any more), its signature is unchanged and it
+    has no gradients: what a caller gets is what a build would give."""
+
+    def __init__(self, size: int = 4) -> None:
+        self.size = size
+        self.entries: dict[tuple[str, str], tuple[nn.Module, tuple[object, ...]]] = {}
+
+    @staticmethod
+    def signature(model: nn.Module) -> tuple[object, ...]:
+        tensors = [*model.parameters(), *model.buffers()]
+        return (
+            tuple((id(t), t.data_ptr(), t._version, t.requires_grad, t.device) for t in tensors),
+            tuple(m.training for m in model.modules()),
+        )
+
+    def get(self, key: tuple[str, str], device: torch.device) -> nn.Module | None:
+        entry = self.entries.get(key)
+        # referenced by the entry and by getrefcount's argument alone: nobody else holds it
+        if entry is None or sys.getrefcount(entry[0]) > 2:
+            return None
+        model, signature = entry
+        unchanged = self.signature(model) == signature and all(
+            p.grad is None and p.device == device for p in model.parameters()
+        )
+        return model if unchanged else None
+
+    def put(self, key: tuple[str, str], model: nn.Module) -> None:
+        old = self.entries.pop(key, None)
+        if old is not None and old[0] is not model:
+            self._drop(old)
+        if len(self.entries) >= self.size:
+            self._drop(self.entries.pop(next(iter(self.entries))))
+        self.entries[key] = (model, self.signature(model))
+
+    @staticmethod
+    def _drop(entry: tuple[nn.Module, tuple[object, ...]]) -> None:
+        """A module leaving the memo goes to :func:`recycle` when nobody else holds it."""
+        if sys.getrefcount(entry[0]) <= 2:  # the entry and getrefcount's argument
+            recycle(entry[0])
+
+
+_HANDED = _Handed()
 
 
 __all__ = [
