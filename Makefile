@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
 .PHONY: setup data demo test test-fast test-cuda docs check-site check-wheel lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
-	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-fol-defaults bench-user-datasets bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-scale bench-scale-bookkeeping bench-gpu check-kernels bench-membership bench-fedd3-privacy bench-fens bench-stats bench-fedpft-defaults bench-stats-privacy bench-authors-stats bench-authors-fens bench-authors-fedd3 bench-authors-fedage bench-authors-fedeov bench-authors-intactofl bench-merging bench-authors-merging bench-authors-selection bench-fedcgs bench-fafi bench-fedsd2c bench-fedsd2c-privacy claims bench-flower bench-flower-deploy bench-flower-sim bench-flower-scale check-flower-chaos check-reproduce check-committed check-committed-avx2 \
+	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-fol-defaults bench-user-datasets bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-scale bench-scale-bookkeeping bench-scale-ensemble bench-ensemble-eval bench-gpu check-kernels bench-membership bench-fedd3-privacy bench-fens bench-stats bench-fedpft-defaults bench-stats-privacy bench-authors-stats bench-authors-fens bench-authors-fedd3 bench-authors-fedage bench-authors-fedeov bench-authors-intactofl bench-merging bench-authors-merging bench-authors-selection bench-fedcgs bench-fafi bench-fedsd2c bench-fedsd2c-privacy claims bench-flower bench-flower-deploy bench-flower-sim bench-flower-scale check-flower-chaos check-reproduce check-committed check-committed-avx2 \
 	clean-cache
 VENV := .venv/bin
 
@@ -374,6 +374,15 @@ bench-scale: setup data
 ## back, on an idle machine (about 15 minutes on 2 cores).
 bench-scale-bookkeeping: setup data
 	$(VENV)/python scripts/bench_scale.py benchmarks/scale-bookkeeping.yaml
+
+## Issue 53, item 3 (docs/benchmarks/scale.md, "Ensembles at the speed of their members"): an
+## ensemble's evaluation against its members' forward passes alone, in one process; then the
+## ensemble's whole run at 10 and 100 clients on this tree and the one before. Idle machine.
+bench-ensemble-eval: setup data
+	OMP_NUM_THREADS=1 $(VENV)/python scripts/bench_ensemble_eval.py
+
+bench-scale-ensemble: setup data
+	$(VENV)/python scripts/bench_scale.py benchmarks/scale-ensemble.yaml
 
 bench-gpu: setup data
 	$(VENV)/python scripts/bench_gpu.py

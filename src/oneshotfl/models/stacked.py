@@ -11,10 +11,12 @@ parameters and buffers); each group runs in chunks of at most ``models_per_pass`
 one whose forward pass cannot be mapped, runs as itself. Eval mode throughout: the outputs are
 the models' own, up to the floating-point order of a batched kernel.
 
-On a CPU the models run one at a time: PyTorch's CPU kernels for a mapped (grouped)
-convolution and pooling were measured slower than the plain ones — a LeNet over 500 images,
-83 µs per image one model at a time against 158 µs stacked 64 at once, one thread (AMD EPYC,
-torch 2.14.1) — so stacking pays on a GPU, where one small model leaves the device idle.
+On a CPU the models run one at a time, each with its convolution weights in channels-last
+layout for the call (:func:`channels_last_weights`; the module itself is left as it is):
+PyTorch's CPU kernels for a mapped (grouped) convolution and pooling were measured slower than
+the plain ones, and the channels-last kernels faster than the default layout (`make
+bench-ensemble-eval`, docs/benchmarks/scale.md: a LeNet over the 10,000 Fashion-MNIST test
+images, one thread) — so stacking pays on a GPU, where one small model leaves the device idle.
 """
 
 from __future__ import annotations
@@ -36,10 +38,34 @@ def signature(model: nn.Module) -> tuple[object, ...]:
     return (type(model), tuple((n, tuple(t.shape), t.dtype) for n, t in tensors))
 
 
+def channels_last_weights(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Copies of ``model``'s 2-d convolution weights in channels-last layout, keyed by their
+    parameter names: what :func:`torch.func.functional_call` takes to run the model with them
+    (every other parameter and buffer its own). A weight of one input channel is strided as
+    channels-last too (``.contiguous`` would leave it, and the kernel would pick the default
+    layout). Empty for a model without convolutions."""
+    params = dict(model.named_parameters())
+    out: dict[str, torch.Tensor] = {}
+    for name, module in model.named_modules():
+        key = f"{name}.weight" if name else "weight"
+        if isinstance(module, nn.Conv2d) and key in params:  # a parametrised weight: as it is
+            weight = params[key].detach()
+            out[key] = torch.empty_like(weight, memory_format=torch.channels_last).copy_(weight)
+    return out
+
+
 @torch.no_grad()
 def _one(model: nn.Module, x: torch.Tensor, device: torch.device, batch: int) -> torch.Tensor:
+    """``model``'s logits on ``x`` in chunks of ``batch``; on a CPU, for images, with its
+    convolutions in channels-last layout (module docs)."""
     model.to(device).eval()
-    outs = [model(c.to(device)).float().cpu() for c in x.split(batch)]
+    state = channels_last_weights(model) if device.type == "cpu" and x.dim() == 4 else {}
+
+    def run(chunk: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = functional_call(model, state, (chunk,)) if state else model(chunk)
+        return out
+
+    outs = [run(c.to(device)).float().cpu() for c in x.split(batch)]
     return torch.cat(outs) if outs else torch.empty(0)
 
 
@@ -65,16 +91,27 @@ def _group(
     return torch.cat(outs, dim=1)
 
 
+def pass_kind(device: torch.device, stack: bool) -> str:
+    """How :func:`stacked_logits` runs models on ``device``: ``stacked`` (shared vectorised
+    passes), ``channels_last`` (one at a time, a CPU's layout) or ``each`` (one at a time) —
+    part of a memo key, since the three agree only up to the floating-point order."""
+    if device.type == "cpu":
+        return "channels_last"
+    return "stacked" if stack else "each"
+
+
 def stacked_logits(
     models: Sequence[nn.Module],
     x: torch.Tensor,
     device: torch.device,
     batch_size: int = 1024,
     models_per_pass: int = 64,
+    stack: bool = True,
 ) -> list[torch.Tensor]:
     """Each model's logits on ``x`` (eval mode, on the CPU), in the order of ``models``;
-    models of one signature share vectorised passes (see the module docs)."""
-    if device.type == "cpu":  # measured slower than one model at a time on a CPU (module docs)
+    with ``stack``, models of one signature share vectorised passes on a GPU (module docs);
+    otherwise, and on a CPU, they run one at a time."""
+    if not stack or device.type == "cpu":  # on a CPU: slower stacked (module docs)
         return [_one(m, x, device, batch_size) for m in models]
     out: list[torch.Tensor | None] = [None] * len(models)
     groups: dict[tuple[object, ...], list[int]] = {}
@@ -98,4 +135,4 @@ def stacked_logits(
     return [o if o is not None else torch.empty(0) for o in out]
 
 
-__all__ = ["signature", "stacked_logits"]
+__all__ = ["channels_last_weights", "pass_kind", "signature", "stacked_logits"]

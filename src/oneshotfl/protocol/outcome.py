@@ -23,7 +23,7 @@ from oneshotfl.functional import (
 )
 from oneshotfl.models.aggregator import StackedAggregator, stack_member_logits
 from oneshotfl.robust import robust_probability_mean
-from oneshotfl.training.loop import predict_logits
+from oneshotfl.training.loop import many_logits
 
 AGGREGATOR = "aggregator"
 """The rule of an ensemble combined by a learned aggregator."""
@@ -40,7 +40,7 @@ class GlobalModel:
     info: dict[str, Any] = field(default_factory=dict)
 
     def predict_proba(self, x: torch.Tensor, device: torch.device) -> torch.Tensor:
-        return F.softmax(predict_logits(self.model, x, device), dim=-1)
+        return F.softmax(many_logits([self.model], x, device)[0], dim=-1)
 
 
 def combiner(rule: str) -> Combiner:
@@ -116,8 +116,12 @@ class Ensemble:
                 f"got {tuple(self.weights.shape)}"
             )
 
-    def predict_proba(self, x: torch.Tensor, device: torch.device) -> torch.Tensor:
-        logits = torch.stack([predict_logits(m, x, device) for m in self.members])
+    def predict_proba(
+        self, x: torch.Tensor, device: torch.device, stack: bool = False
+    ) -> torch.Tensor:
+        """The combined probabilities on ``x``; ``stack``: the members evaluated in shared
+        vectorised passes on a GPU (:func:`~oneshotfl.training.loop.many_logits`)."""
+        logits = torch.stack(many_logits(list(self.members), x, device, stack=stack))
         assert self.weights is not None
         return self.combine(logits, self.weights)
 
@@ -136,7 +140,7 @@ class Personalised:
     models: Mapping[int, nn.Module]
 
     def predict_proba_for(self, client: int, x: torch.Tensor, device: torch.device) -> torch.Tensor:
-        return F.softmax(predict_logits(self.models[client], x, device), dim=-1)
+        return F.softmax(many_logits([self.models[client]], x, device)[0], dim=-1)
 
 
 Outcome = GlobalModel | Ensemble | Personalised

@@ -117,16 +117,6 @@ def inference_cost(outcome: Outcome, x: torch.Tensor, device: torch.device) -> d
     return {"parameters": float(parameters), "flops_per_image": float(counter.get_total_flops())}
 
 
-@dataclass(frozen=True)
-class _Evaluated:
-    """An outcome's probabilities on the test split, computed already."""
-
-    probs: torch.Tensor
-
-    def predict_proba(self, x: torch.Tensor, device: torch.device) -> torch.Tensor:
-        return self.probs
-
-
 def evaluate_outcome(
     outcome: Outcome,
     test: LabelledData,
@@ -136,25 +126,25 @@ def evaluate_outcome(
 ) -> dict[str, Any]:
     """Metrics of an outcome; ``histograms`` is the ``[clients, classes]`` label count matrix
     (a NaN row: a client whose counts are not known; its personal accuracy is ``None``).
-    ``stacked``: an ensemble's members and a personalised outcome's models of one architecture
-    are evaluated in shared vectorised passes (:func:`many_logits`; ``client_batch > 1``)."""
+    ``stacked``: on a GPU, an ensemble's members and a personalised outcome's models of one
+    architecture are evaluated in shared vectorised passes (``client_batch > 1``); on a CPU
+    they run one at a time in channels-last layout (:func:`many_logits`)."""
     num_classes = histograms.shape[1]
-    scored: GlobalModel | Ensemble | _Evaluated | Personalised = outcome
-    if stacked and isinstance(outcome, Ensemble) and len(outcome.members) > 1:
-        assert outcome.weights is not None
-        logits = torch.stack(many_logits(list(outcome.members), test.x, device))
-        scored = _Evaluated(outcome.combine(logits, outcome.weights))
-    if stacked and isinstance(outcome, Personalised) and len(outcome.models) > 1:
+    if isinstance(outcome, Personalised):
         ids = sorted(outcome.models)
-        each = many_logits([outcome.models[c] for c in ids], test.x, device)
+        each = many_logits([outcome.models[c] for c in ids], test.x, device, stack=stacked)
         return summarise_clients(
             [
                 client_metrics(torch.softmax(out, dim=-1), test, histograms[cid])
                 for cid, out in zip(ids, each, strict=True)
             ]
         )
-    if isinstance(scored, GlobalModel | Ensemble | _Evaluated):
-        probs = scored.predict_proba(test.x, device)
+    if isinstance(outcome, GlobalModel | Ensemble):
+        probs = (
+            outcome.predict_proba(test.x, device, stack=stacked)
+            if isinstance(outcome, Ensemble)
+            else outcome.predict_proba(test.x, device)
+        )
         class_acc = per_class_accuracy(probs, test.y, num_classes)
         personal = [label_weighted(class_acc, h) for h in histograms]  # NaN: no histogram
         return {
@@ -163,14 +153,4 @@ def evaluate_outcome(
             "client_personal_accuracy": [None if np.isnan(p) else float(p) for p in personal],
             "per_class_accuracy": [float(a) for a in class_acc],
         }
-    if isinstance(scored, Personalised):
-        outcome = scored
-        return summarise_clients(
-            [
-                client_metrics(
-                    outcome.predict_proba_for(cid, test.x, device), test, histograms[cid]
-                )
-                for cid in sorted(outcome.models)
-            ]
-        )
     raise TypeError(f"expected a GlobalModel, Ensemble or Personalised outcome, got {outcome!r}")

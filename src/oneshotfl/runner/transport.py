@@ -39,7 +39,7 @@ from oneshotfl.runner.evaluate import ClientMetrics, label_histogram, receiver_m
 from oneshotfl.runner.ledger import ShardReport
 from oneshotfl.security.threats import Attack
 from oneshotfl.seeding import numpy_rng
-from oneshotfl.training.loop import accuracy, predict_logits
+from oneshotfl.training.loop import accuracy, many_logits
 
 if TYPE_CHECKING:
     from oneshotfl.runner.federation import Federation
@@ -127,12 +127,12 @@ def _stats(
 ) -> Payload:
     """Test accuracy (of ``logits`` when given, the model's on ``test``) and validation
     accuracy of a client's local model."""
-    if logits is None:
-        logits = predict_logits(model, test.x, ctx.device)
+    if logits is None:  # as an outcome is evaluated (its memo shared with the local rows)
+        logits = many_logits([model], test.x, ctx.device)[0]
     stats = {"local_test_accuracy": accuracy(logits, test.y)}
     if ctx.val is not None:
         stats["local_val_accuracy"] = accuracy(
-            predict_logits(model, ctx.val.x, ctx.device), ctx.val.y
+            many_logits([model], ctx.val.x, ctx.device)[0], ctx.val.y
         )
     return Payload({}, stats)
 

@@ -21,7 +21,7 @@ from torch.nn.utils import clip_grad_norm_
 
 from oneshotfl.data.types import LabelledData
 from oneshotfl.models.base import INITS, Init, on_device
-from oneshotfl.models.stacked import stacked_logits
+from oneshotfl.models.stacked import pass_kind, stacked_logits
 from oneshotfl.params import Params, require
 from oneshotfl.training import memo, optim
 from oneshotfl.training.progress import NullTracker, Tracker, report_scalar
@@ -314,17 +314,23 @@ def predict_logits(
 
 
 def many_logits(
-    models: Sequence[nn.Module], x: torch.Tensor, device: torch.device, batch_size: int = 1024
+    models: Sequence[nn.Module],
+    x: torch.Tensor,
+    device: torch.device,
+    batch_size: int = 1024,
+    stack: bool = True,
 ) -> list[torch.Tensor]:
-    """Each model's logits on ``x`` (eval mode, on the CPU), the models of one architecture in
-    shared vectorised passes (:func:`oneshotfl.models.stacked.stacked_logits`; memoised as
-    :func:`predict_logits` is). Equal to :func:`predict_logits` per model up to the
-    floating-point order of a batched kernel."""
+    """Each model's logits on ``x`` (eval mode, on the CPU), as an outcome is evaluated
+    (:func:`oneshotfl.models.stacked.stacked_logits`): on a CPU one model at a time with its
+    convolutions in channels-last layout; on a GPU, with ``stack``, the models of one
+    architecture in shared vectorised passes. Memoised as :func:`predict_logits` is, apart
+    from it: they agree up to the floating-point order of the kernels."""
 
     def compute(some: list[nn.Module]) -> list[torch.Tensor]:
-        return stacked_logits(some, x, device, batch_size)
+        return stacked_logits(some, x, device, batch_size, stack=stack)
 
-    return memo.lookup_many(list(models), x, f"{device}/{batch_size}/stacked", compute)
+    how = f"{device}/{batch_size}/{pass_kind(device, stack)}"
+    return memo.lookup_many(list(models), x, how, compute)
 
 
 def accuracy(probs_or_logits: torch.Tensor, y: torch.Tensor) -> float:
