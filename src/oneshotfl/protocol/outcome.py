@@ -116,12 +116,10 @@ class Ensemble:
                 f"got {tuple(self.weights.shape)}"
             )
 
-    def predict_proba(
-        self, x: torch.Tensor, device: torch.device, stack: bool = False
-    ) -> torch.Tensor:
-        """The combined probabilities on ``x``; ``stack``: the members evaluated in shared
-        vectorised passes on a GPU (:func:`~oneshotfl.training.loop.many_logits`)."""
-        logits = torch.stack(many_logits(list(self.members), x, device, stack=stack))
+    def predict_proba(self, x: torch.Tensor, device: torch.device) -> torch.Tensor:
+        """The combined probabilities on ``x`` (the members' logits as
+        :func:`~oneshotfl.training.loop.many_logits` gives them, one member at a time)."""
+        logits = torch.stack(many_logits(list(self.members), x, device, stack=False))
         assert self.weights is not None
         return self.combine(logits, self.weights)
 

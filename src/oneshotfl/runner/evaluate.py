@@ -140,11 +140,12 @@ def evaluate_outcome(
             ]
         )
     if isinstance(outcome, GlobalModel | Ensemble):
-        probs = (
-            outcome.predict_proba(test.x, device, stack=stacked)
-            if isinstance(outcome, Ensemble)
-            else outcome.predict_proba(test.x, device)
-        )
+        if isinstance(outcome, Ensemble):  # on a GPU with `stacked`: in shared passes
+            assert outcome.weights is not None
+            members = many_logits(outcome.members, test.x, device, stack=stacked)
+            probs = outcome.combine(torch.stack(members), outcome.weights)
+        else:
+            probs = outcome.predict_proba(test.x, device)
         class_acc = per_class_accuracy(probs, test.y, num_classes)
         personal = [label_weighted(class_acc, h) for h in histograms]  # NaN: no histogram
         return {
