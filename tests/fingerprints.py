@@ -6,7 +6,9 @@ a few statistics (sum, |sum|, sum of squares, four sampled values), for everythi
 hash of its bytes; and the outcome's test accuracy. Floats are compared with a tolerance: a
 change of seed stream, loss or recipe moves them by orders of magnitude more than float
 kernels differ between CPUs, which is all the tolerance absorbs (the accuracy may move by a
-few test images).
+few test images). A record names the float kernels it was made under (CPU, instruction set,
+torch, threads); a digest a method sends of trained weights (FedSD2C's autoencoder) is
+compared exactly only under those, and elsewhere by which clients share it.
 
 After a change that is *meant* to change what a method sends, re-record and review the diff::
 
@@ -25,6 +27,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,6 +38,7 @@ import numpy as np
 
 from helpers import TINY, prepare, run_over
 from oneshotfl.devices import DeviceAudit, DeviceSlip
+from oneshotfl.environment import KERNEL_KEYS, kernel_differences, kernel_signature
 from oneshotfl.methods import METHODS, MethodSpec, build_method
 from oneshotfl.payload import decode
 from oneshotfl.protocol.contract import Method, PeerMethod
@@ -172,8 +176,24 @@ def fingerprint(data: bytes) -> dict[str, Any]:
     return {"arrays": arrays, "scalars": dict(sorted(payload.scalars.items()))}
 
 
-def differences(want: dict[str, Any], got: dict[str, Any], where: str) -> list[str]:
-    """What differs between two fingerprints (floats within a relative 1e-4)."""
+DIGEST = re.compile(r"[0-9a-f]{64}")
+"""A scalar of this form is a SHA-256 digest — of trained weights where a method sends one
+(FedSD2C's autoencoder): the same only under the same float kernels."""
+
+
+def kernels() -> dict[str, Any]:
+    """The float kernels a record is made under (:data:`~oneshotfl.environment.KERNEL_KEYS`)."""
+    here = kernel_signature("cpu")
+    return {k: here[k] for k in KERNEL_KEYS if k in here}
+
+
+def differences(
+    want: dict[str, Any], got: dict[str, Any], where: str, exact_digests: bool = True
+) -> list[str]:
+    """What differs between two fingerprints (floats within a relative 1e-4). A digest
+    scalar (:data:`DIGEST`) is compared exactly only with ``exact_digests`` (the record made
+    under these kernels); otherwise only its form, and :func:`payload_differences` checks
+    which clients share it."""
     if set(want["arrays"]) != set(got["arrays"]):
         return [f"{where}: fields {sorted(want['arrays'])} recorded, {sorted(got['arrays'])} now"]
     diffs = []
@@ -190,22 +210,41 @@ def differences(want: dict[str, Any], got: dict[str, Any], where: str) -> list[s
     for key in sorted(set(want["scalars"]) | set(got["scalars"])):
         a, b = want["scalars"].get(key), got["scalars"].get(key)
         close = isinstance(a, float) and isinstance(b, float) and np.isclose(a, b, rtol=1e-4)
-        if a != b and not close:
+        digests = all(isinstance(v, str) and DIGEST.fullmatch(v) for v in (a, b))
+        if a != b and not close and not (digests and not exact_digests):
             diffs.append(f"{where}.{key}: {a!r} recorded, {b!r} now")
     return diffs
 
 
 def payload_differences(record: Mapping[str, Any], payloads: Mapping[int, bytes]) -> list[str]:
     """What differs between a record's client fingerprints and these round-0 payloads (a
-    different set of clients included)."""
+    different set of clients included). Under other float kernels than the record's (or a
+    record that does not say), a digest scalar need not be the recorded one, but the clients
+    that shared one must share one still."""
     want = record["clients"]
     if sorted(want) != [str(c) for c in sorted(payloads)]:
         return [f"clients {sorted(want)} recorded, {sorted(payloads)} now"]
-    return [
+    exact = not kernel_differences(record.get("kernels", {}), kernels())
+    got = {str(c): fingerprint(data) for c, data in sorted(payloads.items())}
+    lines = [
         line
-        for c, data in sorted(payloads.items())
-        for line in differences(want[str(c)], fingerprint(data), f"client {c}")
+        for c in sorted(payloads)
+        for line in differences(want[str(c)], got[str(c)], f"client {c}", exact)
     ]
+    for key in sorted({k for w in want.values() for k in w["scalars"]}):
+        before = _groups({c: w["scalars"].get(key) for c, w in want.items()})
+        after = _groups({c: g["scalars"].get(key) for c, g in got.items()})
+        if before != after:
+            lines.append(f"{key}: clients {before} shared a value when recorded, {after} now")
+    return lines
+
+
+def _groups(values: Mapping[str, Any]) -> list[list[str]]:
+    """The clients grouped by the value they hold (which clients share one)."""
+    groups: dict[str, list[str]] = {}
+    for client, value in sorted(values.items()):
+        groups.setdefault(json.dumps(value, sort_keys=True), []).append(client)
+    return sorted(groups.values())
 
 
 def record(names: list[str], params: dict[str, str] | None = None, why: str = "") -> None:
@@ -231,6 +270,7 @@ def record(names: list[str], params: dict[str, str] | None = None, why: str = ""
         payloads, result, _ = contract_run(name)
         entry["clients"] = {str(c): fingerprint(data) for c, data in sorted(payloads.items())}
         entry["accuracy"] = result["accuracy"]
+        entry["kernels"] = kernels()  # digests are compared exactly under these only
         path.write_text(json.dumps(entry, indent=1, sort_keys=True) + "\n")
         print(f"recorded {name} -> {path}")
     if not names:

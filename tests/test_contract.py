@@ -29,6 +29,7 @@ from fingerprints import (
     declared_requires,
     differences,
     fingerprint,
+    kernels,
     payload_differences,
     recorded,
 )
@@ -215,3 +216,28 @@ def test_fingerprints_see_a_real_change_and_forgive_float_noise() -> None:
     assert differences(base, fingerprint(encode(Payload(changed, payload.scalars))), "c")
     fewer = Payload({k: v for k, v in payload.arrays.items() if k != key}, payload.scalars)
     assert differences(base, fingerprint(encode(fewer)), "c")
+
+
+def test_a_digest_of_trained_weights_is_exact_only_under_the_kernels_it_was_recorded_on() -> None:
+    """A SHA-256 of trained weights (FedSD2C's autoencoder) changes with the CPU's float
+    kernels: compared exactly under the record's kernels, elsewhere by which clients share it."""
+    a, b = "a" * 64, "b" * 64
+
+    def sent(*digests: str) -> dict[int, bytes]:
+        return {c: encode(Payload({}, {"autoencoder": d})) for c, d in enumerate(digests)}
+
+    clients = {str(c): fingerprint(data) for c, data in sent(a, a).items()}
+    here = {"clients": clients, "kernels": kernels()}
+    elsewhere = {"clients": clients, "kernels": {**kernels(), "cpu_id": "another CPU"}}
+    assert not payload_differences(here, sent(a, a))
+    assert payload_differences(here, sent(b, b))  # the same kernels: another autoencoder
+    assert not payload_differences(elsewhere, sent(b, b))  # other kernels: other bits
+    assert not payload_differences({"clients": clients}, sent(b, b))  # a record not saying
+    split = payload_differences(elsewhere, sent(a, b))  # two clients, two autoencoders
+    assert split == [
+        "autoencoder: clients [['0', '1']] shared a value when recorded, [['0'], ['1']] now"
+    ]
+    named = {
+        str(c): fingerprint(data) for c, data in enumerate([encode(Payload({}, {"arch": "cnn"}))])
+    }
+    assert payload_differences({"clients": named}, {0: encode(Payload({}, {"arch": "mlp"}))})
