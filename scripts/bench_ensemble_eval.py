@@ -31,6 +31,7 @@ idle machine.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -97,7 +98,7 @@ def measure(case: dict[str, Any], x: torch.Tensor, y: torch.Tensor, repeats: int
     """One case's times (seconds, best of ``repeats``) and the evaluation's agreement."""
     arch, n = case["arch"], case["members"]
     x, y = x[: case["images"]], y[: case["images"]]
-    members = []
+    members: list[torch.nn.Module] = []
     for seed in range(n):
         torch.manual_seed(seed)
         members.append(create_model(arch, x.shape[1], 10, x.shape[-1]).eval())
@@ -127,7 +128,7 @@ def measure(case: dict[str, Any], x: torch.Tensor, y: torch.Tensor, repeats: int
         some = members[: case["stacked"]]
         share = len(some) / n
         for batch in (1024, 4096):
-            stacked_s, _ = best_of(repeats, lambda b=batch: _group(some, x, CPU, b))
+            stacked_s, _ = best_of(repeats, functools.partial(_group, some, x, CPU, batch))
             row[f"stacked_{batch}_over_reference"] = round(stacked_s / (ref_s * share), 3)
     per = 1e6 / (n * len(x))
     row["reference_us_per_member_image"] = round(ref_s * per, 1)
