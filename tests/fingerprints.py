@@ -38,7 +38,7 @@ import numpy as np
 
 from helpers import TINY, prepare, run_over
 from oneshotfl.devices import DeviceAudit, DeviceSlip
-from oneshotfl.environment import KERNEL_KEYS, kernel_differences, kernel_signature
+from oneshotfl.environment import kernel_differences, kernel_signature
 from oneshotfl.methods import METHODS, MethodSpec, build_method
 from oneshotfl.payload import decode
 from oneshotfl.protocol.contract import Method, PeerMethod
@@ -183,8 +183,7 @@ DIGEST = re.compile(r"[0-9a-f]{64}")
 
 def kernels() -> dict[str, Any]:
     """The float kernels a record is made under (:data:`~oneshotfl.environment.KERNEL_KEYS`)."""
-    here = kernel_signature("cpu")
-    return {k: here[k] for k in KERNEL_KEYS if k in here}
+    return kernel_signature("cpu")
 
 
 def differences(

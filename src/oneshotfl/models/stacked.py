@@ -29,6 +29,8 @@ import torch
 from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 
+from oneshotfl.models.base import on_device
+
 log = logging.getLogger(__name__)
 
 
@@ -58,7 +60,7 @@ def channels_last_weights(model: nn.Module) -> dict[str, torch.Tensor]:
 def _one(model: nn.Module, x: torch.Tensor, device: torch.device, batch: int) -> torch.Tensor:
     """``model``'s logits on ``x`` in chunks of ``batch``; on a CPU, for images, with its
     convolutions in channels-last layout (module docs)."""
-    model.to(device).eval()
+    on_device(model, device).eval()
     state = channels_last_weights(model) if device.type == "cpu" and x.dim() == 4 else {}
 
     def run(chunk: torch.Tensor) -> torch.Tensor:

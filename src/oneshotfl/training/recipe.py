@@ -124,10 +124,7 @@ def initial_model(
     if free:  # a module a client trained and nobody holds: the initial state loaded into it
         reused = free.pop().cpu()
         reused.load_state_dict(state, strict=True)
-        for param in reused.parameters():
-            param.grad = None
-            param.requires_grad_(True)
-        return reused.train()
+        return as_built(reused).train()
     with torch.device("meta"):  # built without drawing weights, then given the drawn ones
         model = create_model(arch, task.in_channels, classes, task.image_size, init)
     model.load_state_dict({k: v.clone() for k, v in state.items()}, strict=True, assign=True)
@@ -155,6 +152,15 @@ def recycle(model: nn.Module) -> None:
     free = _FREE.setdefault(shape, [])
     if len(free) < 4 and all(m is not model for m in free):
         free.append(model)
+
+
+def as_built(model: nn.Module) -> nn.Module:
+    """``model`` as a module built from its state would be: no gradients, every parameter
+    trainable (a trained or recycled module reused in place of a build)."""
+    for param in model.parameters():
+        param.grad = None
+        param.requires_grad_(True)
+    return model
 
 
 def _has_hooks(model: nn.Module) -> bool:

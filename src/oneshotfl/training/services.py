@@ -37,7 +37,7 @@ from oneshotfl.training.artefacts import ArtefactStore, cache_key
 from oneshotfl.training.encoder import Encoder
 from oneshotfl.training.loop import TrainConfig
 from oneshotfl.training.progress import NullTracker, Tracker
-from oneshotfl.training.recipe import ClientRecipe, recycle, train_recipe
+from oneshotfl.training.recipe import ClientRecipe, as_built, recycle, train_recipe
 
 
 class ClientSide(Protocol):
@@ -148,7 +148,7 @@ def train_model(ctx: ClientSide, recipe: ClientRecipe) -> nn.Module:
     payload = client_artefact(ctx, "local_model", parts, make, recipe.name)
     key = (ctx.store.scope, cache_key({"kind": "local_model", **artefact_key(ctx, parts)}))
     if trained:
-        model = _handed_back(trained[0])
+        model = as_built(trained[0])
     else:
         handed = _HANDED.get(key, ctx.device)
         if handed is not None:
@@ -163,15 +163,6 @@ def train_model(ctx: ClientSide, recipe: ClientRecipe) -> nn.Module:
         )
     model = on_device(model, ctx.device).eval()
     _HANDED.put(key, model)
-    return model
-
-
-def _handed_back(model: nn.Module) -> nn.Module:
-    """A module fresh from training as one built from its state would be: no gradients,
-    every parameter trainable."""
-    for param in model.parameters():
-        param.grad = None
-        param.requires_grad_(True)
     return model
 
 
