@@ -124,7 +124,8 @@ class Recording:
     def upload(
         self, key: str, method: Method[Any], round_index: int, broadcast: bytes | None
     ) -> tuple[list[ClientReply], Missing]:
-        replies, missing = self.inner.upload(key, method, round_index, broadcast)
+        got, missing = self.inner.upload(key, method, round_index, broadcast)
+        replies = list(got)  # every client run now (the in-process transport yields them)
         if round_index == 0:
             self.sent.update({r.client_id: r.data for r in replies})
         return replies, missing

@@ -34,13 +34,23 @@ def test_the_server_side_runs_at_server_threads(tiny_config: Any) -> None:
 
     from helpers import registered
     from oneshotfl.methods.fedavg import FedAvg
+    from oneshotfl.protocol.fold import Fold
 
     seen: list[int] = []
 
     class Counting(FedAvg):  # type: ignore[misc]
-        def aggregate(self, payloads: Any, ctx: Any) -> Any:
-            seen.append(torch.get_num_threads())
-            return super().aggregate(payloads, ctx)
+        def fold(self, ctx: Any) -> Any:  # each payload folded between the clients' steps
+            inner = super().fold(ctx)
+
+            class Count(Fold):
+                def add(self, client_id: int, payload: Any) -> None:
+                    seen.append(torch.get_num_threads())
+                    inner.add(client_id, payload)
+
+                def finish(self) -> Any:
+                    return inner.finish()
+
+            return Count()
 
     before = torch.get_num_threads()
     torch.set_num_threads(2)
@@ -48,7 +58,7 @@ def test_the_server_side_runs_at_server_threads(tiny_config: Any) -> None:
         with registered("counting", Counting):
             run_config(tiny_config(methods=["counting"]))
             run_config(tiny_config(methods=["counting"], server_threads=None))
-        assert seen == [1, 2] and torch.get_num_threads() == 2  # restored afterwards
+        assert seen == [1] * 3 + [2] * 3 and torch.get_num_threads() == 2  # restored afterwards
     finally:
         torch.set_num_threads(before)
 

@@ -20,7 +20,8 @@ What it holds:
   the hyper-parameters (:class:`Params`, :func:`require`, :class:`NoConfig`),
   :class:`KnownLimit`, the training settings (:class:`TrainConfig`, :class:`ClientRecipe`,
   :class:`ComponentSpec`) and the data a context holds (:class:`TaskInfo`,
-  :class:`LabelledData`, :class:`UnlabelledData`);
+  :class:`LabelledData`, :class:`UnlabelledData`); a server step that is a sum over
+  clients as a :class:`Fold` (:meth:`Method.fold`, :func:`fold_all`);
 * **payloads**: :class:`Payload`, :class:`PayloadSpec` and its fields (:class:`ArraySpec`,
   :class:`ModelSpec`, :class:`ScalarSpec`, :func:`n_examples_spec`), :class:`WireDims`,
   :class:`PayloadError`, a model as payload fields (:func:`model_fields`,
@@ -89,6 +90,7 @@ from oneshotfl.protocol.contract import (
     Topology,
 )
 from oneshotfl.protocol.fields import model_fields, model_from_fields
+from oneshotfl.protocol.fold import Fold, fold_all
 from oneshotfl.protocol.graph import register_graph
 from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import Ensemble, GlobalModel, Outcome, Personalised
@@ -140,6 +142,7 @@ __all__ = [
     "EncoderContext",
     "Ensemble",
     "FeatureSkew",
+    "Fold",
     "GlobalModel",
     "KnownLimit",
     "LabelledData",
@@ -174,6 +177,7 @@ __all__ = [
     "client_logits",
     "client_models",
     "distil",
+    "fold_all",
     "kl_to_student",
     "model_fields",
     "model_from_fields",
@@ -197,7 +201,7 @@ __all__ = [
     "weighted_member_sum",
 ]
 
-PLUGIN_API_VERSION = "1.1"
+PLUGIN_API_VERSION = "1.2"
 """The version of this surface, ``MAJOR.MINOR``: the major version changes when a change can
 break a plugin written against it, the minor when names are only added (``CHANGELOG.md``
 says what each version changed)."""

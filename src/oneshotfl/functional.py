@@ -168,14 +168,74 @@ def noisy_argmax(counts: torch.Tensor, gamma: float, rng: np.random.Generator) -
     return counts.argmax(dim=-1)
 
 
-_BLOCK = 256
-"""States a weighted average stacks at once (up to 256 clients: one stack, as it always was)."""
+class WeightedSum:
+    """Σ_k w_k θ_k and Σ_k w_k over states added one at a time (float64), read as the mean
+    Σ_k w_k θ_k / Σ_k w_k: the weighted average of :func:`weighted_average`, folded so that n
+    states are never held at once (issue 53). Integer tensors are rounded back to their dtype
+    in :meth:`mean`."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, np.ndarray] = {}
+        self.dtypes: dict[str, np.dtype] = {}
+        self.total = 0.0
+        self.count = 0
+
+    def problem(self, state: Mapping[str, np.ndarray], weight: float) -> str | None:
+        """Why ``state`` cannot be added (``None``: it can): a negative or non-finite
+        weight, or other tensor names or shapes than the states added before."""
+        if not (np.isfinite(weight) and weight >= 0):
+            return f"expected a finite non-negative weight, got {weight}"
+        if not self.sums:
+            return None
+        if set(state) != set(self.sums):
+            return f"expected the tensors {sorted(self.sums)}, got {sorted(state)}"
+        for key, total in self.sums.items():
+            if np.shape(state[key]) != total.shape:
+                return f"{key}: expected shape {total.shape}, got {np.shape(state[key])}"
+        return None
+
+    def add(self, state: Mapping[str, np.ndarray], weight: float) -> None:
+        """Add w·θ; nothing changes when it cannot be added.
+
+        Raises:
+            ValueError: :meth:`problem`'s reason.
+        """
+        problem = self.problem(state, weight)
+        if problem is not None:
+            raise ValueError(f"weighted average: {problem}")
+        for key, value in state.items():
+            term = np.asarray(value, dtype=np.float64) * weight
+            if key in self.sums:
+                self.sums[key] += term
+            else:
+                self.sums[key], self.dtypes[key] = term, np.asarray(value).dtype
+        self.total += weight
+        self.count += 1
+
+    def mean(self) -> dict[str, np.ndarray]:
+        """Σ_k w_k θ_k / Σ_k w_k per tensor.
+
+        Raises:
+            ValueError: for no states, or a total weight that is not positive.
+        """
+        if not self.count or self.total <= 0:
+            raise ValueError(
+                f"weighted average: expected states of positive total weight, got {self.count}"
+                f" state(s) of total weight {self.total}"
+            )
+        out: dict[str, np.ndarray] = {}
+        for key, total in self.sums.items():
+            mean, dtype = total / self.total, self.dtypes[key]
+            out[key] = np.asarray(np.rint(mean) if dtype.kind in "iub" else mean, dtype=dtype)
+        return out
 
 
 def weighted_average(
     states: Sequence[Mapping[str, np.ndarray]], weights: Sequence[float]
 ) -> dict[str, np.ndarray]:
-    """Σ_k w_k θ_k / Σ_k w_k per tensor; integer tensors are rounded back to their dtype.
+    """Σ_k w_k θ_k / Σ_k w_k per tensor, summed in the order given (:class:`WeightedSum`, the
+    same float operations as folding the states one by one); integer tensors are rounded
+    back to their dtype.
 
     Raises:
         ValueError: for no states, mismatched keys, or non-positive total weight.
@@ -185,23 +245,13 @@ def weighted_average(
     w = np.asarray(weights, dtype=np.float64)
     if w.shape != (len(states),) or (w < 0).any() or w.sum() <= 0:
         raise ValueError(f"weighted_average: expected {len(states)} non-negative weights, got {w}")
-    w = w / w.sum()
-    keys = list(states[0])
-    if any(set(s) != set(keys) for s in states[1:]):
+    keys = set(states[0])
+    if any(set(s) != keys for s in states[1:]):
         raise ValueError("weighted_average: expected states with the same keys, got different")
-    out: dict[str, np.ndarray] = {}
-    for key in keys:
-        mean = sum(  # in blocks of 256 states: the float64 copies stay bounded at any n
-            np.tensordot(
-                w[i : i + _BLOCK],
-                np.stack([np.asarray(s[key], dtype=np.float64) for s in states[i : i + _BLOCK]]),
-                axes=1,
-            )
-            for i in range(0, len(states), _BLOCK)
-        )
-        dtype = states[0][key].dtype
-        out[key] = np.asarray(np.rint(mean) if dtype.kind in "iub" else mean, dtype=dtype)
-    return out
+    summed = WeightedSum()
+    for state, weight in zip(states, w.tolist(), strict=True):
+        summed.add(state, weight)
+    return summed.mean()
 
 
 def abstention_weighted_ensemble(logits: torch.Tensor, accepted: int | None = None) -> torch.Tensor:

@@ -91,6 +91,8 @@ PANEL_OF_FIELD = {
     "client_threads": "Execution",
     "server_threads": "Execution",
     "workers": "Execution",
+    "hold_payloads": "Execution",
+    "memo_mb": "Execution",
     "device": "Execution",
     "min_clients": "Server",
     "seed": "Execution",

@@ -20,6 +20,7 @@ from oneshotfl.encoders.base import EncodedClassifier
 from oneshotfl.fingerprints import tensor_fingerprint
 from oneshotfl.functional import Weighting, client_weights, weighted_average
 from oneshotfl.methods.builders import seeded_head
+from oneshotfl.methods.folds import ModelAverage, model_state
 from oneshotfl.models.base import on_device
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, ConfigT, Method, ServerContext
@@ -223,11 +224,12 @@ def average_models(
     a robust rule of :mod:`oneshotfl.robust` (``norm_clip`` needs ``reference``, the shared
     initial model the updates are measured from)."""
     ids = sorted(payloads)
-    prefix = "model."
-    states = [
-        {k[len(prefix) :]: v for k, v in payloads[c].arrays.items() if k.startswith(prefix)}
-        for c in ids
-    ]
+    if aggregation == "mean" and weighting != "clipped":  # the fold the server streams
+        fold = ModelAverage(dims, weighting)
+        for cid in ids:
+            fold.add(cid, payloads[cid])
+        return fold.averaged()
+    states = [model_state(payloads[c]) for c in ids]
     sizes = [float(payloads[c].scalars["n_examples"]) for c in ids]
     if aggregation != "mean" and weighting == "size":  # a robust mode never trusts raw sizes
         weighting = "clipped"

@@ -21,13 +21,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from torch import nn
+
 from oneshotfl.functional import Weighting
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.builders import shared_initial_model
 from oneshotfl.methods.common import AVERAGING_LIMIT, SendsTrainedModel, average_models
+from oneshotfl.methods.folds import ModelAverage
 from oneshotfl.params import Params, require
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import Requires, ServerContext
+from oneshotfl.protocol.fold import Fold, fold_all
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
 from oneshotfl.robust import Aggregation
 
@@ -54,13 +58,18 @@ class FedAvgConfig(Params):
         require(0 <= self.trim < 0.5, "trim", "in [0, 0.5)", self.trim)
 
 
+def _global(model: nn.Module) -> Outcome:
+    return GlobalModel(model, {"aggregation": "mean"})
+
+
 @register_method("fedavg", "one round of FedAvg: data-size-weighted parameter average")
 class FedAvg(SendsTrainedModel[FedAvgConfig]):
     """One-shot FedAvg (McMahan et al. 2017)."""
 
     cost = (
         "clients: one local training each (O(N) for N examples split n ways); server: one "
-        "weighted average, O(n·|θ|); evaluation: one model"
+        "weighted average, O(n·|θ|), folded as the models arrive (one held at a time; the "
+        "clipped weighting and the robust rules hold all n); evaluation: one model"
     )
 
     known_limits = (AVERAGING_LIMIT,)
@@ -68,7 +77,19 @@ class FedAvg(SendsTrainedModel[FedAvgConfig]):
     Config = FedAvgConfig
     requires = Requires(same_architecture=True)
 
+    def fold(self, ctx: ServerContext) -> Fold | None:
+        """The paper's average with ``size`` or ``uniform`` weights, folded as the payloads
+        arrive; ``clipped`` weights (the median of every size) and the robust rules (per
+        coordinate over every client, or the median update norm) need every model at once."""
+        cfg = self.config
+        if cfg.aggregation != "mean" or cfg.weighting == "clipped":
+            return None
+        return ModelAverage(ctx.dims, cfg.weighting, _global)
+
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
+        fold = self.fold(ctx)
+        if fold is not None:
+            return fold_all(fold, payloads)
         cfg = self.config
         reference = None
         if cfg.aggregation == "norm_clip":  # θ⁰, the initialisation every client started from

@@ -30,11 +30,13 @@ from torch import nn
 
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.builders import shared_initial_model
-from oneshotfl.methods.common import SKEW, SendsTrainedModel, average_models
+from oneshotfl.methods.common import SKEW, SendsTrainedModel
+from oneshotfl.methods.folds import ModelAverage
 from oneshotfl.params import Params, require
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, Requires, ServerContext
 from oneshotfl.protocol.fields import model_fields, model_from_fields
+from oneshotfl.protocol.fold import Fold, fold_all
 from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
 from oneshotfl.protocol.spec import ModelSpec, PayloadSpec, WireDims
@@ -67,7 +69,10 @@ class FedAvgRoundsConfig(Params):
 class FedAvgRounds(SendsTrainedModel[FedAvgRoundsConfig]):
     """R rounds of FedAvg with full participation; every round's bytes are counted."""
 
-    cost = "R rounds of n local trainings (O(R·N)) and R averages (O(R·n·|θ|))"
+    cost = (
+        "R rounds of n local trainings (O(R·N)) and R averages (O(R·n·|θ|), each folded as "
+        "the models arrive)"
+    )
 
     known_limits = (
         KnownLimit(
@@ -126,5 +131,9 @@ class FedAvgRounds(SendsTrainedModel[FedAvgRoundsConfig]):
         """None: a client's model changes every round; there is no one local model."""
         return None
 
+    def fold(self, ctx: ServerContext) -> Fold:
+        """Each round's average, folded as the models arrive."""
+        return ModelAverage(ctx.dims)
+
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
-        return GlobalModel(average_models(payloads, ctx.dims))
+        return fold_all(self.fold(ctx), payloads)

@@ -49,7 +49,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from oneshotfl.data.types import LabelledData
-from oneshotfl.functional import Weighting
+from oneshotfl.functional import Weighting, client_weights
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import (
     AVERAGING_LIMIT,
@@ -57,6 +57,7 @@ from oneshotfl.methods.common import (
     average_models,
     client_shares,
 )
+from oneshotfl.methods.folds import ModelAverage
 from oneshotfl.methods.kfac import (
     FisherKind,
     kfac_conjugate_gradient,
@@ -68,6 +69,7 @@ from oneshotfl.methods.kfac import (
 from oneshotfl.params import Params, require
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import Requires, ServerContext
+from oneshotfl.protocol.fold import Fold, fold_all
 from oneshotfl.protocol.layer_stats import LayerStatistics
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
 
@@ -196,14 +198,69 @@ def fisher_merge(
     return torch.where(seen, b / torch.where(seen, fisher, torch.ones_like(fisher)), fallback)
 
 
+def merge_diagonal(
+    avg: nn.Module,
+    fisher: torch.Tensor,
+    b: torch.Tensor,
+    cfg: FedFisherConfig,
+    device: torch.device,
+) -> Outcome:
+    """FedFisher (Diag) from the p-weighted sums F = Σ_k p_k F_k and b = Σ_k p_k F_k θ_k
+    (flat, in ``avg``'s parameter order), started from the average ``avg``."""
+    start = torch.nn.utils.parameters_to_vector(avg.parameters()).detach().to(device, b.dtype)
+    if cfg.solver == "adam":
+        merged = fedfisher_adam(start, lambda w: fisher_objective_gradient(w, fisher, b), cfg)
+    else:
+        merged = fisher_merge(fisher, b, start, cfg.floor)
+    torch.nn.utils.vector_to_parameters(merged.float().cpu(), avg.parameters())
+    seen = float((fisher > cfg.floor).double().mean())
+    return GlobalModel(avg, {"solver": cfg.solver, "fisher_support": seen})
+
+
+class DiagonalFisherFold(Fold):
+    """FedFisher (Diag)'s server step folded (:mod:`oneshotfl.protocol.fold`): per parameter
+    Σ_k a_k F_k and Σ_k a_k F_k θ_k (float64, on the server's device) and the models' average,
+    divided by Σ_k a_k at the end (p_k = a_k / Σ a)."""
+
+    def __init__(self, ctx: ServerContext, cfg: FedFisherConfig) -> None:
+        self.cfg, self.device = cfg, ctx.device
+        self.models = ModelAverage(ctx.dims, cfg.weighting)
+        self.fisher: dict[str, torch.Tensor] = {}
+        self.b: dict[str, torch.Tensor] = {}
+        self.mass = 0.0
+
+    def add(self, client_id: int, payload: Payload) -> None:
+        self.models.add(client_id, payload)  # checks the model before anything changes
+        a = float(client_weights([float(payload.scalars["n_examples"])], self.cfg.weighting)[0])
+        for key, value in payload.arrays.items():
+            if not key.startswith("fisher."):
+                continue
+            name = key[len("fisher.") :]
+            f = torch.from_numpy(value).to(self.device, torch.float64).mul_(a)
+            theta = torch.from_numpy(payload.arrays[f"model.{name}"]).to(self.device, torch.float64)
+            if name in self.fisher:
+                self.fisher[name] += f
+                self.b[name] += f * theta
+            else:
+                self.fisher[name], self.b[name] = f, f * theta
+        self.mass += a
+
+    def finish(self) -> Outcome:
+        avg = self.models.averaged()
+        names = [k for k, _ in avg.named_parameters()]
+        fisher = torch.cat([self.fisher[k].flatten() for k in names]) / self.mass
+        b = torch.cat([self.b[k].flatten() for k in names]) / self.mass
+        return merge_diagonal(avg, fisher, b, self.cfg, self.device)
+
+
 @register_method("fedfisher", "FedFisher (Diag): Fisher-weighted one-shot model merging")
 class FedFisher(SendsModelAndStatistics[FedFisherConfig]):
     """FedFisher's diagonal variant (see the module docs)."""
 
     cost = (
         "clients: one local training and one Fisher pass each (C per-example gradients per "
-        "example for fisher=true); server: n models and Fishers summed, O(n·|θ|), then T "
-        "element-wise steps O(T·|θ|)"
+        "example for fisher=true); server: n models and Fishers summed, O(n·|θ|), folded as "
+        "they arrive (K-FAC and clipped weights hold all n), then T element-wise steps O(T·|θ|)"
     )
     known_limits = (AVERAGING_LIMIT,)
 
@@ -230,9 +287,21 @@ class FedFisher(SendsModelAndStatistics[FedFisherConfig]):
     def statistics_key(self) -> dict[str, object]:
         return {"fisher": self.config.fisher}
 
+    def fold(self, ctx: ServerContext) -> Fold | None:
+        """The diagonal merge's sums, folded as the payloads arrive; K-FAC's operator
+        Σ_k p_k G_k W A_k keeps every client's factors, and ``clipped`` weights need every
+        size's median: both hold every payload."""
+        cfg = self.config
+        if cfg.curvature == "kfac" or cfg.weighting == "clipped":
+            return None
+        return DiagonalFisherFold(ctx, cfg)
+
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         if self.config.curvature == "kfac":
             return self._aggregate_kfac(payloads, ctx)
+        fold = self.fold(ctx)
+        if fold is not None:
+            return fold_all(fold, payloads)
         cfg = self.config
         ids = sorted(payloads)
         avg = average_models(payloads, ctx.dims, cfg.weighting)
@@ -243,21 +312,15 @@ class FedFisher(SendsModelAndStatistics[FedFisherConfig]):
             parts = [torch.from_numpy(payload.arrays[f"{prefix}.{k}"]).flatten() for k in names]
             return torch.cat(parts).to(device, dtype)
 
-        start = torch.nn.utils.parameters_to_vector(avg.parameters()).detach().to(device, dtype)
-        fisher, b = torch.zeros_like(start), torch.zeros_like(start)
+        fisher = torch.zeros(sum(p.numel() for p in avg.parameters()), device=device, dtype=dtype)
+        b = torch.zeros_like(fisher)
         for weight, c in zip(
             client_shares(payloads, cfg.weighting), ids, strict=True
         ):  # one client at a time
             f_k = flat(payloads[c], "fisher").mul_(weight)
             fisher += f_k
             b += f_k * flat(payloads[c], "model")
-        if cfg.solver == "adam":
-            merged = fedfisher_adam(start, lambda w: fisher_objective_gradient(w, fisher, b), cfg)
-        else:
-            merged = fisher_merge(fisher, b, start, cfg.floor)
-        torch.nn.utils.vector_to_parameters(merged.float().cpu(), avg.parameters())
-        seen = float((fisher > cfg.floor).double().mean())
-        return GlobalModel(avg, {"solver": cfg.solver, "fisher_support": seen})
+        return merge_diagonal(avg, fisher, b, cfg, ctx.device)
 
     def _aggregate_kfac(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         """Per K-FAC layer, L = ½ Σ_k p_k vec(W̄ − W̄_k)ᵀ (A_k ⊗ G_k) vec(W̄ − W̄_k), whose

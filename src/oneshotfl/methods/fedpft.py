@@ -249,7 +249,8 @@ class FedPft(Method[FedPftConfig]):
     cost = (
         "clients: embed their shard once (O(N)) and fit one mixture per class (EM); server: "
         "samples as many features as the clients hold (at most twice the median client each) "
-        "and trains a linear head on them, O(epochs·N·d·C)"
+        "and trains a linear head on them, O(epochs·N·d·C); holds every client's mixtures at "
+        "once (no fold: the count bound is the median client's, known only when all are in)"
     )
 
     Config = FedPftConfig

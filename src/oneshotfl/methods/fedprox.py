@@ -15,7 +15,7 @@ Deviations from the paper and choices where it is vague:
 * Aggregation: the paper samples devices with probability p_k = n_k/n and averages their
   models uniformly; with every client present we use the size-weighted average Σ p_k w_k,
   which is that estimator's expectation (and exactly FedAvg's server, reused from
-  :func:`oneshotfl.methods.common.average_models`).
+  :func:`oneshotfl.methods.common.average_models`, folded as the models arrive).
 * Local solver: the federation's client optimiser (SGD with momentum by default), where the
   paper uses plain SGD.
 * μ is fixed (``mu``); the paper's heuristic of adapting μ to the training loss needs many
@@ -30,10 +30,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from oneshotfl.methods.base import register_method
-from oneshotfl.methods.common import AVERAGING_LIMIT, SendsTrainedModel, average_models
+from oneshotfl.methods.common import AVERAGING_LIMIT, SendsTrainedModel
+from oneshotfl.methods.folds import ModelAverage
 from oneshotfl.params import Params, require
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, Requires, ServerContext
+from oneshotfl.protocol.fold import Fold, fold_all
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
 from oneshotfl.training.components import ComponentSpec
 from oneshotfl.training.recipe import ClientRecipe
@@ -60,7 +62,7 @@ class FedProx(SendsTrainedModel[FedProxConfig]):
 
     cost = (
         "clients: one proximal local training each (O(N)); server: one weighted average, "
-        "O(n·|θ|); evaluation: one model"
+        "O(n·|θ|), folded as the models arrive; evaluation: one model"
     )
 
     known_limits = (AVERAGING_LIMIT,)
@@ -72,5 +74,10 @@ class FedProx(SendsTrainedModel[FedProxConfig]):
         proximal = ComponentSpec.of("proximal", mu=self.config.mu)
         return ctx.recipe(name="fedprox", components=(proximal,))
 
+    def fold(self, ctx: ServerContext) -> Fold:
+        """FedAvg's average, folded as the models arrive."""
+        mu = self.config.mu
+        return ModelAverage(ctx.dims, "size", lambda model: GlobalModel(model, {"mu": mu}))
+
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
-        return GlobalModel(average_models(payloads, ctx.dims), {"mu": self.config.mu})
+        return fold_all(self.fold(ctx), payloads)

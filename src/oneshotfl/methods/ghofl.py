@@ -71,6 +71,7 @@ from oneshotfl.methods.common import client_embeddings, encoded_head
 from oneshotfl.params import Params, require
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, Method, Requires, ServerContext
+from oneshotfl.protocol.fold import Fold, fold_all
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
 from oneshotfl.protocol.spec import ArraySpec, PayloadSpec, WireDims
 
@@ -121,16 +122,38 @@ def class_statistics(z: np.ndarray, y: np.ndarray, classes: int, head: Head) -> 
 
 
 def summed_statistics(
-    payloads: Mapping[int, Payload], names: Sequence[str]
+    payloads: Mapping[int, Payload],
+    names: Sequence[str],
+    stats: dict[str, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
     """The clients' statistics ``names`` summed, in place, one client's at a time (no stacked
-    copy of n Gram matrices)."""
-    stats: dict[str, np.ndarray] = {}
+    copy of n Gram matrices), onto ``stats`` (the sums so far) when given."""
+    stats = {} if stats is None else stats
     for c in sorted(payloads):
         for k in names:
             value = np.asarray(payloads[c].arrays[k])
             stats[k] = value.copy() if k not in stats else np.add(stats[k], value, out=stats[k])
     return stats
+
+
+class StatisticsFold(Fold):
+    """GH-OFL's server step folded (:mod:`oneshotfl.protocol.fold`): the clients' counts,
+    sums and second moments added in place as each payload arrives (as
+    :func:`summed_statistics`), the Gaussian head fitted once at the end."""
+
+    def __init__(self, ctx: ServerContext, cfg: GhOflConfig) -> None:
+        self.ctx, self.cfg = ctx, cfg
+        self.names = ("counts", "sums", SECOND_MOMENT[cfg.head])
+        self.stats: dict[str, np.ndarray] = {}
+
+    def add(self, client_id: int, payload: Payload) -> None:
+        self.stats = summed_statistics({client_id: payload}, self.names, self.stats)
+
+    def finish(self) -> Outcome:
+        head, info = gaussian_head(self.stats, self.cfg)
+        return GlobalModel(
+            encoded_head(self.ctx, head.eval()), info={"head": self.cfg.head, **info}
+        )
 
 
 def shrink(cov: np.ndarray, a: float) -> np.ndarray:
@@ -236,7 +259,8 @@ class GhOfl(Method[GhOflConfig]):
 
     cost = (
         "clients: embed their shard once (O(N)) and sum class statistics (O(N·d²) for lda/qda); "
-        "server: O(n·C·d²) to add them up and one d×d solve (C for qda), independent of N"
+        "server: O(n·C·d²) to add them up, folded as they arrive (one client's held at a time), "
+        "and one d×d solve (C for qda), independent of N"
     )
 
     Config = GhOflConfig
@@ -255,7 +279,9 @@ class GhOfl(Method[GhOflConfig]):
         y = ctx.data.y.numpy()
         return class_statistics(z, y, ctx.task.num_classes, self.config.head)
 
+    def fold(self, ctx: ServerContext) -> Fold:
+        """The statistics summed as the payloads arrive (:class:`StatisticsFold`)."""
+        return StatisticsFold(ctx, self.config)
+
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
-        names = ("counts", "sums", SECOND_MOMENT[self.config.head])
-        head, info = gaussian_head(summed_statistics(payloads, names), self.config)
-        return GlobalModel(encoded_head(ctx, head.eval()), info={"head": self.config.head, **info})
+        return fold_all(self.fold(ctx), payloads)

@@ -48,7 +48,7 @@ import torch
 from torch import nn
 
 from oneshotfl.data.types import LabelledData
-from oneshotfl.functional import Weighting
+from oneshotfl.functional import Weighting, client_weights
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import (
     AVERAGING_LIMIT,
@@ -56,11 +56,14 @@ from oneshotfl.methods.common import (
     average_models,
     client_shares,
 )
+from oneshotfl.methods.folds import ModelAverage
 from oneshotfl.params import Params, require
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import Requires, ServerContext
+from oneshotfl.protocol.fold import Fold, fold_all
 from oneshotfl.protocol.layer_stats import LayerStatistics, linear_layers
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
+from oneshotfl.protocol.spec import PayloadError, WireDims
 
 GRAM_BATCH = 256
 
@@ -124,27 +127,89 @@ def reduce_non_diagonal(gram: np.ndarray, alpha: float) -> np.ndarray:
     return alpha * gram + (1 - alpha) * np.diag(np.diagonal(gram))
 
 
-def regmean_weight(
-    grams: list[np.ndarray], weights: list[np.ndarray], p: list[float], alpha: float
-) -> np.ndarray:
-    """W = W̄ + ((Σ_k G̃_k)⁺ Σ_k G̃_k (W_k − W̄)ᵀ)ᵀ with G̃_k = reduce(p_k G_k, α) and
-    W̄ = Σ_k p_k W_k (float64): the least-squares merge ((Σ_k G̃_k)⁺ Σ_k G̃_k W_kᵀ)ᵀ on the
-    inputs the Grams span, W̄ on those they do not (see the module docs). The pseudo-inverse
-    cuts singular values below d · ε₃₂ of the largest: the Grams are sent in float32."""
-    mean = sum(
-        (pk * w.astype(np.float64) for w, pk in zip(weights, p, strict=True)),
-        np.zeros(weights[0].shape, dtype=np.float64),
-    )
-    total = np.zeros_like(grams[0], dtype=np.float64)
-    target = np.zeros((grams[0].shape[0], weights[0].shape[0]), dtype=np.float64)
-    for gram, w, pk in zip(grams, weights, p, strict=True):
-        reduced = reduce_non_diagonal(pk * gram.astype(np.float64), alpha)
-        total += reduced
-        target += reduced @ (w.astype(np.float64) - mean).T
+def regmean_solve(total: np.ndarray, target: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """W = W̄ + ((Σ_k G̃_k)⁺ (Σ_k G̃_k W_kᵀ − (Σ_k G̃_k) W̄ᵀ))ᵀ from the sums ``total`` = Σ_k G̃_k,
+    ``target`` = Σ_k G̃_k W_kᵀ and ``mean`` = W̄ (float64): the least-squares merge
+    ((Σ_k G̃_k)⁺ Σ_k G̃_k W_kᵀ)ᵀ on the inputs the Grams span, W̄ on those they do not (see the
+    module docs). The pseudo-inverse cuts singular values below d · ε₃₂ of the largest: the
+    Grams are sent in float32."""
     # the Grams arrive in float32: directions below d · ε₃₂ of the largest are rounding, not
     # data, and keep W̄ (numpy's default cut-off, 1e-15, would invert that noise)
     cutoff = total.shape[0] * float(np.finfo(np.float32).eps)
-    return mean + (np.linalg.pinv(total, rcond=cutoff, hermitian=True) @ target).T
+    residual = target - total @ mean.T
+    return mean + (np.linalg.pinv(total, rcond=cutoff, hermitian=True) @ residual).T
+
+
+class RegMeanSums:
+    """Σ_k G̃_k, Σ_k G̃_k W_kᵀ and Σ_k a_k W_k of one linear layer, one client at a time
+    (G̃_k = reduce(a_k G_k, α), float64), divided by Σ_k a_k at the end so p_k = a_k / Σ a."""
+
+    def __init__(self, alpha: float) -> None:
+        self.alpha = alpha
+        self.total: np.ndarray | None = None
+        self.target = np.zeros(0)
+        self.weights = np.zeros(0)
+        self.mass = 0.0
+
+    def add(self, gram: np.ndarray, weight: np.ndarray, a: float) -> None:
+        reduced = reduce_non_diagonal(a * gram.astype(np.float64), self.alpha)
+        w = weight.astype(np.float64)
+        if self.total is None:
+            self.total, self.target, self.weights = reduced, reduced @ w.T, a * w
+        else:
+            self.total += reduced
+            self.target += reduced @ w.T
+            self.weights += a * w
+        self.mass += a
+
+    def merged(self) -> np.ndarray:
+        """The layer's merged weight (:func:`regmean_solve` on the p-weighted sums)."""
+        assert self.total is not None and self.mass > 0
+        m = self.mass
+        return regmean_solve(self.total / m, self.target / m, self.weights / m)
+
+
+def regmean_weight(
+    grams: list[np.ndarray], weights: list[np.ndarray], p: list[float], alpha: float
+) -> np.ndarray:
+    """RegMean's merge of one linear layer from every client's Gram G_k, weight W_k and share
+    p_k (:class:`RegMeanSums` then :func:`regmean_solve`)."""
+    sums = RegMeanSums(alpha)
+    for gram, w, pk in zip(grams, weights, p, strict=True):
+        sums.add(gram, w, pk)
+    return sums.merged()
+
+
+class RegMeanFold(Fold):
+    """RegMean's server step folded (:mod:`oneshotfl.protocol.fold`): every linear layer's
+    sums (:class:`RegMeanSums`) and the average of the other tensors."""
+
+    def __init__(self, dims: WireDims, cfg: RegMeanConfig) -> None:
+        self.cfg = cfg
+        self.models = ModelAverage(dims, cfg.weighting if cfg.others == "weighted" else "uniform")
+        self.layers: dict[str, RegMeanSums] = {}
+
+    def add(self, client_id: int, payload: Payload) -> None:
+        names = sorted(k[len("gram.") :] for k in payload.arrays if k.startswith("gram."))
+        if self.layers and names != sorted(self.layers):
+            raise PayloadError("gram", f"Grams of {sorted(self.layers)}", f"{names}", client_id)
+        self.models.add(client_id, payload)  # checks the model before anything changes
+        size = float(payload.scalars["n_examples"])
+        a = float(client_weights([size], self.cfg.weighting)[0])
+        for name in names:
+            sums = self.layers.setdefault(name, RegMeanSums(self.cfg.alpha))
+            gram = np.asarray(payload.arrays[f"gram.{name}"])
+            sums.add(gram, np.asarray(payload.arrays[f"model.{name}.weight"]), a)
+
+    def finish(self) -> Outcome:
+        merged = self.models.averaged()
+        state = merged.state_dict()
+        for name in linear_layers(merged):
+            w = self.layers[name].merged()
+            state[f"{name}.weight"] = torch.from_numpy(w.astype(np.float32))
+        merged.load_state_dict(state)
+        info = {"alpha": self.cfg.alpha, "merged_layers": float(len(linear_layers(merged)))}
+        return GlobalModel(merged, info)
 
 
 @register_method("regmean", "RegMean: linear layers merged in closed form from input Grams")
@@ -153,7 +218,8 @@ class RegMean(SendsModelAndStatistics[RegMeanConfig]):
 
     cost = (
         "clients: one local training and one forward pass recording linear layers' input "
-        "Grams; server: per linear layer one d_in×d_in pseudo-inverse, O(n·d_in² + d_in³)"
+        "Grams; server: per linear layer one d_in×d_in pseudo-inverse, O(n·d_in² + d_in³), the "
+        "sums folded as the payloads arrive (``clipped`` weights hold all n)"
     )
     known_limits = (AVERAGING_LIMIT,)
 
@@ -170,8 +236,18 @@ class RegMean(SendsModelAndStatistics[RegMeanConfig]):
     def statistics_examples(self) -> int:
         return self.config.gram_examples
 
+    def fold(self, ctx: ServerContext) -> Fold | None:
+        """The sums folded as the payloads arrive; ``clipped`` weights (every size's median)
+        need every payload."""
+        if self.config.weighting == "clipped":
+            return None
+        return RegMeanFold(ctx.dims, self.config)
+
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         cfg = self.config
+        fold = self.fold(ctx)
+        if fold is not None:
+            return fold_all(fold, payloads)
         ids = sorted(payloads)
         others = cfg.weighting if cfg.others == "weighted" else "uniform"
         merged = average_models(payloads, ctx.dims, others)

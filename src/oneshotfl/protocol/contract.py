@@ -13,7 +13,9 @@ A method is a registered :class:`Method` subclass with
   sees only payloads and what the server legitimately has (:class:`ServerContext` has no field
   through which client data could flow) — or :meth:`PeerMethod.aggregate_for` for the **peer**
   topology, where every client receives its graph neighbours' payloads and builds its own
-  model with its own private context.
+  model with its own private context; a star method whose server step is a sum over
+  clients also offers it as a :meth:`Method.fold` (:mod:`oneshotfl.protocol.fold`), which the
+  runner feeds one payload at a time.
 
 Contexts are frozen: a round number and a broadcast are inputs of a client's context
 (:meth:`ClientContext.for_round`), never fields written from outside. Nothing here loops over
@@ -35,6 +37,7 @@ from torch import nn
 from oneshotfl.data.types import LabelledData, TaskInfo, UnlabelledData
 from oneshotfl.params import Params
 from oneshotfl.payload import Payload
+from oneshotfl.protocol.fold import Fold
 from oneshotfl.protocol.limits import KnownLimit
 from oneshotfl.protocol.outcome import Outcome
 from oneshotfl.protocol.requires import Requires as Requires
@@ -249,6 +252,12 @@ class Method(ABC, Generic[ConfigT]):
     @abstractmethod
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         """Build the outcome from validated payloads (client id → payload, ascending ids)."""
+
+    def fold(self, ctx: ServerContext) -> Fold | None:
+        """The server step as a fold over the payloads, one at a time
+        (:mod:`oneshotfl.protocol.fold`), when it is a sum over clients; ``None`` (the
+        default): it needs every payload together, and :meth:`aggregate` gets them."""
+        return None
 
     def local_model(self, ctx: ClientContext) -> nn.Module | None:
         """The model this method's client trained (for its local accuracy), or ``None``

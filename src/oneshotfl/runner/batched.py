@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -121,7 +121,7 @@ class BatchedTransport:
 
     def upload(
         self, key: str, method: Method[Any], round_index: int, broadcast: bytes | None
-    ) -> tuple[list[ClientReply], Missing]:
+    ) -> tuple[Iterable[ClientReply], Missing]:
         fed = self.federation
         if round_index != 0:
             return LocalTransport(fed).upload(key, method, round_index, broadcast)
@@ -131,12 +131,12 @@ class BatchedTransport:
         diagnose_together(fed, trained)
         share = (time.perf_counter() - start) / max(1, len(trained))  # each checked client's
         replies, missing = LocalTransport(fed).upload(key, method, round_index, broadcast)
-        return [
+        return (
             dataclasses.replace(r, diagnostics_s=r.diagnostics_s + share)
             if r.client_id in trained
             else r
             for r in replies
-        ], missing
+        ), missing
 
     def relay(
         self,

@@ -126,7 +126,7 @@ def result_differences(
     return diffs + _legacy_local(ref, new)
 
 
-EXECUTION_ONLY = ("workers", "cache_dir")
+EXECUTION_ONLY = ("workers", "cache_dir", "hold_payloads", "memo_mb")
 """Config keys that never change a result (how it ran, where it cached)."""
 
 

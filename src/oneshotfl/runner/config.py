@@ -134,9 +134,19 @@ class ExperimentConfig(Params):
         min_clients: fewest valid payloads a method needs: at the server (star), or clients
             whose message arrived and no receiver refused (peer).
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
-        workers: client steps run in this many worker processes at once (0: one per core,
-            at most one per client; 1 on a GPU); execution only — results are identical for
-            every value.
+        workers: worker processes at once (0: one per core, at most one per client; 1 on a
+            GPU) that run the client steps; execution only — results are identical for every
+            value.
+        memo_mb: MB of client artefacts kept: the most the trained models and embeddings a
+            run keeps in memory for its later methods hold, over every client (the least
+            recently used client's dropped past it; the disk cache keeps them, and without one
+            a later method makes them again: the same bits, more time); 0: no bound.
+            Execution only.
+        hold_payloads: hold payloads, no folding; every payload of a round is handed to
+            ``aggregate`` together. By default a method whose server step is a sum over
+            clients folds each as it arrives (:meth:`~oneshotfl.protocol.contract.Method.fold`),
+            so n payloads are never held at once. Execution only — the two paths give the
+            same bits.
         client_threads: torch threads of every client step (training, a peer's receipt),
             in and out of the worker processes, so a run's result does not depend on
             ``workers``; None: the process's own threads (results of 0.1 were recorded so).
@@ -193,6 +203,8 @@ class ExperimentConfig(Params):
     min_clients: int = 1
     device: str = "auto"
     workers: int = 0
+    hold_payloads: bool = False
+    memo_mb: int = 1024
     client_threads: int | None = 1
     server_threads: int | None = 1
     cache_dir: str | None = ".cache/oneshotfl"

@@ -234,6 +234,7 @@ BOUNDS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("diagnostic_examples", lambda v: v is None or v >= 0, ">= 0 (0: no bound)"),
     ("client_batch", lambda v: v >= 1, ">= 1 (1: one client at a time)"),
     ("workers", lambda v: v >= 0, ">= 0 (0: one per core)"),
+    ("memo_mb", lambda v: v >= 0, ">= 0 (0: no bound)"),
     ("client_threads", lambda v: v is None or v >= 1, ">= 1 or None"),
     ("server_threads", lambda v: v is None or v >= 1, ">= 1 or None"),
 )

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,11 +29,18 @@ import numpy as np
 
 from oneshotfl.payload import Payload, WireError, encode
 from oneshotfl.protocol.contract import Method, PeerMethod, Topology
+from oneshotfl.protocol.fold import Fold
 from oneshotfl.protocol.outcome import Outcome
 from oneshotfl.protocol.saved import save_outcome
 from oneshotfl.protocol.spec import PayloadError
 from oneshotfl.protocol.wire import receive
-from oneshotfl.runner.admission import admit_replies, screen_shards
+from oneshotfl.runner.admission import (
+    admit_replies,
+    admitted_in_order,
+    name_missing,
+    screen_shard,
+    screen_shards,
+)
 from oneshotfl.runner.errors import QuorumError, RequirementError
 from oneshotfl.runner.evaluate import evaluate_outcome, inference_cost, summarise_clients
 from oneshotfl.runner.federation import ServerView
@@ -51,6 +58,8 @@ class RoundTraffic:
     """What one round of a star method put on the wire, and what arrived.
 
     Lists are indexed by client id; a client that never replied counts 0 bytes and 0 s.
+    ``received`` holds the valid payloads when the method has no fold; with one, each was
+    folded as it arrived and ``used`` alone names them.
     """
 
     received: dict[int, Payload]
@@ -62,6 +71,12 @@ class RoundTraffic:
     missing: Missing = field(default_factory=dict)
     work: dict[int, tuple[dict[str, float | None], float]] = field(default_factory=dict)
     """Per client: the artefacts its update used and the seconds spent making them now."""
+    used: list[int] = field(default_factory=list)
+    """The clients whose payload was valid (held in ``received``, or folded)."""
+    diagnostics_s: float = 0.0
+    """Seconds the clients spent checking their local models (no method asks for them)."""
+    fold_s: float = 0.0
+    """Seconds the server spent folding payloads (part of its aggregation time)."""
 
 
 def collect_round(
@@ -70,44 +85,66 @@ def collect_round(
     view: ServerView,
     ledger: Ledger,
     round_index: int,
-    replies: Sequence[ClientReply],
+    replies: Iterable[ClientReply],
     download: int = 0,
     missing: Mapping[str, str] | None = None,
     reported: set[int] | None = None,
+    fold: Fold | None = None,
 ) -> RoundTraffic:
-    """The server side of one star round: count, decode and validate every reply in
-    client-id order, record rejections, and check the quorum. ``reported``: the clients of
-    this method whose round-0 shard report was admitted (see :func:`screen_shards`). A list
-    of ``replies`` is consumed (emptied), so each reply's wire bytes are released as soon as
-    they are decoded: a thousand models are not held twice.
+    """The server side of one star round: count, screen, decode and validate each reply in
+    client-id order as it comes (:func:`admitted_in_order`), record rejections, and check the
+    quorum. ``reported``: the clients of this method whose round-0 shard report was admitted
+    (see :func:`screen_shard`). With a ``fold`` each valid payload is folded at once and
+    dropped (a payload the fold refuses rejects its client; what was folded before stays);
+    without one they are kept in ``received`` for ``aggregate``. A reply's wire bytes are
+    released once it is decoded, and a list of ``replies`` is emptied as it is read: with a
+    transport that yields its clients and a fold, one payload is held at a time. ``missing``:
+    who the transport named as silent — read after every reply is in, as a streaming
+    transport fills it as it goes.
 
     Raises:
         QuorumError: fewer valid payloads than ``max(min_clients, requires.min_clients)``.
     """
     n, dims = view.cfg.clients, view.dims
     spec = method.round_payload_spec(dims, round_index)
-    admitted, named = admit_replies(key, replies, n, missing or {})
-    traffic = RoundTraffic({}, {}, [0] * n, download, [0.0] * n, missing=named)
-    for cid, reply in admitted.items():  # what crossed the wire counts, refused or not
-        traffic.client_wall[cid] = reply.wall_s
+    traffic = RoundTraffic({}, {}, [0] * n, download, [0.0] * n)
+    reported = set() if reported is None else reported
+    dropped: Missing = {}
+    answered: set[int] = set()
+    for reply in admitted_in_order(key, replies, n, dropped):
+        cid = reply.client_id
+        answered.add(cid)
+        traffic.client_wall[cid] = reply.wall_s  # what crossed the wire counts, refused or not
         traffic.work[cid] = (reply.artefacts, reply.made_s)
         traffic.upload_bytes[cid] = len(reply.data) if method.communicates else 0
-    reported = set() if reported is None else reported
-    traffic.rejected.update(screen_shards(key, view, ledger, admitted, reported, round_index))
-    if isinstance(replies, list):
-        replies.clear()  # the admitted dict holds the only references now
-    for cid in list(admitted):
-        reply = admitted.pop(cid)  # released once decoded
+        traffic.diagnostics_s += reply.diagnostics_s
+        problem = screen_shard(view, ledger, reply, reported, round_index)
+        if problem is not None:
+            log.warning("%s: round %d: refused %s", key, round_index, problem)
+            traffic.rejected[cid] = problem
+            continue
         if reply.facts:
             traffic.facts[cid] = reply.facts
         try:
-            traffic.received[cid] = receive(reply.data, spec, dims, cid)
+            payload = receive(reply.data, spec, dims, cid)
+            del reply  # its wire bytes: released
+            if fold is None:
+                traffic.received[cid] = payload
+            else:
+                start = time.perf_counter()
+                try:
+                    fold.add(cid, payload)
+                finally:
+                    traffic.fold_s += time.perf_counter() - start
         except (WireError, PayloadError) as exc:
             log.warning(
                 "%s: round %d: rejected the payload of client %d: %s", key, round_index, cid, exc
             )
             traffic.rejected[cid] = str(exc)
-    check_quorum(key, method, view, len(traffic.received), traffic.rejected, traffic.missing)
+            continue
+        traffic.used.append(cid)
+    traffic.missing = name_missing(key, n, answered, missing or {}, dropped)
+    check_quorum(key, method, view, len(traffic.used), traffic.rejected, traffic.missing)
     return traffic
 
 
@@ -205,10 +242,14 @@ def _run_star(
     with shown.task(f"{key}: {rounds} rounds", rounds) as advance:
         for r in range(rounds):
             broadcast = encode_broadcast(key, method, view, r, outcome)
+            server = view.server_context(method.requires).for_round(r, outcome)
+            fold = None if view.cfg.hold_payloads else method.fold(server)
             replies, silent = transport.upload(key, method, r, broadcast)
-            checked += sum(reply.diagnostics_s for reply in replies)
             size = 0 if broadcast is None else len(broadcast)
-            traffic = collect_round(key, method, view, ledger, r, replies, size, silent, reported)
+            traffic = collect_round(
+                key, method, view, ledger, r, replies, size, silent, reported, fold
+            )
+            checked += traffic.diagnostics_s
             upload += np.asarray(traffic.upload_bytes, dtype=np.int64)
             client_wall += np.asarray(traffic.client_wall)
             for cid, (used, made_now) in traffic.work.items():
@@ -220,10 +261,10 @@ def _run_star(
             missing.update(traffic.missing)
             facts = facts or traffic.facts
             start = time.perf_counter()
-            server = view.server_context(method.requires).for_round(r, outcome)
-            outcome = method.aggregate(traffic.received, server)
-            server_wall += time.perf_counter() - start
-            clients_used = sorted(traffic.received)
+            # with a fold, every valid payload is in it already
+            outcome = method.aggregate(traffic.received, server) if fold is None else fold.finish()
+            server_wall += time.perf_counter() - start + traffic.fold_s
+            clients_used = traffic.used
             traffic.received.clear()  # the payloads, aggregated now: released
             if r < rounds - 1 and method.evaluates_round(r):  # the last one: once, below
                 start = time.perf_counter()

@@ -48,7 +48,7 @@ from oneshotfl.runner.errors import first_line, refuse
 from oneshotfl.runner.ledger import ShardReport
 from oneshotfl.runner.plan import Plan, Schedules
 from oneshotfl.security.threats import Attack, build_attacks
-from oneshotfl.training.artefacts import ArtefactStore
+from oneshotfl.training.artefacts import ArtefactStore, MemoBudget
 from oneshotfl.training.encoder import Encoder
 from oneshotfl.training.loop import resolve_budget
 from oneshotfl.training.progress import NullTracker, Tracker
@@ -201,7 +201,8 @@ class Federation:
         )
         check_models_fit(plan.archs, cfg.server_model, data.task)
         refuse(image_problems(plan.methods, data.task))  # before the encoder trains
-        store = ArtefactStore(Path(cfg.cache_dir) if cfg.cache_dir else None)
+        budget = MemoBudget(limit=cfg.memo_mb * 2**20)
+        store = ArtefactStore(Path(cfg.cache_dir) if cfg.cache_dir else None, budget=budget)
         try:
             device = resolve_device(cfg.device)
         except ValueError as exc:

@@ -38,7 +38,7 @@ import functools
 import logging
 import multiprocessing
 import pickle
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -286,7 +286,7 @@ class PoolTransport:
 
     def upload(
         self, key: str, method: Method[Any], round_index: int, broadcast: bytes | None
-    ) -> tuple[list[ClientReply], Missing]:
+    ) -> tuple[Iterable[ClientReply], Missing]:
         exp = self.federation
         # a bad broadcast fails here, as in process
         receive_broadcast(method, broadcast, exp.dims, round_index)

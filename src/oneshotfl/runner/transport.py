@@ -22,7 +22,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -239,8 +239,10 @@ class Transport(Protocol):
 
     def upload(
         self, key: str, method: Method[Any], round_index: int, broadcast: bytes | None
-    ) -> tuple[list[ClientReply], Missing]:
-        """Every client's :func:`client_step` for one round, after ``broadcast``."""
+    ) -> tuple[Iterable[ClientReply], Missing]:
+        """Every client's :func:`client_step` for one round, after ``broadcast``: a list of
+        replies, or an iterator that runs each client as the server reads it, in ascending
+        client id (the clients it names as silent are in the mapping once it is exhausted)."""
         ...
 
     def relay(
@@ -305,25 +307,30 @@ def receipt_on(
 
 @dataclass(frozen=True)
 class LocalTransport:
-    """The in-process transport: every client of the federation, in client-id order. A
+    """The in-process transport: every client of the federation, in client-id order, each
+    run when the server reads its reply (so, with a fold, one payload exists at a time). A
     client whose step raises is named and left out, exactly as a Flower node that fails."""
 
     federation: Federation
 
     def upload(
         self, key: str, method: Method[Any], round_index: int, broadcast: bytes | None
-    ) -> tuple[list[ClientReply], Missing]:
+    ) -> tuple[Iterator[ClientReply], Missing]:
         fed = self.federation
         received = receive_broadcast(method, broadcast, fed.dims, round_index)
-        replies: list[ClientReply] = []
         missing: Missing = {}
-        for shard in fed.data.clients:
+        return self._replies(method, round_index, received, missing), missing
+
+    def _replies(
+        self, method: Method[Any], round_index: int, received: Payload | None, missing: Missing
+    ) -> Iterator[ClientReply]:
+        fed = self.federation
+        for shard in sorted(fed.data.clients, key=lambda s: s.client_id):
             cid = shard.client_id
             step = functools.partial(update_on, fed, method, cid, round_index, received)
             reply = attempt(cid, "update", step, missing)
             if reply is not None:
-                replies.append(reply)
-        return replies, missing
+                yield reply
 
     def relay(
         self,

@@ -54,6 +54,21 @@ class CacheCounts:
 
 
 @dataclass
+class MemoBudget:
+    """The bytes the clients' in-memory memos hold together, and the most they may
+    (``limit``; 0: no bound), shared by a store and its scoped views."""
+
+    limit: int = 0
+    held: int = 0
+
+
+def payload_bytes(payload: Payload) -> int:
+    """The bytes of a payload's arrays (what holding it in a memo costs, to within its
+    scalars)."""
+    return sum(int(getattr(a, "nbytes", 0)) for a in payload.arrays.values())
+
+
+@dataclass
 class ArtefactStore:
     """Disk cache (``root``) plus an in-memory memo; ``root=None`` keeps only the memo.
 
@@ -61,15 +76,24 @@ class ArtefactStore:
     artefacts live under their own scope, with a memo of their own, so a context can reach
     only its own party's artefacts — never another client's trained model or embeddings.
 
+    The clients' memos are bounded together (``budget``): when they hold more than
+    ``budget.limit`` bytes, the views of the clients used least recently are dropped as a
+    new one is handed out (never one holding an artefact offered and not yet taken): what
+    they made stays on disk, and without a disk cache a later method that needs it makes it
+    again — the same bits, more time.
+
     Attributes:
         root: cache directory, or ``None`` for no disk cache.
         scope: the party this view belongs to ("" for the run's own, e.g. a shared encoder).
         counts: hits and misses over every view of the run.
+        budget: the bytes the clients' memos hold and may hold, over every view of the run.
     """
 
     root: Path | None = None
     scope: str = ""
     counts: CacheCounts = field(default_factory=CacheCounts)
+    budget: MemoBudget = field(default_factory=MemoBudget)
+    _held: int = field(default=0, repr=False)
     _memo: dict[str, Payload] = field(default_factory=dict, repr=False)
     _seconds: dict[str, float] = field(default_factory=dict, repr=False)
     _views: dict[str, ArtefactStore] = field(default_factory=dict, repr=False)
@@ -90,15 +114,33 @@ class ArtefactStore:
     def scoped(self, scope: str) -> ArtefactStore:
         """The view of party ``scope`` (the same object on every call): same disk root and
         counts, its own keys and memo, and no route back to this store or other views."""
-        if scope not in self._views:
-            self._views[scope] = ArtefactStore(
+        view = self._views.pop(scope, None)
+        if view is None:
+            view = ArtefactStore(
                 self.root,
                 scope,
                 self.counts,
+                self.budget,
                 _public_memo=self._public_memo,
                 _public_seconds=self._public_seconds,
             )
-        return self._views[scope]
+        self._views[scope] = view  # the most recently used last
+        self._bound()
+        return view
+
+    def _bound(self) -> None:
+        """Drop the least recently used clients' views while their memos hold more than
+        the budget (the newest view, and views holding an offered artefact, stay)."""
+        budget = self.budget
+        if not budget.limit or budget.held <= budget.limit:
+            return
+        for scope in list(self._views)[:-1]:
+            view = self._views[scope]
+            if not scope.startswith("client ") or not view._held or view._offered:
+                continue  # a view in use by a context may be empty: dropping it frees nothing
+            self.forget(scope)
+            if budget.held <= budget.limit:
+                return
 
     def public(self) -> ArtefactStore:
         """A view for public artefacts, those computed from public data and the seed alone
@@ -121,7 +163,18 @@ class ArtefactStore:
     def forget(self, scope: str) -> None:
         """Drop party ``scope``'s view and its memo (what it made stays on disk, when there
         is a disk cache): a process that plays many clients holds a bounded number."""
-        self._views.pop(scope, None)
+        view = self._views.pop(scope, None)
+        if view is not None:
+            self.budget.held -= view._held
+            view._held = 0
+
+    def _keep(self, key: str, payload: Payload) -> None:
+        """Hold ``payload`` in this view's memo (a client's counts against the budget)."""
+        self._memo[key] = payload
+        if self.scope.startswith("client "):
+            size = payload_bytes(payload)
+            self._held += size
+            self.budget.held += size
 
     def get_or_make(
         self, kind: str, parts: Mapping[str, object], make: Callable[[], Payload], label: str
@@ -142,7 +195,7 @@ class ArtefactStore:
             self.counts.hits += 1
             self.counts.from_disk += 1
             log.info("cache hit: %s (%s %s)", label, kind, key[:12])
-            self._memo[key] = cached
+            self._keep(key, cached)
             self._seconds[key] = self._read_seconds(kind, key)
             self.counts.used.append(Use(use, self._seconds[key], False))
             return cached, True
@@ -154,7 +207,7 @@ class ArtefactStore:
             payload = make()
             self._seconds[key] = time.perf_counter() - start
         self._write(kind, key, payload)
-        self._memo[key] = payload
+        self._keep(key, payload)
         self.counts.used.append(Use(use, self._seconds[key], True))
         return payload, False
 
@@ -183,7 +236,7 @@ class ArtefactStore:
         if key in self._memo:
             return self._memo[key], True
         payload = make()
-        self._memo[key] = payload
+        self._keep(key, payload)
         return payload, False
 
     def _path(self, kind: str, key: str) -> Path | None:
