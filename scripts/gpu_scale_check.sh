@@ -2,7 +2,8 @@
 # The GPU's checks of issue 41, in one command on a machine with a CUDA device and PyTorch:
 # tests/test_cuda.py, the demo on CUDA and on the machine's CPUs, and 1,000 Fashion-MNIST
 # clients of fedavg one at a time (client_batch=1) against stacked (client_batch=256) on the
-# GPU. Results go to $OUT (default runs/gpu-check); each step has its own time limit.
+# GPU. Results go to $OUT (default runs/gpu-check; the steps' logs in logs.tgz); each step has
+# its own time limit.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-runs/gpu-check}
@@ -20,7 +21,7 @@ step() {  # name, limit in seconds, command...
   echo "$name: rc $rc, $((SECONDS - start)) s" | tee -a "$OUT/steps.txt"
   tail -n 4 "$OUT/$name.log"
 }
-step test_cuda 240 $PY -m pytest -q -x -p no:cacheprovider tests/test_cuda.py
+step test_cuda 240 $PY -m pytest -q -p no:cacheprovider tests/test_cuda.py
 step demo_cuda 150 $PY -m oneshotfl run --config configs/demo.yaml device=cuda cache_dir= --out "$OUT/demo-cuda"
 step demo_cpu 200 $PY -m oneshotfl run --config configs/demo.yaml device=cpu cache_dir= --out "$OUT/demo-cpu"
 scale="--method fedavg --dataset fashion_mnist --partition dirichlet --alpha 0.5 --clients 1000
@@ -33,3 +34,5 @@ for d in demo-cuda demo-cpu scale-cb1 scale-cb256; do
   [ -f "$OUT/$d/result.json" ] && cp "$OUT/$d/result.json" "$OUT/$d.json"
   rm -rf "${OUT:?}/$d"
 done
+# the logs in one file (a device's copy-back takes few files)
+(cd "$OUT" && tar czf logs.tgz ./*.log && rm -f ./*.log)

@@ -14,9 +14,10 @@ from torch import nn
 from helpers import prepare, run_config
 from oneshotfl.data.types import TaskInfo
 from oneshotfl.models import create_model
+from oneshotfl.models.base import concrete
 from oneshotfl.models.state import forward_with_state, model_from_state, model_state
 from oneshotfl.protocol.contract import ClientContext
-from oneshotfl.training.recipe import initial_model, recycle
+from oneshotfl.training.recipe import initial_model, module_from_state, recycle
 from oneshotfl.training.services import train_model
 
 
@@ -175,3 +176,29 @@ def test_a_shard_is_hashed_once_until_its_tensors_change() -> None:
     assert view.fingerprint() == tensor_fingerprint(data.x[[1, 3]], data.y[[1, 3]])
     data.x[3] += 1.0  # the source changed under the view
     assert view.fingerprint() == tensor_fingerprint(data.x[[1, 3]], data.y[[1, 3]])
+
+
+@pytest.mark.parametrize("arch", ["cnn", "resnet8"])
+def test_a_cached_state_is_loaded_into_a_recycled_module(arch: str) -> None:
+    """A cached or offered artefact (``client_batch``'s models trained together) is loaded into
+    a module nobody holds instead of a build: the same values, the same module object."""
+    torch.manual_seed(1)
+    spare, trained = create_model(arch, 1, 10, 28), create_model(arch, 1, 10, 28)
+    arrays, _ = model_state(trained)
+    recycle(spare)
+    got = module_from_state(arch, arrays, 1, 10, 28)
+    assert got is spare
+    want = model_from_state(arch, arrays, 1, 10, 28)
+    for (name, a), (_, b) in zip(got.state_dict().items(), want.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    assert all(p.requires_grad and p.grad is None for p in got.parameters())
+    other = module_from_state(arch, arrays, 1, 10, 28)
+    assert other is not spare  # none free any more: built
+
+
+def test_the_device_a_tensor_reports_is_the_concrete_one() -> None:
+    """``cuda`` names the current device's index, as a tensor on it reports it (on a CPU the
+    CPU is itself); on_device and the handed-back module compare by it."""
+    assert concrete("cpu") == torch.zeros(1).device
+    if torch.cuda.is_available():
+        assert concrete("cuda") == torch.zeros(1, device="cuda").device

@@ -22,12 +22,13 @@ from oneshotfl.methods.fedavg import FedAvg
 from oneshotfl.methods.folds import ModelAverage
 from oneshotfl.payload import Payload, decode
 from oneshotfl.protocol.contract import ServerContext
-from oneshotfl.protocol.fold import Fold, fold_all
+from oneshotfl.protocol.fold import Fold, fold_all, uses_fold
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
 from oneshotfl.protocol.spec import PayloadError
-from oneshotfl.runner import engine, transport
+from oneshotfl.runner import admission, transport
+from oneshotfl.runner.admission import admitted_in_order
 from oneshotfl.runner.config import ExperimentConfig
-from oneshotfl.runner.transport import LocalTransport
+from oneshotfl.runner.transport import ClientReply, LocalTransport
 from oneshotfl.training.artefacts import ArtefactStore, MemoBudget
 
 FOLDING = [
@@ -162,7 +163,7 @@ def test_a_fold_holds_one_payload_and_one_reply_at_a_time(
     """With the in-process transport and a fold, the server holds one decoded payload and
     one client's reply while it folds; without a fold, ``aggregate`` gets all five."""
     payloads, replies = Alive(), Alive()
-    receive, update_on = engine.receive, transport.update_on
+    receive, update_on = admission.receive, transport.update_on
 
     def tracked_receive(*args: Any) -> Payload:
         payload = receive(*args)
@@ -174,7 +175,7 @@ def test_a_fold_holds_one_payload_and_one_reply_at_a_time(
         replies.add(reply)
         return reply
 
-    monkeypatch.setattr(engine, "receive", tracked_receive)
+    monkeypatch.setattr(admission, "receive", tracked_receive)
     monkeypatch.setattr(transport, "update_on", tracked_update)
     held: list[tuple[int, int]] = []
 
@@ -332,3 +333,34 @@ def test_a_run_past_its_memo_budget_gives_the_same_results(tmp_path: Path) -> No
         assert bounded[key]["per_class_accuracy"] == unbounded[key]["per_class_accuracy"]
     unbounded, bounded = results
     assert bounded["cache"]["misses"] > unbounded["cache"]["misses"], bounded["cache"]
+
+
+def test_a_subclass_that_overrides_aggregate_alone_keeps_it(tmp_path: Path) -> None:
+    """A plugin that adds a step to FedAvg's ``aggregate`` (and no fold) gets its
+    ``aggregate`` called with every payload: the inherited fold does not bypass it."""
+    called: list[list[int]] = []
+
+    class Plus(FedAvg):
+        def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
+            called.append(sorted(payloads))
+            return super().aggregate(payloads, ctx)
+
+    assert uses_fold(FedAvg()) and not uses_fold(Plus())
+    fed = prepare(_config(tmp_path, ["fedavg"], True))
+    run_over("fedavg", Plus(), fed, LocalTransport(fed))
+    assert called == [list(range(5))]
+
+
+def test_of_two_replies_from_one_client_the_first_is_admitted() -> None:
+    first, other, second = (
+        ClientReply(0, b"first", 1.0),
+        ClientReply(1, b"other", 1.0),
+        ClientReply(0, b"second", 1.0),
+    )
+    for replies in ([first, other, second], (first, other, second)):
+        dropped: dict[str, str] = {}
+        got = list(admitted_in_order("fedavg", replies, 2, dropped))
+        assert [r.data for r in got] == [b"first", b"other"], replies
+        assert "a second reply" in dropped["client 0"]
+    with pytest.raises(RuntimeError, match="out of order"):
+        list(admitted_in_order("fedavg", iter([other, first]), 2, {}))

@@ -44,6 +44,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
@@ -72,6 +73,7 @@ from oneshotfl.protocol.contract import Requires, ServerContext
 from oneshotfl.protocol.fold import Fold, fold_all
 from oneshotfl.protocol.layer_stats import LayerStatistics
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
+from oneshotfl.protocol.spec import PayloadError
 
 Solver = Literal["adam", "closed"]
 Curvature = Literal["diag", "kfac"]
@@ -230,12 +232,23 @@ class DiagonalFisherFold(Fold):
         self.mass = 0.0
 
     def add(self, client_id: int, payload: Payload) -> None:
+        fishers = {
+            k[len("fisher.") :]: v for k, v in payload.arrays.items() if k.startswith("fisher.")
+        }
+        if self.fisher and sorted(fishers) != sorted(self.fisher):
+            raise PayloadError(
+                "fisher", f"Fishers of {sorted(self.fisher)}", f"{sorted(fishers)}", client_id
+            )
+        for name, value in fishers.items():
+            model = payload.arrays.get(f"model.{name}")
+            if model is None or np.shape(model) != np.shape(value):
+                got = "none" if model is None else f"shape {np.shape(model)}"
+                raise PayloadError(
+                    f"fisher.{name}", f"a parameter of shape {np.shape(value)}", got, client_id
+                )
         self.models.add(client_id, payload)  # checks the model before anything changes
         a = float(client_weights([float(payload.scalars["n_examples"])], self.cfg.weighting)[0])
-        for key, value in payload.arrays.items():
-            if not key.startswith("fisher."):
-                continue
-            name = key[len("fisher.") :]
+        for name, value in fishers.items():
             f = torch.from_numpy(value).to(self.device, torch.float64).mul_(a)
             theta = torch.from_numpy(payload.arrays[f"model.{name}"]).to(self.device, torch.float64)
             if name in self.fisher:

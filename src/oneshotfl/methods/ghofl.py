@@ -73,7 +73,7 @@ from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, Method, Requires, ServerContext
 from oneshotfl.protocol.fold import Fold, fold_all
 from oneshotfl.protocol.outcome import GlobalModel, Outcome
-from oneshotfl.protocol.spec import ArraySpec, PayloadSpec, WireDims
+from oneshotfl.protocol.spec import ArraySpec, PayloadError, PayloadSpec, WireDims
 
 Head = Literal["nb", "lda", "qda"]
 SECOND_MOMENT = {"nb": "sumsq", "lda": "gram", "qda": "grams"}
@@ -147,6 +147,12 @@ class StatisticsFold(Fold):
         self.stats: dict[str, np.ndarray] = {}
 
     def add(self, client_id: int, payload: Payload) -> None:
+        for name in self.names:  # checked before anything is added
+            value = payload.arrays.get(name)
+            want = None if name not in self.stats else self.stats[name].shape
+            if value is None or (want is not None and np.shape(value) != want):
+                got = "none" if value is None else f"shape {np.shape(value)}"
+                raise PayloadError(name, f"statistics of shape {want}", got, client_id)
         self.stats = summed_statistics({client_id: payload}, self.names, self.stats)
 
     def finish(self) -> Outcome:

@@ -197,11 +197,21 @@ def _on_meta(model: nn.Module) -> bool:
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
 
+def concrete(device: torch.device | str) -> torch.device:
+    """``device`` as a tensor placed on it reports it: ``cuda`` is ``cuda:N`` for the current
+    device N (``torch.device("cuda") != torch.device("cuda:0")``, though a tensor moved to
+    the first is on the second)."""
+    want = torch.device(device)
+    if want.type == "cuda" and want.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return want
+
+
 def on_device(module: ModuleT, device: torch.device | str) -> ModuleT:
     """``module.to(device)``, skipped when every parameter and buffer is there already:
     walking a small module's tree to move nothing costs more than its forward pass on a few
     examples, and a client's model meets several such calls."""
-    want = torch.device(device)
+    want = concrete(device)
     tensors = [*module.parameters(), *module.buffers()]
     if tensors and all(t.device == want for t in tensors):
         return module

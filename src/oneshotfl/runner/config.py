@@ -137,11 +137,10 @@ class ExperimentConfig(Params):
         workers: worker processes at once (0: one per core, at most one per client; 1 on a
             GPU) that run the client steps; execution only — results are identical for every
             value.
-        memo_mb: MB of client artefacts kept: the most the trained models and embeddings a
-            run keeps in memory for its later methods hold, over every client (the least
-            recently used client's dropped past it; the disk cache keeps them, and without one
-            a later method makes them again: the same bits, more time); 0: no bound.
-            Execution only.
+        memo_mb: MB of client artefacts kept: the trained models and embeddings a run keeps
+            in memory for its later methods, over every client (the least recently used
+            client's dropped past it; the disk cache keeps them, else they are made again: the
+            same bits, more time); 0: no bound. Execution only.
         hold_payloads: hold payloads, no folding; every payload of a round is handed to
             ``aggregate`` together. By default a method whose server step is a sum over
             clients folds each as it arrives (:meth:`~oneshotfl.protocol.contract.Method.fold`),

@@ -21,24 +21,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from oneshotfl.payload import Payload, WireError, encode
+from oneshotfl.payload import encode
 from oneshotfl.protocol.contract import Method, PeerMethod, Topology
-from oneshotfl.protocol.fold import Fold
+from oneshotfl.protocol.fold import uses_fold
 from oneshotfl.protocol.outcome import Outcome
 from oneshotfl.protocol.saved import save_outcome
-from oneshotfl.protocol.spec import PayloadError
-from oneshotfl.protocol.wire import receive
 from oneshotfl.runner.admission import (
     admit_replies,
-    admitted_in_order,
-    name_missing,
-    screen_shard,
+    check_quorum,
+    collect_round,
     screen_shards,
 )
 from oneshotfl.runner.errors import QuorumError, RequirementError
@@ -47,124 +43,10 @@ from oneshotfl.runner.federation import ServerView
 from oneshotfl.runner.ledger import Ledger
 from oneshotfl.runner.plan import draw_schedules
 from oneshotfl.runner.results import MethodResult
-from oneshotfl.runner.transport import ClientReply, Missing, Transport
+from oneshotfl.runner.transport import Missing, Transport
 from oneshotfl.training.progress import NullTracker
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class RoundTraffic:
-    """What one round of a star method put on the wire, and what arrived.
-
-    Lists are indexed by client id; a client that never replied counts 0 bytes and 0 s.
-    ``received`` holds the valid payloads when the method has no fold; with one, each was
-    folded as it arrived and ``used`` alone names them.
-    """
-
-    received: dict[int, Payload]
-    rejected: dict[int, str]
-    upload_bytes: list[int]
-    download_bytes: int
-    client_wall: list[float]
-    facts: dict[int, dict[str, float]] = field(default_factory=dict)
-    missing: Missing = field(default_factory=dict)
-    work: dict[int, tuple[dict[str, float | None], float]] = field(default_factory=dict)
-    """Per client: the artefacts its update used and the seconds spent making them now."""
-    used: list[int] = field(default_factory=list)
-    """The clients whose payload was valid (held in ``received``, or folded)."""
-    diagnostics_s: float = 0.0
-    """Seconds the clients spent checking their local models (no method asks for them)."""
-    fold_s: float = 0.0
-    """Seconds the server spent folding payloads (part of its aggregation time)."""
-
-
-def collect_round(
-    key: str,
-    method: Method[Any],
-    view: ServerView,
-    ledger: Ledger,
-    round_index: int,
-    replies: Iterable[ClientReply],
-    download: int = 0,
-    missing: Mapping[str, str] | None = None,
-    reported: set[int] | None = None,
-    fold: Fold | None = None,
-) -> RoundTraffic:
-    """The server side of one star round: count, screen, decode and validate each reply in
-    client-id order as it comes (:func:`admitted_in_order`), record rejections, and check the
-    quorum. ``reported``: the clients of this method whose round-0 shard report was admitted
-    (see :func:`screen_shard`). With a ``fold`` each valid payload is folded at once and
-    dropped (a payload the fold refuses rejects its client; what was folded before stays);
-    without one they are kept in ``received`` for ``aggregate``. A reply's wire bytes are
-    released once it is decoded, and a list of ``replies`` is emptied as it is read: with a
-    transport that yields its clients and a fold, one payload is held at a time. ``missing``:
-    who the transport named as silent — read after every reply is in, as a streaming
-    transport fills it as it goes.
-
-    Raises:
-        QuorumError: fewer valid payloads than ``max(min_clients, requires.min_clients)``.
-    """
-    n, dims = view.cfg.clients, view.dims
-    spec = method.round_payload_spec(dims, round_index)
-    traffic = RoundTraffic({}, {}, [0] * n, download, [0.0] * n)
-    reported = set() if reported is None else reported
-    dropped: Missing = {}
-    answered: set[int] = set()
-    for reply in admitted_in_order(key, replies, n, dropped):
-        cid = reply.client_id
-        answered.add(cid)
-        traffic.client_wall[cid] = reply.wall_s  # what crossed the wire counts, refused or not
-        traffic.work[cid] = (reply.artefacts, reply.made_s)
-        traffic.upload_bytes[cid] = len(reply.data) if method.communicates else 0
-        traffic.diagnostics_s += reply.diagnostics_s
-        problem = screen_shard(view, ledger, reply, reported, round_index)
-        if problem is not None:
-            log.warning("%s: round %d: refused %s", key, round_index, problem)
-            traffic.rejected[cid] = problem
-            continue
-        if reply.facts:
-            traffic.facts[cid] = reply.facts
-        try:
-            payload = receive(reply.data, spec, dims, cid)
-            del reply  # its wire bytes: released
-            if fold is None:
-                traffic.received[cid] = payload
-            else:
-                start = time.perf_counter()
-                try:
-                    fold.add(cid, payload)
-                finally:
-                    traffic.fold_s += time.perf_counter() - start
-        except (WireError, PayloadError) as exc:
-            log.warning(
-                "%s: round %d: rejected the payload of client %d: %s", key, round_index, cid, exc
-            )
-            traffic.rejected[cid] = str(exc)
-            continue
-        traffic.used.append(cid)
-    traffic.missing = name_missing(key, n, answered, missing or {}, dropped)
-    check_quorum(key, method, view, len(traffic.used), traffic.rejected, traffic.missing)
-    return traffic
-
-
-def check_quorum(
-    key: str,
-    method: Method[Any],
-    view: ServerView,
-    valid: int,
-    rejected: Mapping[Any, str],
-    missing: Mapping[str, str],
-) -> None:
-    """Raise :class:`QuorumError` when fewer than the quorum arrived, naming who failed."""
-    quorum = max(view.cfg.min_clients, method.requires.min_clients)
-    if valid >= quorum:
-        return
-    silent = f"; no reply: {dict(missing)}" if missing else ""
-    raise QuorumError(
-        f"{key}: {valid} valid answer(s) arrived, expected at least {quorum} (min_clients); "
-        f"rejected: {dict(rejected)}{silent}"
-    )
 
 
 def encode_broadcast(
@@ -243,7 +125,8 @@ def _run_star(
         for r in range(rounds):
             broadcast = encode_broadcast(key, method, view, r, outcome)
             server = view.server_context(method.requires).for_round(r, outcome)
-            fold = None if view.cfg.hold_payloads else method.fold(server)
+            folds = uses_fold(method) and not view.cfg.hold_payloads
+            fold = method.fold(server) if folds else None
             replies, silent = transport.upload(key, method, r, broadcast)
             size = 0 if broadcast is None else len(broadcast)
             traffic = collect_round(

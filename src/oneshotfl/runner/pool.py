@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
+from oneshotfl.devices import deterministic_cudnn
 from oneshotfl.plugins import load_plugins
 from oneshotfl.protocol.contract import Method, PeerMethod
 from oneshotfl.runner.batched import BatchedTransport
@@ -95,11 +96,15 @@ def _start_worker(shipped: Federation | bytes, plugins: tuple[str, ...], level: 
     """Worker initialiser: log like the parent (through a plain handler of its own: a forked
     copy of the parent's may hold a lock), import the plugins, keep the federation — sent
     pickled to a forkserver's process, so that it is unpickled after the plugins its data or
-    models may come from — and pin the threads."""
+    models may come from — pin the threads and, on a GPU, choose cuDNN's algorithms as the
+    parent did (:func:`~oneshotfl.devices.deterministic_cudnn`: else its clients train with
+    other kernels than one process's, ``tests/test_cuda.py``)."""
     fmt = "%(levelname)-8s %(message)s (worker %(process)d)"
     logging.basicConfig(level=level, format=fmt, force=True)
     load_plugins(plugins)  # a forkserver's process has not imported them
     exp = pickle.loads(shipped) if isinstance(shipped, bytes) else shipped
+    if exp.device.type == "cuda":
+        deterministic_cudnn()
     memo.activate(exp.data.test.x)  # as the parent's run does (training/memo.py)
     if exp.cfg.client_threads is not None:
         torch.set_num_threads(exp.cfg.client_threads)

@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import math
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -78,7 +79,8 @@ class ArtefactStore:
 
     The clients' memos are bounded together (``budget``): when they hold more than
     ``budget.limit`` bytes, the views of the clients used least recently are dropped as a
-    new one is handed out (never one holding an artefact offered and not yet taken): what
+    new one is handed out (never one a context still holds, nor one holding an artefact
+    offered and not yet taken): what
     they made stays on disk, and without a disk cache a later method that needs it makes it
     again — the same bits, more time.
 
@@ -136,8 +138,10 @@ class ArtefactStore:
             return
         for scope in list(self._views)[:-1]:
             view = self._views[scope]
-            if not scope.startswith("client ") or not view._held or view._offered:
-                continue  # a view in use by a context may be empty: dropping it frees nothing
+            # held here, by this loop and by getrefcount alone: no context is using it
+            in_use = sys.getrefcount(view) > 3
+            if not scope.startswith("client ") or not view._held or view._offered or in_use:
+                continue
             self.forget(scope)
             if budget.held <= budget.limit:
                 return
@@ -164,9 +168,9 @@ class ArtefactStore:
         """Drop party ``scope``'s view and its memo (what it made stays on disk, when there
         is a disk cache): a process that plays many clients holds a bounded number."""
         view = self._views.pop(scope, None)
-        if view is not None:
+        if view is not None:  # a context still holding it counts against a budget of its own
             self.budget.held -= view._held
-            view._held = 0
+            view._held, view.budget = 0, MemoBudget()
 
     def _keep(self, key: str, payload: Payload) -> None:
         """Hold ``payload`` in this view's memo (a client's counts against the budget)."""

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -34,6 +35,7 @@ from torch import nn
 from oneshotfl.data.types import LabelledData, TaskInfo
 from oneshotfl.models import MODELS, create_model
 from oneshotfl.models.base import Init
+from oneshotfl.models.state import model_from_state
 from oneshotfl.params import Params, require
 from oneshotfl.seeding import seeded_torch, torch_generator
 from oneshotfl.training.components import (
@@ -152,6 +154,30 @@ def recycle(model: nn.Module) -> None:
     free = _FREE.setdefault(shape, [])
     if len(free) < 4 and all(m is not model for m in free):
         free.append(model)
+
+
+def module_from_state(
+    arch: str,
+    arrays: Mapping[str, np.ndarray],
+    in_channels: int,
+    num_classes: int,
+    image_size: int,
+) -> nn.Module:
+    """The ``arch`` model holding the ``model.``-keyed ``arrays`` (a cached or offered
+    artefact): a module :func:`recycle` took back with the state loaded into it (where it
+    is: a move to the run's device is the caller's), else one built
+    (:func:`~oneshotfl.models.state.model_from_state`) — the same values either way."""
+    free = _FREE.get((arch, MODELS.get(arch), in_channels, num_classes, image_size))
+    if not free:
+        return model_from_state(arch, arrays, in_channels, num_classes, image_size)
+    reused = free.pop()
+    state = {
+        k[len("model.") :]: torch.from_numpy(np.array(v))
+        for k, v in arrays.items()
+        if k.startswith("model.")
+    }
+    reused.load_state_dict(state, strict=True)
+    return as_built(reused)
 
 
 def as_built(model: nn.Module) -> nn.Module:

@@ -30,14 +30,20 @@ import torch
 from torch import nn
 
 from oneshotfl.data.types import LabelledData, TaskInfo
-from oneshotfl.models.base import on_device
-from oneshotfl.models.state import model_from_state, model_state
+from oneshotfl.models.base import concrete, on_device
+from oneshotfl.models.state import model_state
 from oneshotfl.payload import Payload
 from oneshotfl.training.artefacts import ArtefactStore, cache_key
 from oneshotfl.training.encoder import Encoder
 from oneshotfl.training.loop import TrainConfig
 from oneshotfl.training.progress import NullTracker, Tracker
-from oneshotfl.training.recipe import ClientRecipe, as_built, recycle, train_recipe
+from oneshotfl.training.recipe import (
+    ClientRecipe,
+    as_built,
+    module_from_state,
+    recycle,
+    train_recipe,
+)
 
 
 class ClientSide(Protocol):
@@ -154,7 +160,7 @@ def train_model(ctx: ClientSide, recipe: ClientRecipe) -> nn.Module:
         if handed is not None:
             return handed
         task = ctx.task
-        model = model_from_state(
+        model = module_from_state(
             str(payload.scalars["model.arch"]),
             payload.arrays,
             task.in_channels,
@@ -191,8 +197,9 @@ class _Handed:
         if entry is None or sys.getrefcount(entry[0]) > 2:
             return None
         model, signature = entry
+        want = concrete(device)
         unchanged = self.signature(model) == signature and all(
-            p.grad is None and p.device == device for p in model.parameters()
+            p.grad is None and p.device == want for p in model.parameters()
         )
         return model if unchanged else None
 
