@@ -9,6 +9,7 @@ model. Hits and misses are logged and counted.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import math
@@ -52,6 +53,11 @@ class CacheCounts:
     used: list[Use] = field(default_factory=list)
     from_disk: int = 0
     """Of the hits, those read from the disk cache (made by an earlier run)."""
+
+
+SCAN = 256
+"""The least recently used views a store looks at for one to drop, each time one is handed
+out past the budget (views in use or holding an offer are passed over): bounded work."""
 
 
 @dataclass
@@ -132,12 +138,16 @@ class ArtefactStore:
 
     def _bound(self) -> None:
         """Drop the least recently used clients' views while their memos hold more than
-        the budget (the newest view, and views holding an offered artefact, stay)."""
+        the budget, among the :data:`SCAN` least recently used (the newest view, views a
+        context still holds and views holding an offered artefact stay)."""
         budget = self.budget
         if not budget.limit or budget.held <= budget.limit:
             return
-        for scope in list(self._views)[:-1]:
+        newest = next(reversed(self._views))
+        for scope in list(itertools.islice(self._views, SCAN)):  # the least recently used
             view = self._views[scope]
+            if scope == newest:
+                continue
             # held here, by this loop and by getrefcount alone: no context is using it
             in_use = sys.getrefcount(view) > 3
             if not scope.startswith("client ") or not view._held or view._offered or in_use:
