@@ -151,6 +151,8 @@ def fgsm3_table(results: Path) -> str:
             continue
         old = next(m for m in base["methods"] if m["key"] == "fedeov")
         new = {m["key"]: m for m in doc["methods"]}
+        if FGSM3 not in new:  # a claim seed: the claim's method alone (claims.yaml E1)
+            continue
         rows[n].append((
             seed, 100 * old["accuracy"], 100 * new[FGSM3]["accuracy"],
             100 * new[TOP5]["accuracy"],
