@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
 .PHONY: setup data demo test test-fast test-cuda docs check-site check-wheel lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
-	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-fol-defaults bench-user-datasets bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-scale bench-scale-bookkeeping bench-scale-ensemble bench-scale-stream bench-ensemble-eval bench-gpu check-kernels bench-membership bench-fedd3-privacy bench-fens bench-stats bench-fedpft-defaults bench-stats-privacy bench-authors-stats bench-authors-fens bench-authors-fedd3 bench-authors-fedage bench-authors-fedeov bench-authors-intactofl bench-merging bench-authors-merging bench-authors-selection bench-fedcgs bench-fafi bench-fedsd2c bench-fedsd2c-privacy claims bench-flower bench-flower-deploy bench-flower-sim bench-flower-scale check-flower-chaos check-reproduce check-committed check-committed-avx2 \
+	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-fol-defaults bench-user-datasets bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-scale bench-scale-bookkeeping bench-scale-ensemble bench-scale-stream bench-ensemble-eval bench-gpu check-kernels bench-membership bench-fedd3-privacy bench-fens bench-stats bench-fedpft-defaults bench-stats-privacy bench-authors-stats bench-authors-fens bench-authors-fedd3 bench-authors-fedage bench-authors-fedeov bench-authors-intactofl bench-merging bench-authors-merging bench-authors-selection bench-fedcgs bench-fafi bench-fedsd2c bench-fedsd2c-privacy claims bench-flower bench-flower-deploy bench-flower-sim bench-flower-scale bench-flower-cohorts check-flower-chaos check-reproduce check-committed check-committed-avx2 \
 	clean-cache
 VENV := .venv/bin
 
@@ -465,11 +465,23 @@ bench-flower-sim: setup data
 ## and 1,000 virtual clients (and 1,000 with one Ray worker), and 100 on a two-node Ray
 ## cluster started on this host, each against the local run at one thread measured back to
 ## back (peak PSS and summed RSS of the whole process tree; results must be identical).
-## About 15 minutes on 2 cores; run it on an otherwise idle machine.
+## Then bench-flower-cohorts. About 30 minutes on 2 cores; run it on an otherwise idle machine.
 FLOWER_SCALE_OUT := benchmarks/results/flower-scale
 bench-flower-scale: setup data
 	bash scripts/bench_flower_scale.sh $(FLOWER_SCALE_OUT) "$(FLOWER_SIM)"
 	$(VENV)/python scripts/flower_scale_report.py $(FLOWER_SCALE_OUT) docs/benchmarks/flower.md
+	$(MAKE) bench-flower-cohorts
+
+## Cohorts (issue 53, src/oneshotfl/flower/cohort.py): 1,000 virtual clients one per message
+## and in cohorts of 10 and 100 on one machine, 100 one per message and in cohorts of 10 on the
+## two-node Ray cluster, each against the local run measured in the same script (results must
+## be identical). About 12 minutes on 2 cores; run it on an otherwise idle machine.
+FLOWER_COHORTS_OUT := benchmarks/results/flower-scale/cohorts
+bench-flower-cohorts: setup data
+	bash scripts/bench_flower_scale.sh $(FLOWER_COHORTS_OUT) "$(FLOWER_SIM)" \
+	  1000 cohort:10:1000 cohort:100:1000 cluster:100 cluster-cohort:10:100
+	$(VENV)/python scripts/flower_scale_report.py $(FLOWER_COHORTS_OUT) docs/benchmarks/flower.md \
+	  flower-cohorts
 
 ## A Flower deployment under faults (issue 42, docs/deploy.md "Faults at scale"): CHAOS_NODES
 ## SuperNodes (default 50) with TLS and node auth; garbage, a frozen node and a killed node

@@ -10,7 +10,10 @@
 # For each cluster:N: scripts/flower_ray_cluster.sh N (two Ray nodes on this host, one CPU
 # each), compared with the local run of N made before in this script (or made now). For each
 # one-worker:N: the simulation with 2 CPUs per virtual client (one Ray worker on two cores, so
-# one more torch process instead of two). Writes
+# one more torch process instead of two). For each cohort:S:N: the simulation in cohorts of at
+# most S clients (ceil(N / S) virtual SuperNodes, one message per node for its clients: run
+# config cohort-size, src/oneshotfl/flower/cohort.py); cluster-cohort:S:N the same on the
+# two-node Ray cluster. Writes
 # simulation.jsonl, local.jsonl, cluster.jsonl and machine.json to OUT_DIR; results under
 # runs/flower-scale-*. Run it on an otherwise idle machine.
 set -euo pipefail
@@ -52,6 +55,20 @@ for item in "${COUNTS[@]}"; do
       dir=$PWD/runs/flower-scale-cluster-$n
       rm -rf "$dir"
       bash scripts/flower_ray_cluster.sh "$n" "$SETTINGS" "$dir" >>"$OUT/cluster.jsonl"
+      local_run "$n"
+      "$BIN/oneshotfl" compare "runs/flower-scale-local-$n/result.json" "$dir/result.json"
+      ;;
+    cohort:*:*|cluster-cohort:*:*)
+      rest=${item#*cohort:}
+      size=${rest%%:*}
+      n=${rest#*:}
+      dir=$PWD/runs/flower-scale-${item%%:*}-$size-$n
+      rm -rf "$dir"
+      if [ "${item%%:*}" = cluster-cohort ]; then
+        SIM_COHORT=$size bash scripts/flower_ray_cluster.sh "$n" "$SETTINGS" "$dir" >>"$OUT/cluster.jsonl"
+      else
+        SIM_COHORT=$size bash scripts/flower_simulation.sh "$n" "$SETTINGS" "$dir" >>"$OUT/simulation.jsonl"
+      fi
       local_run "$n"
       "$BIN/oneshotfl" compare "runs/flower-scale-local-$n/result.json" "$dir/result.json"
       ;;

@@ -4,7 +4,7 @@ Reads ``simulation.jsonl``, ``cluster.jsonl``, ``local.jsonl`` and ``machine.jso
 results directory and splices the table between the ``<!-- report:flower-scale -->`` markers
 of ``docs/benchmarks/flower.md``: no figure there is written by hand.
 
-Usage: python scripts/flower_scale_report.py [RESULTS_DIR] [MARKDOWN]
+Usage: python scripts/flower_scale_report.py [RESULTS_DIR] [MARKDOWN] [SECTION]
 """
 
 from __future__ import annotations
@@ -39,6 +39,14 @@ def row(kind: str, sim: dict[str, Any], local: dict[str, Any]) -> str:
     )
 
 
+def cohorts(sim: dict[str, Any]) -> str:
+    """How a run's virtual clients went to its SuperNodes: one each, or in cohorts."""
+    size = sim.get("cohort_size", 0)
+    if not size:
+        return ", a client per message"
+    return f", cohorts of {size} ({sim['supernodes']:,} SuperNodes)"
+
+
 def table(results: Path) -> str:
     local = {r["clients"]: r for r in read_lines(results / "local.jsonl")}
     head = (
@@ -51,9 +59,9 @@ def table(results: Path) -> str:
     for sim in read_lines(results / "simulation.jsonl"):
         cpus = sim.get("cpus_per_client", 1)
         kind = "1 Ray worker (2 CPUs per client)" if cpus == 2 else "2 Ray workers (1 CPU each)"
-        body += row(kind, sim, local[sim["clients"]])
+        body += row(kind + cohorts(sim), sim, local[sim["clients"]])
     for sim in read_lines(results / "cluster.jsonl"):
-        body += row("Ray cluster: 2 nodes × 1 CPU", sim, local[sim["clients"]])
+        body += row("Ray cluster: 2 nodes × 1 CPU" + cohorts(sim), sim, local[sim["clients"]])
     machine = json.loads((results / "machine.json").read_text())
     return (
         f"Measured on {machine['cpu']} ({machine['cores']} cores, {machine['memory_gib']} GiB), "
@@ -67,8 +75,9 @@ def table(results: Path) -> str:
 def main(argv: list[str]) -> None:
     results = Path(argv[1] if len(argv) > 1 else "benchmarks/results/flower-scale")
     markdown = Path(argv[2] if len(argv) > 2 else "docs/benchmarks/flower.md")
+    section = argv[3] if len(argv) > 3 else "flower-scale"
     text = table(results)
-    splice_markdown(markdown, "flower-scale", text)
+    splice_markdown(markdown, section, text)
     print(text)
 
 

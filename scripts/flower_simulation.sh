@@ -15,7 +15,9 @@
 # virtual clients on instead of a Ray instance of the SuperLink's own: Ray's own RAY_ADDRESS,
 # set for the SuperLink; an address that does not answer stops the script before anything
 # starts), SIM_MEMORY_ALSO (space-separated PIDs whose process trees count in the peak memory
-# too, e.g. the cluster's `raylet` processes).
+# too, e.g. the cluster's `raylet` processes), SIM_COHORT (S > 0: cohorts of at most S clients,
+# ceil(N / S) virtual SuperNodes each answering for its clients in one message, run config
+# cohort-size; default 0, one client per SuperNode).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: $0 N [\"key=value ...\" [OUT]]" >&2; exit 2; }
@@ -26,6 +28,10 @@ BIN=${PYTHON_BIN:-$PWD/.venv/bin}
 PORT=${SIM_PORT:-19280}
 LIMIT=${SIM_TIMEOUT:-3600}
 RAY_AT=${SIM_RAY_ADDRESS:-}
+COHORT=${SIM_COHORT:-0}
+[[ "$COHORT" =~ ^[0-9]+$ ]] || { echo "error: SIM_COHORT: expected an integer >= 0, got '$COHORT'" >&2; exit 2; }
+NODES=$N
+[ "$COHORT" -gt 0 ] && NODES=$(( (N + COHORT - 1) / COHORT ))
 if [ -n "$RAY_AT" ]; then
   "$BIN/python" - "$RAY_AT" <<'PY' || exit 2
 import socket, sys
@@ -67,7 +73,7 @@ default = "sim"
 [superlink.sim]
 address = "127.0.0.1:$PORT"
 insecure = true
-options.num-supernodes = $N
+options.num-supernodes = $NODES
 options.backend.client-resources.num-cpus = ${SIM_CPUS_PER_CLIENT:-1}
 EOF
 "$BIN/oneshotfl" flower app-dir "$WORK/app" >/dev/null
@@ -91,7 +97,7 @@ for _ in $(seq 100); do
 done
 start=$(date +%s.%N)
 flwr run "$WORK/app" sim --format json \
-  --run-config "overrides='clients=$N $OVERRIDES' out='$OUT' node-timeout=120.0" \
+  --run-config "overrides='clients=$N $OVERRIDES' out='$OUT' node-timeout=120.0 cohort-size=$COHORT" \
   >"$WORK/submit.json" 2>"$WORK/submit.log" || { cat "$WORK/submit.log" >&2; exit 1; }
 run_id=$("$BIN/python" -c "import json,sys; print(json.load(open(sys.argv[1]))['run-id'])" "$WORK/submit.json")
 deadline=$((SECONDS + LIMIT))
@@ -103,7 +109,7 @@ while :; do
   sleep 2
 done
 end=$(date +%s.%N)
-"$BIN/python" - "$WORK/ls.json" "$N" "$start" "$end" "$WORK/memory.json" "$OUT" "$RAY_AT" <<'PY'
+"$BIN/python" - "$WORK/ls.json" "$N" "$start" "$end" "$WORK/memory.json" "$OUT" "$RAY_AT" "$COHORT" "$NODES" <<'PY'
 import json, sys
 run = json.load(open(sys.argv[1]))["runs"][0]
 memory = json.load(open(sys.argv[5]))
@@ -113,6 +119,8 @@ except (OSError, KeyError, ValueError):
     placed = {}
 print(json.dumps({
     "clients": int(sys.argv[2]),
+    "cohort_size": int(sys.argv[8]),
+    "supernodes": int(sys.argv[9]),
     "status": run["status"],
     "wall_s": round(float(sys.argv[4]) - float(sys.argv[3]), 1),
     "flower_elapsed_s": run["elapsed"],

@@ -32,11 +32,15 @@ class FakeGrid:
     """Nodes ``100 + partition id``, each answering with the real ClientApp handler.
 
     ``tamper(node, instruction, reply)`` may replace a reply or drop it (``None``: the node
-    is silent).
+    is silent). With ``nodes`` (a cohort run) there are that many nodes, with the
+    ``num-partitions`` Flower's simulation engine gives them.
     """
 
-    def __init__(self, clients: int, tamper: Tamper | None = None) -> None:
-        self.node_config = {100 + p: {"partition-id": p} for p in range(clients)}
+    def __init__(self, clients: int, tamper: Tamper | None = None, nodes: int = 0) -> None:
+        self.node_config: dict[int, dict[str, Any]] = {
+            100 + p: {"partition-id": p} | ({"num-partitions": nodes} if nodes else {})
+            for p in range(nodes or clients)
+        }
         self.tamper = tamper
         self.sent: list[Message] = []
         self.replies: list[Message] = []
@@ -77,11 +81,16 @@ def core(doc: dict[str, Any]) -> list[tuple[Any, ...]]:
 
 
 def run_on_grid(
-    tmp_path: Path, cfg: ExperimentConfig, grid: FakeGrid, name: str = "out", batch: bool = True
+    tmp_path: Path,
+    cfg: ExperimentConfig,
+    grid: FakeGrid,
+    name: str = "out",
+    batch: bool = True,
+    cohort: int = 0,
 ) -> Any:
     config = tmp_path / f"{name}.yaml"
     config.write_text(yaml.safe_dump(cfg.to_dict()))
     run_config: dict[str, Any] = {"config": str(config), "out": str(tmp_path / name)}
-    run_config |= {"node-timeout": 1.0, "batch-updates": batch}
+    run_config |= {"node-timeout": 1.0, "batch-updates": batch, "cohort-size": cohort}
     run_config["reply-timeout"] = 1.0  # the nodes answer at once; a silent one costs 1 s
     return run_server(grid, run_config, "test")

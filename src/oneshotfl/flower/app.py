@@ -19,7 +19,8 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from oneshotfl.flower.batch import Entry, batch_reply_content
+from oneshotfl.flower.batch import Entry, attempt_each, batch_reply_content
+from oneshotfl.flower.cohort import run_cohort
 from oneshotfl.flower.grid import WHERE, where_record
 from oneshotfl.flower.messages import Instruction, read_instruction, reply_content, report_content
 from oneshotfl.flower.node import (
@@ -75,11 +76,17 @@ def client_main(message: Message, context: Context) -> Message:
     validation) propagates: Flower returns it to the server as an error reply, and the
     server names this node among those that did not deliver. An instruction with a batch
     (several methods' round 0) answers for each method; one that fails is named in its entry
-    and the others are answered (every one failing: the first error propagates).
+    and the others are answered (every one failing: the first error propagates). A cohort
+    instruction (:mod:`oneshotfl.flower.cohort`) answers for each of its clients alike.
     """
     _quiet_logging()
     instruction = read_instruction(message.content)
-    state = node_state(instruction.config, node_identity(context.node_config), NODE_CACHE)
+    identity = node_identity(context.node_config)
+    if instruction.clients is not None:
+        content = run_cohort(instruction, identity, NODE_CACHE)
+        content[WHERE] = where_record(*_where())
+        return Message(content, reply_to=message)
+    state = node_state(instruction.config, identity, NODE_CACHE)
     if instruction.batch:
         content = batch_reply_content(_run_batch(state, instruction))
     else:
@@ -98,18 +105,11 @@ def client_main(message: Message, context: Context) -> Message:
 def _run_batch(state: NodeState, instruction: Instruction) -> list[Entry]:
     """Round 0 of the instruction's method and of each in its batch, in order: each reply, or
     the one-line reason its method failed here (all failing: the first error is raised)."""
-    entries: list[Entry] = []
-    first: Exception | None = None
-    for key, spec in ((instruction.key, instruction.method), *instruction.batch):
-        try:
-            entries.append(run_update(state, NODE_CACHE.method(spec), spec, 0, {}))
-        except Exception as exc:  # one method failing here costs the others nothing
-            log.warning("%s failed on this node", key, exc_info=True)
-            entries.append(f"{type(exc).__name__}: {exc}")
-            first = first or exc
-    if first is not None and all(isinstance(e, str) for e in entries):
-        raise first
-    return entries
+    steps = [
+        (key, lambda spec=spec: run_update(state, NODE_CACHE.method(spec), spec, 0, {}))
+        for key, spec in ((instruction.key, instruction.method), *instruction.batch)
+    ]
+    return attempt_each(steps)
 
 
 @functools.cache

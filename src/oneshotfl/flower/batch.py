@@ -23,7 +23,9 @@ of a single reply, :func:`~oneshotfl.flower.messages.reply_content`), or
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from flwr.app import ConfigRecord, RecordDict
 
@@ -38,15 +40,51 @@ from oneshotfl.flower.messages import (
 from oneshotfl.runner.errors import clip
 from oneshotfl.runner.transport import ClientReply
 
+log = logging.getLogger(__name__)
+
 FAILED = "oneshotfl.failed"
 """The record of a method that failed on the node (its ``reason``)."""
+
+COHORT = "oneshotfl.cohort"
+"""The record of a cohort's answer that lists its clients (:mod:`oneshotfl.flower.cohort`)."""
 
 Entry = ClientReply | str
 """One method's part of a batched answer: its reply, or why it has none (one line)."""
 
+T = TypeVar("T")
 
-def _name(record: str, index: int) -> str:
+
+def entry_name(record: str, index: int) -> str:
+    """The name of entry ``index``'s ``record`` in a batched answer."""
     return f"{record}.{index}"
+
+
+def attempt_each(steps: Sequence[tuple[str, Callable[[], T]]]) -> list[T | str]:
+    """Run each named step in order: its result, or the one-line reason it failed on this
+    node (one failing costs the others nothing); when every step failed, the first error
+    is raised (the node's whole answer fails, as a single step's would)."""
+    entries: list[T | str] = []
+    first: Exception | None = None
+    for name, step in steps:
+        try:
+            entries.append(step())
+        except Exception as exc:
+            log.warning("%s failed on this node", name, exc_info=True)
+            entries.append(f"{type(exc).__name__}: {exc}")
+            first = first or exc
+    if first is not None and all(isinstance(e, str) for e in entries):
+        raise first
+    return entries
+
+
+def read_failure(content: RecordDict, index: int) -> str | None:
+    """``"failed: <reason>"`` when entry ``index`` of an answer failed on the node, else
+    ``None``."""
+    failed = content.config_records.get(entry_name(FAILED, index))
+    if failed is None:
+        return None
+    reason = failed.get("reason")
+    return f"failed: {clip(reason if isinstance(reason, str) else '?', 400)}"
 
 
 def batch_reply_content(entries: Sequence[Entry]) -> RecordDict:
@@ -55,11 +93,11 @@ def batch_reply_content(entries: Sequence[Entry]) -> RecordDict:
     content = RecordDict()
     for i, entry in enumerate(entries):
         if isinstance(entry, str):
-            content[_name(FAILED, i)] = ConfigRecord({"reason": clip(entry, 400)})
+            content[entry_name(FAILED, i)] = ConfigRecord({"reason": clip(entry, 400)})
             continue
         single = reply_content(entry)
-        content[_name(REPLY, i)] = single.config_records[REPLY]
-        content[_name(PAYLOADS, i)] = single.array_records[PAYLOADS]
+        content[entry_name(REPLY, i)] = single.config_records[REPLY]
+        content[entry_name(PAYLOADS, i)] = single.array_records[PAYLOADS]
     return content
 
 
@@ -72,8 +110,8 @@ def read_batch_reply(content: RecordDict, methods: int) -> list[Entry]:
     Raises:
         MessageError: for an answer holding records of no entry (more methods than asked).
     """
-    known = {_name(r, i) for i in range(methods) for r in (REPLY, PAYLOADS, FAILED)}
-    extra = sorted(set(content.keys()) - known - {WHERE})
+    known = {entry_name(r, i) for i in range(methods) for r in (REPLY, PAYLOADS, FAILED)}
+    extra = sorted(set(content.keys()) - known - {WHERE, COHORT})
     if extra:
         raise MessageError(
             f"a batched reply for {methods} method(s): expected records of entries 0..{methods - 1}"
@@ -81,16 +119,15 @@ def read_batch_reply(content: RecordDict, methods: int) -> list[Entry]:
         )
     entries: list[Entry] = []
     for i in range(methods):
-        failed = content.config_records.get(_name(FAILED, i))
+        failed = read_failure(content, i)
         if failed is not None:
-            reason = failed.get("reason")
-            entries.append(f"failed: {clip(reason if isinstance(reason, str) else '?', 400)}")
+            entries.append(failed)
             continue
         single = RecordDict()
-        if _name(REPLY, i) in content.config_records:
-            single[REPLY] = content.config_records[_name(REPLY, i)]
-        if _name(PAYLOADS, i) in content.array_records:
-            single[PAYLOADS] = content.array_records[_name(PAYLOADS, i)]
+        if entry_name(REPLY, i) in content.config_records:
+            single[REPLY] = content.config_records[entry_name(REPLY, i)]
+        if entry_name(PAYLOADS, i) in content.array_records:
+            single[PAYLOADS] = content.array_records[entry_name(PAYLOADS, i)]
         try:
             entries.append(read_reply(single))
         except MessageError as exc:

@@ -59,6 +59,9 @@ in-flight = 0
 # Ask each node for the round 0 of every method that needs no broadcast in one message (one
 # ClientApp process per node, not one per method); false: one message per method and round.
 batch-updates = true
+# Flower's simulation engine only: the most clients one virtual node holds and answers for in
+# one message (start ceil(clients / cohort-size) SuperNodes); 0 = one client per node.
+cohort-size = 0
 # The binding of node ids to client ids ("NODE=CLIENT ..."; "" = none): a node may only
 # answer for its own client id (with SuperNode authentication, node ids are bound to keys).
 node-clients = ""

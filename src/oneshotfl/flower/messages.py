@@ -53,7 +53,7 @@ from oneshotfl.runner.evaluate import ClientMetrics
 from oneshotfl.runner.ledger import ShardReport
 from oneshotfl.runner.transport import ClientReply, PeerReport
 
-PROTOCOL = 4
+PROTOCOL = 5
 INSTRUCTION = "oneshotfl.instruction"
 REPLY = "oneshotfl.reply"
 REPORT = "oneshotfl.report"
@@ -98,6 +98,10 @@ class Instruction:
         batch: more methods whose round 0 the node runs in the same message, as (key, spec)
             pairs in the run's order (:mod:`oneshotfl.flower.batch`); only with a round-0
             update that carries no payload.
+        clients: a cohort instruction's clients (:mod:`oneshotfl.flower.cohort`): ``None``
+            for the node's one client, ``()`` for every client the node holds, else those.
+        schedules: a cohort ``receive`` step's encounter schedule of each of its clients,
+            in their order.
     """
 
     step: str
@@ -108,6 +112,8 @@ class Instruction:
     payloads: Mapping[str, bytes]
     schedule: tuple[tuple[int, ...], ...] = ()
     batch: tuple[tuple[str, str], ...] = ()
+    clients: tuple[int, ...] | None = None
+    schedules: tuple[tuple[tuple[int, ...], ...], ...] = ()
 
 
 def instruction_content(instruction: Instruction) -> RecordDict:
@@ -123,6 +129,8 @@ def instruction_content(instruction: Instruction) -> RecordDict:
             "config": json.dumps(dict(instruction.config), sort_keys=True),
             "schedule": json.dumps([list(w) for w in instruction.schedule]),
             "batch": json.dumps([list(pair) for pair in instruction.batch]),
+            "clients": "" if instruction.clients is None else json.dumps(instruction.clients),
+            "schedules": json.dumps([[list(w) for w in s] for s in instruction.schedules]),
         }
     )
     if instruction.payloads:
@@ -154,10 +162,51 @@ def read_instruction(content: RecordDict) -> Instruction:
     batch = _batch(record.get("batch", "[]"))
     if batch and (fields["step"] != "update" or fields["round"] != 0 or payloads):
         raise MessageError(f"{INSTRUCTION}.batch: only a round-0 update without payloads has one")
+    clients = _cohort(record.get("clients", ""), config.get("clients"))
+    schedules = _schedules(record.get("schedules", "[]"), config.get("clients"))
+    if schedules and (clients is None or len(schedules) != len(clients)):
+        raise MessageError(f"{INSTRUCTION}.schedules: expected one schedule per cohort client")
     return Instruction(
         fields["step"], fields["method"], fields["key"], fields["round"], config, payloads,
-        schedule, batch,
+        schedule, batch, clients, schedules,
     )  # fmt: skip
+
+
+def _cohort(text: Any, clients: Any) -> tuple[int, ...] | None:
+    """A cohort instruction's clients: ``""`` (none: the node's one client), else a JSON list
+    of distinct client ids below ``clients`` (bounded before anything is built from it).
+
+    Raises:
+        MessageError: for anything else.
+    """
+    if text == "":
+        return None
+    n = clients if isinstance(clients, int) and not isinstance(clients, bool) else 0
+    value = json_value(text, f"{INSTRUCTION}.clients") if isinstance(text, str) else None
+    ok = isinstance(value, list) and len(value) <= n and all(
+        isinstance(c, int) and not isinstance(c, bool) and 0 <= c < n for c in value
+    ) and len(set(value)) == len(value)  # fmt: skip
+    if not ok or not isinstance(value, list):
+        got = text[:80] if isinstance(text, str) else type(text).__name__
+        raise MessageError(
+            f"{INSTRUCTION}.clients: expected a list of distinct client ids below {n}, got {got!r}"
+        )
+    return tuple(int(c) for c in value)
+
+
+def _schedules(text: Any, clients: Any) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """A cohort receive step's schedules: a JSON list of at most ``clients`` schedules, each
+    as :func:`_schedule` bounds it.
+
+    Raises:
+        MessageError: for anything else.
+    """
+    n = clients if isinstance(clients, int) and not isinstance(clients, bool) else 0
+    value = json_value(text, f"{INSTRUCTION}.schedules") if isinstance(text, str) else None
+    if not isinstance(value, list) or len(value) > n:
+        got = text[:80] if isinstance(text, str) else type(text).__name__
+        raise MessageError(f"{INSTRUCTION}.schedules: expected at most {n} schedules, got {got!r}")
+    return tuple(_schedule(json.dumps(s), clients) for s in value)
 
 
 MAX_BATCH = 256

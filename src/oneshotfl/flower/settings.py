@@ -27,6 +27,8 @@ class ServerSettings:
         node_clients: node id → the client id it is bound to (empty: no binding).
         shared_data: the shared copy's folder (``None``: the default; ``"off"``: none).
         batch_updates: ask for every method's round 0 in one message per node.
+        cohort_size: the most clients one simulated node holds and answers for in one message
+            (:mod:`oneshotfl.flower.cohort`; 0: one client per node, a deployment's only mode).
     """
 
     config: str | None
@@ -38,14 +40,15 @@ class ServerSettings:
     shared_data: str | None = None
     in_flight: int = 0
     batch_updates: bool = True
+    cohort_size: int = 0
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any]) -> ServerSettings:
         """Read the settings from Flower's run config (see the module docs for the keys).
 
         Raises:
-            ConfigError: for a value of the wrong type, a non-positive timeout or a
-                negative ``in-flight``.
+            ConfigError: for a value of the wrong type, a non-positive timeout, a
+                negative ``in-flight`` or ``cohort-size``, or a cohort with a binding.
         """
         batch = run_config.get("batch-updates", True)
         if not isinstance(batch, bool):
@@ -66,6 +69,15 @@ class ServerSettings:
         in_flight = run_config.get("in-flight", 0)
         if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 0:
             raise ConfigError(f"run config in-flight: expected an integer >= 0, got {in_flight!r}")
+        cohort = run_config.get("cohort-size", 0)
+        if isinstance(cohort, bool) or not isinstance(cohort, int) or cohort < 0:
+            raise ConfigError(f"run config cohort-size: expected an integer >= 0, got {cohort!r}")
+        binding = parse_binding(text["node-clients"])
+        if cohort and binding:
+            raise ConfigError(
+                "run config: cohort-size is for Flower's simulation engine and node-clients "
+                "binds a deployment's nodes one client each; got both"
+            )
         stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         return cls(
             config=text["config"] or None,
@@ -73,10 +85,11 @@ class ServerSettings:
             out=Path(text["out"] or f"runs/flower-{stamp}"),
             node_timeout=timeouts["node-timeout"],
             reply_timeout=timeouts["reply-timeout"],
-            node_clients=parse_binding(text["node-clients"]),
+            node_clients=binding,
             shared_data=text["shared-data"] or None,
             in_flight=in_flight,
             batch_updates=batch,
+            cohort_size=cohort,
         )
 
 
