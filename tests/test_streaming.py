@@ -47,6 +47,7 @@ HOLDING = [
     "fedavg:weighting=clipped",
     "fedavg:aggregation=median",
     "regmean:weighting=clipped",
+    "fedfisher:weighting=clipped",
     "fedfisher:curvature=kfac",
     "fedpft",
 ]
@@ -271,6 +272,30 @@ def test_every_fold_of_the_registry_is_its_aggregate(tmp_path: Path) -> None:
     folding = sorted(name for name in METHODS.names() if build_method(name).fold(ctx) is not None)
     expected = {"fedavg", "fedprox", "fedavg_rounds", "regmean", "fedfisher", "ghofl"}
     assert expected <= set(folding) and "fedpft" not in folding, folding
+
+
+@pytest.mark.parametrize("name", ["fedavg", "regmean", "fedfisher"])
+def test_clipped_weights_below_the_cap_merge_to_the_bits_of_size_weights(
+    tmp_path: Path, name: str
+) -> None:
+    """``clipped`` caps n_k at twice the median: with reported sizes 10, 20, 20, 30 and 40
+    (median 20, cap 40) no client is capped, and the held payloads are folded by the same
+    code as ``size`` weights read one at a time, so the merge is the same to the bit."""
+    fed = prepare(_config(tmp_path, [name], True))
+    recording = Recording(LocalTransport(fed))
+    run_over(name, build_method(name), fed, recording)
+    sizes = dict(enumerate([10.0, 20.0, 20.0, 30.0, 40.0]))
+    payloads = {}
+    for cid, data in recording.sent.items():
+        payload = decode(data)
+        payloads[cid] = Payload(payload.arrays, {**payload.scalars, "n_examples": sizes[cid]})
+    ctx = fed.server_view().server_context()
+    merged = [
+        build_method(f"{name}:weighting={w}").aggregate(payloads, ctx) for w in ("clipped", "size")
+    ]
+    assert all(isinstance(m, GlobalModel) for m in merged)
+    a, b = (m.model.state_dict() for m in merged if isinstance(m, GlobalModel))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 def _artefact(size: int) -> Payload:

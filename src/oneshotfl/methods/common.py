@@ -20,7 +20,7 @@ from oneshotfl.encoders.base import EncodedClassifier
 from oneshotfl.fingerprints import tensor_fingerprint
 from oneshotfl.functional import Weighting, client_weights, weighted_average
 from oneshotfl.methods.builders import seeded_head
-from oneshotfl.methods.folds import ModelAverage, model_state
+from oneshotfl.methods.folds import ModelAverage, held_weights, model_state
 from oneshotfl.models.base import on_device
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import ClientContext, ConfigT, Method, ServerContext
@@ -224,8 +224,8 @@ def average_models(
     a robust rule of :mod:`oneshotfl.robust` (``norm_clip`` needs ``reference``, the shared
     initial model the updates are measured from)."""
     ids = sorted(payloads)
-    if aggregation == "mean" and weighting != "clipped":  # the fold the server streams
-        fold = ModelAverage(dims, weighting)
+    if aggregation == "mean":  # the fold the server streams (clipped: over the held sizes)
+        fold = ModelAverage(dims, weighting, weights=held_weights(payloads, weighting))
         for cid in ids:
             fold.add(cid, payloads[cid])
         return fold.averaged()

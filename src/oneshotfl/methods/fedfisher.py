@@ -50,15 +50,13 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from oneshotfl.data.types import LabelledData
-from oneshotfl.functional import Weighting, client_weights
+from oneshotfl.functional import Weighting
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import (
     AVERAGING_LIMIT,
     SendsModelAndStatistics,
-    average_models,
-    client_shares,
 )
-from oneshotfl.methods.folds import ModelAverage
+from oneshotfl.methods.folds import ClientWeight, ModelAverage, held_weights
 from oneshotfl.methods.kfac import (
     FisherKind,
     kfac_conjugate_gradient,
@@ -224,9 +222,12 @@ class DiagonalFisherFold(Fold):
     Σ_k a_k F_k and Σ_k a_k F_k θ_k (float64, on the server's device) and the models' average,
     divided by Σ_k a_k at the end (p_k = a_k / Σ a)."""
 
-    def __init__(self, ctx: ServerContext, cfg: FedFisherConfig) -> None:
+    def __init__(
+        self, ctx: ServerContext, cfg: FedFisherConfig, weights: Mapping[int, float] | None = None
+    ) -> None:
         self.cfg, self.device = cfg, ctx.device
-        self.models = ModelAverage(ctx.dims, cfg.weighting)
+        self.weight = ClientWeight(cfg.weighting, weights)
+        self.models = ModelAverage(ctx.dims, cfg.weighting, weights=weights)
         self.fisher: dict[str, torch.Tensor] = {}
         self.b: dict[str, torch.Tensor] = {}
         self.mass = 0.0
@@ -247,7 +248,7 @@ class DiagonalFisherFold(Fold):
                     f"fisher.{name}", f"a parameter of shape {np.shape(value)}", got, client_id
                 )
         self.models.add(client_id, payload)  # checks the model before anything changes
-        a = float(client_weights([float(payload.scalars["n_examples"])], self.cfg.weighting)[0])
+        a = self.weight(client_id, payload)
         for name, value in fishers.items():
             f = torch.from_numpy(value).to(self.device, torch.float64).mul_(a)
             theta = torch.from_numpy(payload.arrays[f"model.{name}"]).to(self.device, torch.float64)
@@ -310,30 +311,12 @@ class FedFisher(SendsModelAndStatistics[FedFisherConfig]):
         return DiagonalFisherFold(ctx, cfg)
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
+        """K-FAC's operator over every payload, or the diagonal merge's fold over them (with
+        ``clipped`` weights, a_k over the held sizes)."""
         if self.config.curvature == "kfac":
             return self._aggregate_kfac(payloads, ctx)
-        fold = self.fold(ctx)
-        if fold is not None:
-            return fold_all(fold, payloads)
-        cfg = self.config
-        ids = sorted(payloads)
-        avg = average_models(payloads, ctx.dims, cfg.weighting)
-        names = [k for k, _ in avg.named_parameters()]
-        device, dtype = ctx.device, torch.float64
-
-        def flat(payload: Payload, prefix: str) -> torch.Tensor:
-            parts = [torch.from_numpy(payload.arrays[f"{prefix}.{k}"]).flatten() for k in names]
-            return torch.cat(parts).to(device, dtype)
-
-        fisher = torch.zeros(sum(p.numel() for p in avg.parameters()), device=device, dtype=dtype)
-        b = torch.zeros_like(fisher)
-        for weight, c in zip(
-            client_shares(payloads, cfg.weighting), ids, strict=True
-        ):  # one client at a time
-            f_k = flat(payloads[c], "fisher").mul_(weight)
-            fisher += f_k
-            b += f_k * flat(payloads[c], "model")
-        return merge_diagonal(avg, fisher, b, cfg, ctx.device)
+        weights = held_weights(payloads, self.config.weighting)
+        return fold_all(DiagonalFisherFold(ctx, self.config, weights), payloads)
 
     def _aggregate_kfac(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
         """Per K-FAC layer, L = ½ Σ_k p_k vec(W̄ − W̄_k)ᵀ (A_k ⊗ G_k) vec(W̄ − W̄_k), whose

@@ -10,7 +10,7 @@ the two paths give the same bits.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 from torch import nn
@@ -34,29 +34,63 @@ def _outcome(model: nn.Module) -> Outcome:
     return GlobalModel(model)
 
 
+PER_PAYLOAD: tuple[Weighting, ...] = ("size", "uniform")
+"""The weightings one client's payload decides alone (a fold reads a_k as it arrives)."""
+
+
+def held_weights(payloads: Mapping[int, Payload], weighting: Weighting) -> dict[int, float] | None:
+    """a_k of every held client (:func:`~oneshotfl.functional.client_weights` over their
+    reported ``n_examples``) for a weighting that needs every size at once (``clipped``: the
+    median of all), to fold the held payloads with; ``None`` for a weighting in
+    :data:`PER_PAYLOAD`, which the fold reads from each payload itself."""
+    if weighting in PER_PAYLOAD:
+        return None
+    ids = sorted(payloads)
+    sizes = [float(payloads[c].scalars["n_examples"]) for c in ids]
+    return dict(zip(ids, client_weights(sizes, weighting).tolist(), strict=True))
+
+
+class ClientWeight:
+    """a_k of a client as a fold reads it: from its own payload's ``n_examples`` for the
+    weightings one payload decides (``size``: a_k = n_k; ``uniform``: a_k = 1), or from
+    ``weights`` computed over every held payload (:func:`held_weights`; ``clipped`` needs every
+    size's median, so it is folded only over payloads already held)."""
+
+    def __init__(self, weighting: Weighting, weights: Mapping[int, float] | None = None) -> None:
+        if weights is None and weighting not in PER_PAYLOAD:
+            raise ValueError(
+                f"a fold: expected size or uniform weighting, or every client's weights, got "
+                f"{weighting}"
+            )
+        self.weighting, self.weights = weighting, weights
+
+    def __call__(self, client_id: int, payload: Payload) -> float:
+        if self.weights is not None:
+            return float(self.weights[client_id])
+        return float(client_weights([float(payload.scalars["n_examples"])], self.weighting)[0])
+
+
 class ModelAverage(Fold):
     """Σ_k a_k θ_k / Σ_k a_k over the clients' models, folded (the module docs), built as
-    the architecture of the first client folded (the lowest id). ``weighting``: ``size``
-    (a_k = n_k, the client's reported example count) or ``uniform`` (a_k = 1) — the weightings
-    one client's payload decides alone (``clipped`` needs every size's median: not a fold).
-    ``outcome`` wraps the averaged model (default: a :class:`GlobalModel`)."""
+    the architecture of the first client folded (the lowest id). a_k: :class:`ClientWeight`
+    of ``weighting`` (or of ``weights``, every client's, for a weighting one payload cannot
+    decide). ``outcome`` wraps the averaged model (default: a :class:`GlobalModel`)."""
 
     def __init__(
         self,
         dims: WireDims,
         weighting: Weighting = "size",
         outcome: Callable[[nn.Module], Outcome] = _outcome,
+        weights: Mapping[int, float] | None = None,
     ) -> None:
-        if weighting not in ("size", "uniform"):
-            raise ValueError(f"ModelAverage: expected size or uniform weighting, got {weighting}")
-        self.dims, self.weighting, self.outcome = dims, weighting, outcome
+        self.dims, self.outcome = dims, outcome
+        self.weight = ClientWeight(weighting, weights)
         self.summed = WeightedSum()
         self.first: Payload | None = None  # its scalars name the architecture
 
     def add(self, client_id: int, payload: Payload) -> None:
         state = model_state(payload)
-        size = float(payload.scalars["n_examples"])
-        weight = float(client_weights([size], self.weighting)[0])
+        weight = self.weight(client_id, payload)
         problem = self.summed.problem(state, weight)
         if problem is not None:
             expected = "the tensors of the models folded before"
@@ -76,4 +110,4 @@ class ModelAverage(Fold):
         return self.outcome(self.averaged())
 
 
-__all__ = ["ModelAverage", "model_state"]
+__all__ = ["ClientWeight", "ModelAverage", "held_weights", "model_state"]

@@ -48,15 +48,13 @@ import torch
 from torch import nn
 
 from oneshotfl.data.types import LabelledData
-from oneshotfl.functional import Weighting, client_weights
+from oneshotfl.functional import Weighting
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.common import (
     AVERAGING_LIMIT,
     SendsModelAndStatistics,
-    average_models,
-    client_shares,
 )
-from oneshotfl.methods.folds import ModelAverage
+from oneshotfl.methods.folds import ClientWeight, ModelAverage, held_weights
 from oneshotfl.params import Params, require
 from oneshotfl.payload import Payload
 from oneshotfl.protocol.contract import Requires, ServerContext
@@ -184,9 +182,14 @@ class RegMeanFold(Fold):
     """RegMean's server step folded (:mod:`oneshotfl.protocol.fold`): every linear layer's
     sums (:class:`RegMeanSums`) and the average of the other tensors."""
 
-    def __init__(self, dims: WireDims, cfg: RegMeanConfig) -> None:
+    def __init__(
+        self, dims: WireDims, cfg: RegMeanConfig, weights: Mapping[int, float] | None = None
+    ) -> None:
         self.cfg = cfg
-        self.models = ModelAverage(dims, cfg.weighting if cfg.others == "weighted" else "uniform")
+        self.weight = ClientWeight(cfg.weighting, weights)
+        weighted = cfg.others == "weighted"
+        others = cfg.weighting if weighted else "uniform"
+        self.models = ModelAverage(dims, others, weights=weights if weighted else None)
         self.layers: dict[str, RegMeanSums] = {}
 
     def add(self, client_id: int, payload: Payload) -> None:
@@ -194,8 +197,7 @@ class RegMeanFold(Fold):
         if self.layers and names != sorted(self.layers):
             raise PayloadError("gram", f"Grams of {sorted(self.layers)}", f"{names}", client_id)
         self.models.add(client_id, payload)  # checks the model before anything changes
-        size = float(payload.scalars["n_examples"])
-        a = float(client_weights([size], self.cfg.weighting)[0])
+        a = self.weight(client_id, payload)
         for name in names:
             sums = self.layers.setdefault(name, RegMeanSums(self.cfg.alpha))
             gram = np.asarray(payload.arrays[f"gram.{name}"])
@@ -244,21 +246,6 @@ class RegMean(SendsModelAndStatistics[RegMeanConfig]):
         return RegMeanFold(ctx.dims, self.config)
 
     def aggregate(self, payloads: Mapping[int, Payload], ctx: ServerContext) -> Outcome:
-        cfg = self.config
-        fold = self.fold(ctx)
-        if fold is not None:
-            return fold_all(fold, payloads)
-        ids = sorted(payloads)
-        others = cfg.weighting if cfg.others == "weighted" else "uniform"
-        merged = average_models(payloads, ctx.dims, others)
-        p = client_shares(payloads, cfg.weighting)
-        state = merged.state_dict()
-        for name in linear_layers(merged):
-            grams = [np.asarray(payloads[c].arrays[f"gram.{name}"]) for c in ids]
-            weights = [np.asarray(payloads[c].arrays[f"model.{name}.weight"]) for c in ids]
-            w = regmean_weight(grams, weights, p, cfg.alpha)
-            state[f"{name}.weight"] = torch.from_numpy(w.astype(np.float32))
-        merged.load_state_dict(state)
-        return GlobalModel(
-            merged, {"alpha": cfg.alpha, "merged_layers": float(len(linear_layers(merged)))}
-        )
+        """The fold over the payloads (with ``clipped`` weights, a_k over the held sizes)."""
+        weights = held_weights(payloads, self.config.weighting)
+        return fold_all(RegMeanFold(ctx.dims, self.config, weights), payloads)
