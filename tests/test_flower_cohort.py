@@ -156,8 +156,42 @@ def test_a_node_failing_its_first_answer_is_named_with_its_clients(
     grid = FakeGrid(cfg.clients, nodes=2, tamper=lambda n, _, r: None if n == 100 else r)
     method = run_on_grid(tmp_path, cfg, grid, cohort=2)["methods"][0]
     assert method["clients_used"] == [1, 3]
-    assert "no reply within" in method["no_reply"]["node 100 (cohort)"]
+    # a cohort message waits reply-timeout (1 s here) times cohort-size
+    assert "no reply within 2 s" in method["no_reply"]["node 100 (cohort)"]
     assert method["no_reply"]["client 0"] == method["no_reply"]["client 2"] == "no reply"
+
+
+def test_a_cohort_larger_than_cohort_size_or_claimed_twice_is_refused(
+    tiny_config: Any, tmp_path: Path
+) -> None:
+    """Two SuperNodes for 5 clients in cohorts of 2: node 100 holds 0, 2 and 4, one more
+    than cohort-size, and is refused, named; then two nodes that both hold clients 0 and 2:
+    the second to answer is refused, naming the node that answers for them."""
+    cfg = tiny_config(methods=["fedavg"], clients=5, min_clients=1)
+    method = run_on_grid(tmp_path, cfg, FakeGrid(5, nodes=2), name="big", cohort=2)["methods"][0]
+    assert method["clients_used"] == [1, 3]
+    why = method["no_reply"]["node 100 (cohort)"]
+    assert "answered for 3 clients, more than cohort-size 2" in why and "= 3 SuperNodes" in why
+    twins = FakeGrid(4, nodes=2)
+    twins.node_config[101] = {"partition-id": 0, "num-partitions": 2}
+    cfg = tiny_config(methods=["fedavg"], clients=4, min_clients=1)
+    method = run_on_grid(tmp_path, cfg, twins, name="twins", cohort=2)["methods"][0]
+    assert method["clients_used"] == [0, 2]
+    assert "clients [0, 2], which node 100 answers for" in method["no_reply"]["node 101 (cohort)"]
+    assert method["no_reply"]["client 1"] == "no reply"
+
+
+def test_a_cohort_relay_takes_only_its_receivers_payloads(tiny_config: Any) -> None:
+    cfg = tiny_config(methods=["peer_ensemble"], clients=4, graph="complete")
+    node = {"partition-id": 0, "num-partitions": 2}  # holds 0 and 2
+    for name in ("client-1", "r1/client-0", "r0/peer-1"):
+        instruction = Instruction(
+            "receive", "peer_ensemble", "peer_ensemble", 0, cfg.to_dict(), {name: b"x"},
+            clients=(0, 2),
+        )  # fmt: skip
+        message = Message(instruction_content(instruction), dst_node_id=100, message_type="train.x")
+        with pytest.raises(ConfigError, match=r"r<receiver>/client-<id>|client-<id>"):
+            _answer(message, node)
 
 
 def _instruction(cfg: Any, clients: tuple[int, ...] | None, **kw: Any) -> Message:

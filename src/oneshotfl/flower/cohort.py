@@ -52,6 +52,7 @@ from oneshotfl.flower.messages import (
     read_report,
     report_content,
     sender,
+    sender_id,
 )
 from oneshotfl.flower.node import (
     NodeCache,
@@ -132,6 +133,7 @@ def run_cohort(instruction: Instruction, identity: NodeIdentity, cache: NodeCach
         return node_state(config, replace(identity, partition_id=cid, num_partitions=None), cache)
 
     if instruction.step == "receive":
+        relay_names(instruction.payloads, asked)
         spec = instruction.method
         schedules = instruction.schedules or ((),) * len(asked)
 
@@ -157,6 +159,23 @@ def run_cohort(instruction: Instruction, identity: NodeIdentity, cache: NodeCach
     by_method = [flat[m :: len(keys)] for m in range(len(keys))]
     log.info("cohort of %d client(s): %d method(s)", len(asked), len(keys))
     return cohort_reply_content(asked, by_method)
+
+
+def relay_names(payloads: Mapping[str, bytes], asked: Sequence[int]) -> None:
+    """Check that every payload of a cohort's relay is named ``r<receiver>/client-<sender>``
+    for one of the ``asked`` receivers.
+
+    Raises:
+        ConfigError: naming the first payload that is not.
+    """
+    for name in payloads:
+        head, _, rest = name.partition("/")
+        if not (head[:1] == "r" and head[1:].isdigit() and int(head[1:]) in asked):
+            raise ConfigError(
+                f"cohort relay: expected payloads named r<receiver>/client-<id> for receivers "
+                f"{clip(str(list(asked)), 80)}, got {clip(name, 80)!r}"
+            )
+        sender_id(rest)  # raises for a name that is not client-<id>
 
 
 def _deliveries(payloads: Mapping[str, bytes], receiver: int) -> dict[str, bytes]:

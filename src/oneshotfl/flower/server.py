@@ -32,8 +32,9 @@ Run config keys (``[tool.flwr.app.config]``, overridable with ``flwr run --run-c
   method's payloads held by the server only while it runs;
 * ``cohort-size``: under Flower's simulation engine, the most clients one virtual node holds
   and answers for in one message (:mod:`oneshotfl.flower.cohort`; start
-  ``ceil(clients / cohort-size)`` SuperNodes); 0 (the default, and a deployment's only
-  mode): one client per node;
+  ``ceil(clients / cohort-size)`` SuperNodes; a node answering for more is refused); a
+  cohort message waits ``reply-timeout × cohort-size`` seconds, and ``in-flight`` counts
+  messages, so cohorts; 0 (the default, and a deployment's only mode): one client per node;
 * ``shared-data``: the folder of the machine's memory-mapped copy of the dataset
   (:mod:`oneshotfl.data.shared`; "" = ``$ONESHOTFL_SHARED_DATA`` or the temp folder,
   ``off`` = load into the process's own memory).
@@ -102,7 +103,7 @@ def run_server(grid: GridLike, run_config: Mapping[str, Any], mode: str) -> dict
         transport = GridTransport(
             grid, plan.node_config(), nodes, settings.reply_timeout, dict(plan.specs),
             binding=binding, in_flight=settings.in_flight,
-            batch=together if len(together) > 1 else [], cohort=size > 0, clients=cfg.clients,
+            batch=together if len(together) > 1 else [], cohort_size=size, clients=cfg.clients,
         )  # fmt: skip
         log.info("running %d method(s) over %d Flower nodes", len(plan.methods), len(nodes))
         connected.append(transport)

@@ -34,6 +34,7 @@ from oneshotfl.flower.messages import (
     sender,
 )
 from oneshotfl.protocol.contract import Method, PeerMethod
+from oneshotfl.runner.errors import clip
 from oneshotfl.runner.plan import Schedules
 from oneshotfl.runner.transport import ClientReply, Missing, PeerReport
 
@@ -65,8 +66,9 @@ class GridTransport:
             in the run's order; a key leaves it when its round 0 is asked for.
         fetched: key → its round 0's replies and silent nodes, asked for with an earlier
             method's, until the engine takes them.
-        cohort: each node holds several clients and answers for them in one message
-            (:mod:`oneshotfl.flower.cohort`; Flower's simulation engine only).
+        cohort_size: the most clients a node holds and answers for in one message
+            (:mod:`oneshotfl.flower.cohort`; Flower's simulation engine only; 0: one client
+            per node). A cohort message waits ``timeout × cohort_size`` seconds.
         clients: the federation's client count (bounds a cohort's answer).
         cohorts: node id → the clients it answered for (a cohort run), learnt from its
             first answer.
@@ -83,9 +85,19 @@ class GridTransport:
     in_flight: int = 0
     batch: list[str] = field(default_factory=list)
     fetched: dict[str, tuple[list[ClientReply], Missing]] = field(default_factory=dict)
-    cohort: bool = False
+    cohort_size: int = 0
     clients: int = 0
     cohorts: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+    @property
+    def cohort(self) -> bool:
+        """Whether each node answers for a cohort of clients."""
+        return self.cohort_size > 0
+
+    @property
+    def wait(self) -> float:
+        """Seconds a message waits for its answer: ``timeout``, times the cohort's size."""
+        return self.timeout * max(self.cohort_size, 1)
 
     def upload(
         self, key: str, method: Method[Any], round_index: int, broadcast: bytes | None
@@ -148,7 +160,8 @@ class GridTransport:
                 return [[(None, read_reply(content))]]
             return [[(None, e)] for e in read_batch_reply(content, methods)]
         cohort, rows = read_cohort_reply(content, methods, self.cohorts.get(node), self.clients)
-        self.cohorts.setdefault(node, cohort)
+        if node not in self.cohorts:
+            self._learn(node, cohort)
         named: list[list[tuple[str | None, Entry]]] = []
         for row in rows:
             named.append([])
@@ -157,6 +170,27 @@ class GridTransport:
                     entry = f"malformed reply: client {cid}'s entry is client {entry.client_id}'s"
                 named[-1].append((f"node {node} (client {cid})", entry))
         return named
+
+    def _learn(self, node: int, cohort: tuple[int, ...]) -> None:
+        """Keep ``node``'s cohort from its first answer: at most ``cohort_size`` clients, none
+        another node answered for.
+
+        Raises:
+            MessageError: for a larger cohort or a client claimed twice.
+        """
+        if len(cohort) > self.cohort_size:
+            nodes = -(-self.clients // self.cohort_size)
+            raise MessageError(
+                f"answered for {len(cohort)} clients, more than cohort-size {self.cohort_size}: "
+                f"start ceil(clients / cohort-size) = {nodes} SuperNodes"
+            )
+        for other, theirs in self.cohorts.items():
+            twice = sorted(set(cohort) & set(theirs))
+            if twice:
+                raise MessageError(
+                    f"answered for clients {clip(str(twice), 80)}, which node {other} answers for"
+                )
+        self.cohorts[node] = cohort
 
     def _take(
         self,
@@ -238,7 +272,7 @@ class GridTransport:
         reports = []
         for node, answer in self._answers(sent, missing, asked):
             try:
-                got = read_cohort_reports(answer.content, asked[node], self.clients)
+                got = read_cohort_reports(answer.content, asked.get(node, ()), self.clients)
             except MessageError as exc:
                 missing.update((n, f"malformed report: {exc}") for n in self._names(node, asked))
                 continue
@@ -290,7 +324,7 @@ class GridTransport:
             )
             for node, blobs in payloads.items()
         ]
-        answers = send_and_receive(self.grid, messages, self.timeout, in_flight=self.in_flight)
+        answers = send_and_receive(self.grid, messages, self.wait, in_flight=self.in_flight)
         return messages, answers
 
     def _answers(
@@ -322,7 +356,7 @@ class GridTransport:
                 yield node, answer
         for node in to.values():
             if node not in heard:
-                why = f"no reply within {self.timeout:g} s"
+                why = f"no reply within {self.wait:g} s"
                 missing.update((name, why) for name in self._names(node, asked))
 
     def _log(self, missing: Missing) -> Missing:
