@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the main job) and `make test` (the suite).
 .PHONY: setup data demo test test-fast test-cuda docs check-site check-wheel lint bench-core bench-fedol bench-fedol-ablation bench-fedage \
-	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-fol-defaults bench-user-datasets bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-scale bench-scale-bookkeeping bench-scale-ensemble bench-scale-stream bench-ensemble-eval bench-gpu check-kernels bench-membership bench-fedd3-privacy bench-fens bench-stats bench-fedpft-defaults bench-stats-privacy bench-authors-stats bench-authors-fens bench-authors-fedd3 bench-authors-fedage bench-authors-fedeov bench-authors-intactofl bench-merging bench-authors-merging bench-authors-selection bench-fedcgs bench-fafi bench-fedsd2c bench-fedsd2c-privacy claims bench-flower bench-flower-deploy bench-flower-sim bench-flower-scale bench-flower-cohorts check-flower-chaos check-reproduce check-committed check-committed-avx2 \
+	bench-fedeov bench-fedeov-target bench-fedeov-memory bench-fedeov-fgsm3 bench-intactofl bench-fol bench-fol-defaults bench-user-datasets bench-robust bench-robustness bench-robustness-full bench-robustness-floor robustness-matrix bench-small-data bench-workers bench-scale bench-scale-bookkeeping bench-scale-ensemble bench-scale-stream bench-scale-growth bench-ensemble-eval bench-gpu check-kernels bench-membership bench-fedd3-privacy bench-fens bench-stats bench-fedpft-defaults bench-stats-privacy bench-authors-stats bench-authors-fens bench-authors-fedd3 bench-authors-fedage bench-authors-fedeov bench-authors-intactofl bench-merging bench-authors-merging bench-authors-selection bench-fedcgs bench-fafi bench-fedsd2c bench-fedsd2c-privacy claims bench-flower bench-flower-deploy bench-flower-sim bench-flower-scale bench-flower-cohorts check-flower-chaos check-reproduce check-committed check-committed-avx2 \
 	clean-cache
 VENV := .venv/bin
 
@@ -388,6 +388,11 @@ bench-scale-ensemble: setup data
 ## payloads arrive against every payload held, on this tree, and `oneshotfl compare` of each pair.
 bench-scale-stream: setup data
 	$(VENV)/python scripts/bench_scale.py benchmarks/scale-stream.yaml
+	$(VENV)/python scripts/profile_growth.py benchmarks/scale-stream.yaml
+
+## Only the profiles of bench-scale-stream: where 1,000 clients spend more than 100.
+bench-scale-growth: setup data
+	$(VENV)/python scripts/profile_growth.py benchmarks/scale-stream.yaml
 	for n in 1000 10000; do \
 	  $(VENV)/oneshotfl compare benchmarks/results/scale-stream/fedavg-held-n$$n-after \
 	    benchmarks/results/scale-stream/fedavg-folded-n$$n-after \
