@@ -23,6 +23,7 @@ import io
 import json
 import os
 import pstats
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -55,7 +56,7 @@ def profile(config: dict[str, Any], out: Path, limit: float) -> pstats.Stats:
     out.with_suffix(".txt").write_text(text.getvalue().replace(str(ROOT) + "/", ""))
     for path in (prof, conf):
         path.unlink()
-    subprocess.run(["rm", "-rf", str(run_dir)], check=True)
+    shutil.rmtree(run_dir, ignore_errors=True)
     return stats
 
 

@@ -49,6 +49,7 @@ from oneshotfl.flower.messages import (
     REPORT,
     Instruction,
     MessageError,
+    distinct_ids,
     read_report,
     report_content,
     sender,
@@ -219,15 +220,12 @@ def read_cohort(content: RecordDict, asked: Sequence[int] | None, clients: int) 
     record = config_record(content, COHORT)
     text = record.get("clients")
     value = json_value(text, f"{COHORT}.clients") if isinstance(text, str) else None
-    ok = isinstance(value, list) and len(value) <= clients and all(
-        isinstance(c, int) and not isinstance(c, bool) and 0 <= c < clients for c in value
-    ) and len(set(value)) == len(value)  # fmt: skip
-    if not ok or not isinstance(value, list):
+    got = distinct_ids(value, clients)
+    if got is None:
         raise MessageError(
             f"{COHORT}.clients: expected distinct client ids below {clients}, got "
             f"{clip(str(text), 80)!r}"
         )
-    got = tuple(value)
     if asked is not None and list(got) != list(asked):
         raise MessageError(
             f"{COHORT}.clients: asked for clients {clip(str(list(asked)), 80)}, answered for "

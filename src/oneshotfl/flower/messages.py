@@ -183,15 +183,22 @@ def _cohort(text: Any, clients: Any) -> tuple[int, ...] | None:
         return None
     n = clients if isinstance(clients, int) and not isinstance(clients, bool) else 0
     value = json_value(text, f"{INSTRUCTION}.clients") if isinstance(text, str) else None
-    ok = isinstance(value, list) and len(value) <= n and all(
-        isinstance(c, int) and not isinstance(c, bool) and 0 <= c < n for c in value
-    ) and len(set(value)) == len(value)  # fmt: skip
-    if not ok or not isinstance(value, list):
+    ids = distinct_ids(value, n)
+    if ids is None:
         got = text[:80] if isinstance(text, str) else type(text).__name__
         raise MessageError(
             f"{INSTRUCTION}.clients: expected a list of distinct client ids below {n}, got {got!r}"
         )
-    return tuple(int(c) for c in value)
+    return ids
+
+
+def distinct_ids(value: object, n: int) -> tuple[int, ...] | None:
+    """``value`` as client ids when it is a list of at most ``n`` distinct integers in
+    ``[0, n)``, else ``None`` (a cohort's clients, asked for or answered for)."""
+    ok = isinstance(value, list) and len(value) <= n and all(
+        isinstance(c, int) and not isinstance(c, bool) and 0 <= c < n for c in value
+    ) and len(set(value)) == len(value)  # fmt: skip
+    return tuple(int(c) for c in value) if ok and isinstance(value, list) else None
 
 
 def _schedules(text: Any, clients: Any) -> tuple[tuple[tuple[int, ...], ...], ...]:
