@@ -42,3 +42,6 @@ timed() {  # NAME COMMAND...: run, then "NAME rc=RC wall=Ss"
     echo "matplotlib, $round import and plot in an empty config folder: $(python3 -c "print(f'{$(date +%s.%N) - $start:.2f}')") s"
   done
 } | tee -a "$OUT"
+# The README quotes the latest clean clones of its machine (tests/test_readme_times.py): a new
+# entry fails the suite until the README's sentence names it.
+echo "clean_clone: update README.md's clean-clone sentence to $rev, then run tests/test_readme_times.py" >&2
