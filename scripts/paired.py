@@ -41,9 +41,18 @@ LABEL_KEYS = {"clients", "dataset", "group", "model", "max_train"}
 """Config keys that name a setting beside its partition, where they differ between runs."""
 
 
-def identity(config: dict[str, Any], key: str) -> str:
-    """What two runs to pair share: their config without ``key`` and the seed."""
-    return json.dumps({k: v for k, v in config.items() if k not in IGNORED | {key}}, sort_keys=True)
+def identities(configs: list[dict[str, Any]], key: str) -> list[str]:
+    """What two runs to pair share, per config: its values of the keys (not ``key``, the seed
+    or :data:`IGNORED`) whose value differs between the runs that record them. A key an older
+    result does not record (a knob added since, at its default then) separates nothing, as in
+    ``oneshotfl report``."""
+    values: dict[str, set[str]] = defaultdict(set)
+    for config in configs:
+        for k, v in config.items():
+            if k not in IGNORED | {key}:
+                values[k].add(json.dumps(v, sort_keys=True))
+    varying = sorted(k for k, seen in values.items() if len(seen) > 1)
+    return [json.dumps({k: c.get(k) for k in varying}, sort_keys=True) for c in configs]
 
 
 def parse_value(text: str) -> Any:
@@ -56,13 +65,12 @@ def parse_value(text: str) -> Any:
 
 def table(results: Path, key: str, a: Any, b: Any, field: str) -> str:
     found: dict[tuple[str, str, Any], dict[int, float]] = defaultdict(dict)
-    for _, doc in iter_results(results):
+    docs = [doc for _, doc in iter_results(results) if doc["config"].get(key) in (a, b)]
+    for doc, ident in zip(docs, identities([d["config"] for d in docs], key), strict=True):
         config = doc["config"]
-        if config.get(key) not in (a, b):
-            continue
         for method in doc["methods"]:
             if method.get(field) is not None:
-                where = (identity(config, key), method["key"], config.get(key))
+                where = (ident, method["key"], config.get(key))
                 found[where][int(config["seed"])] = 100 * float(method[field])
     rows = []
     for (ident, method, value), by_seed in sorted(found.items(), key=lambda kv: str(kv[0])):
@@ -99,9 +107,9 @@ def methods_table(results: Path, pairs: list[str], field: str) -> str:
     """Per setting (the config without its seed) and pair ``X - Y``: X minus Y over seeds."""
     found: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
     configs: dict[str, dict[str, Any]] = {}
-    for _, doc in iter_results(results):
+    docs = [doc for _, doc in iter_results(results)]
+    for doc, ident in zip(docs, identities([d["config"] for d in docs], "seed"), strict=True):
         config = doc["config"]
-        ident = identity(config, "seed")
         configs[ident] = config
         for method in doc["methods"]:
             if method.get(field) is not None:
@@ -146,9 +154,9 @@ def times_table(
     """Per setting and pair ``X / Y``: X's seconds over Y's, server and client step."""
     found: dict[tuple[str, str, str], dict[int, float]] = defaultdict(dict)
     configs: dict[str, dict[str, Any]] = {}
-    for _, doc in iter_results(results):
+    docs = [doc for _, doc in iter_results(results)]
+    for doc, ident in zip(docs, identities([d["config"] for d in docs], "seed"), strict=True):
         config = doc["config"]
-        ident = identity(config, "seed")
         configs[ident] = config
         for method in doc["methods"]:
             for step, value in seconds(method).items():

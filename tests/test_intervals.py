@@ -216,6 +216,28 @@ def test_times_are_ratios_over_seeds_without_the_authors_evaluation(tmp_path: Pa
     assert "n/a: 1 seed" in paired.times_table(one, ["x / y"])
 
 
+def test_paired_runs_of_one_setting_pair_across_config_schemas(tmp_path: Path) -> None:
+    """A seed recorded before a knob existed (its config lacks the key) pairs with the seeds
+    recorded after, as ``oneshotfl report`` merges them; a key that differs separates."""
+    spec = importlib.util.spec_from_file_location("paired_script", ROOT / "scripts/paired.py")
+    assert spec is not None and spec.loader is not None
+    paired = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(paired)
+    for seed, clients, extra in ((0, 5, {}), (1, 5, {"init": "torch"}), (2, 5, {"init": "torch"}),
+                                 (0, 9, {"init": "torch"}), (1, 9, {"init": "torch"})):  # fmt: skip
+        run = tmp_path / f"clients={clients}_seed={seed}"
+        run.mkdir()
+        methods = [{"key": "x", "accuracy": 0.5 + 0.01 * seed}, {"key": "y", "accuracy": 0.4}]
+        config = {"partition": "iid", "seed": seed, "clients": clients, **extra}
+        (run / "result.json").write_text(json.dumps({"config": config, "methods": methods}))
+    rows = [
+        r for r in paired.methods_table(tmp_path, ["x - y"], "accuracy").splitlines() if "`x`" in r
+    ]
+    assert len(rows) == 2
+    assert "clients=5 | `x` − `y` | 3 | +11.00 [" in rows[0] + rows[1]
+    assert "clients=9 | `x` − `y` | 2 |" in rows[0] + rows[1]
+
+
 def test_claims_command_answers_help_and_bad_arguments_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
