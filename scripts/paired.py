@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from oneshotfl.intervals import difference_words, mean_interval, paired_difference
-from oneshotfl.runner.report import setting_label
+from oneshotfl.runner.report import setting_label, varying_keys
 from oneshotfl.runner.results import iter_results
 
 IGNORED = {"seed", "cache_dir", "device", "workers", "methods"}
@@ -43,15 +43,9 @@ LABEL_KEYS = {"clients", "dataset", "group", "model", "max_train"}
 
 def identities(configs: list[dict[str, Any]], key: str) -> list[str]:
     """What two runs to pair share, per config: its values of the keys (not ``key``, the seed
-    or :data:`IGNORED`) whose value differs between the runs that record them. A key an older
-    result does not record (a knob added since, at its default then) separates nothing, as in
-    ``oneshotfl report``."""
-    values: dict[str, set[str]] = defaultdict(set)
-    for config in configs:
-        for k, v in config.items():
-            if k not in IGNORED | {key}:
-                values[k].add(json.dumps(v, sort_keys=True))
-    varying = sorted(k for k, seen in values.items() if len(seen) > 1)
+    or :data:`IGNORED`) that ``oneshotfl report``'s :func:`varying_keys` finds varying, so a
+    key an older result does not record separates nothing, as in the report."""
+    varying = varying_keys(configs, frozenset(IGNORED | {key}))
     return [json.dumps({k: c.get(k) for k in varying}, sort_keys=True) for c in configs]
 
 

@@ -117,6 +117,14 @@ def test_the_report_pairs_each_method_with_the_baseline_on_the_same_seeds() -> N
     assert reference_method(collect(failed)) == "ensemble"
 
 
+def _paired_module() -> Any:
+    spec = importlib.util.spec_from_file_location("paired_script", ROOT / "scripts/paired.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _claims_module() -> Any:
     spec = importlib.util.spec_from_file_location(
         "claims_report", ROOT / "scripts/claims_report.py"
@@ -193,10 +201,7 @@ def test_times_are_ratios_over_seeds_without_the_authors_evaluation(tmp_path: Pa
     """``scripts/paired.py times`` (issue 51: our time at most a third of the authors'): the
     geometric mean of per-seed ratios, the authors' evaluation seconds left out, the client
     step only where both trained their clients, and "n/a" with its reason on one seed."""
-    spec = importlib.util.spec_from_file_location("paired_script", ROOT / "scripts/paired.py")
-    assert spec is not None and spec.loader is not None
-    paired = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(paired)
+    paired = _paired_module()
     for seed, (ours, theirs) in enumerate([(1.0, 4.0), (2.0, 8.0), (1.5, 6.0)]):
         run = tmp_path / f"seed={seed}"
         run.mkdir()
@@ -219,10 +224,7 @@ def test_times_are_ratios_over_seeds_without_the_authors_evaluation(tmp_path: Pa
 def test_paired_runs_of_one_setting_pair_across_config_schemas(tmp_path: Path) -> None:
     """A seed recorded before a knob existed (its config lacks the key) pairs with the seeds
     recorded after, as ``oneshotfl report`` merges them; a key that differs separates."""
-    spec = importlib.util.spec_from_file_location("paired_script", ROOT / "scripts/paired.py")
-    assert spec is not None and spec.loader is not None
-    paired = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(paired)
+    paired = _paired_module()
     for seed, clients, extra in ((0, 5, {}), (1, 5, {"init": "torch"}), (2, 5, {"init": "torch"}),
                                  (0, 9, {"init": "torch"}), (1, 9, {"init": "torch"})):  # fmt: skip
         run = tmp_path / f"clients={clients}_seed={seed}"

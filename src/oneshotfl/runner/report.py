@@ -72,14 +72,17 @@ NOT_A_SETTING = frozenset(
 )
 
 
-def varying_keys(configs: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Config keys (other than seeds and the partition) whose value differs between runs
-    of the same sweep group (groups differ by design and are one setting)."""
+def varying_keys(
+    configs: Iterable[Mapping[str, Any]], ignore: frozenset[str] = NOT_A_SETTING
+) -> list[str]:
+    """Config keys (other than ``ignore``: seeds and the partition) whose value differs
+    between runs of the same sweep group (groups differ by design and are one setting). A key
+    a run does not record (an older result, from before the knob existed) separates nothing."""
     values: dict[tuple[str, str], set[str]] = defaultdict(set)
     for config in configs:
         group = str(config.get("group", ""))
         for key, value in config.items():
-            if key not in NOT_A_SETTING:
+            if key not in ignore:
                 values[(group, key)].add(json.dumps(value, sort_keys=True))
     return sorted({key for (_, key), v in values.items() if len(v) > 1})
 
