@@ -179,10 +179,10 @@ bench-fedcgs: setup data
 	  "fedcgs / fedcgs_authors" > benchmarks/results/fedcgs-fmnist/times.md
 
 ## FAFI beside the ensemble, FedAvg and the authors' server step on the core federations (issue 52;
-## docs/benchmarks/data-free.md); FAFI_REPO names a checkout.
+## docs/benchmarks/merging.md); FAFI_REPO names a checkout.
 bench-fafi: setup data
 	$(call need_checkouts,FAFI_REPO,benchmarks/fafi-fmnist.yaml)
-	REPORT=0 VENV=$(VENV) bash scripts/sweep_shards.sh fafi-fmnist
+	VENV=$(VENV) bash scripts/sweep_shards.sh fafi-fmnist
 	$(VENV)/python scripts/paired.py methods benchmarks/results/fafi-fmnist \
 	  "fafi - ensemble" "fafi - fedavg" "fafi - fafi_authors" "fafi:draw=image - fafi" \
 	  > benchmarks/results/fafi-fmnist/paired-readings.md
@@ -193,7 +193,7 @@ bench-fafi: setup data
 ## docs/benchmarks/merging.md); FEDSD2C_REPO names a checkout.
 bench-fedsd2c: setup data
 	$(call need_checkouts,FEDSD2C_REPO,benchmarks/fedsd2c-fmnist.yaml)
-	REPORT=0 VENV=$(VENV) bash scripts/sweep_shards.sh fedsd2c-fmnist
+	VENV=$(VENV) bash scripts/sweep_shards.sh fedsd2c-fmnist
 	$(VENV)/python scripts/paired.py methods benchmarks/results/fedsd2c-fmnist \
 	  "fedsd2c:ipc=10 - ensemble" "fedsd2c:ipc=10 - fedd3" \
 	  "fedsd2c:ipc=10:small_classes=drop - fedsd2c_authors:ipc=10" \
