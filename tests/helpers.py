@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -135,3 +138,15 @@ def table_npz(folder: Path) -> str:
     x = (rng.normal(0, 1, (450, 6)) + np.eye(3, 6)[y] * 2.5).astype(np.float32)
     np.savez(folder / "t.npz", x=x, y=y)
     return f"npz:path={folder / 't.npz'}"
+
+
+def load_script(path: Path, name: str | None = None) -> ModuleType:
+    """The Python file ``path`` (a script of ``scripts/`` or ``examples/``) imported as a module
+    named ``name`` (default: its stem), registered in ``sys.modules`` so its dataclasses resolve."""
+    module_name = name or path.stem
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module

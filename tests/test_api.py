@@ -4,7 +4,6 @@ digits runs, the committed result files read back, and the example script."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import os
 import subprocess
@@ -19,7 +18,7 @@ import yaml
 from typer.testing import CliRunner
 
 import oneshotfl
-from helpers import TINY
+from helpers import TINY, load_script
 from oneshotfl.api import Result, SweepResult, resolve_config
 from oneshotfl.cli.main import app
 from oneshotfl.environment import kernel_differences, kernel_signature
@@ -291,10 +290,7 @@ def example(
     """``examples/reproduce_row.py ARGS`` in this process (its ``main``): its exit status,
     stdout and stderr; torch's thread count, which it sets, is restored afterwards. (Its
     ``__main__`` path, in a process of its own, is the test on other kernels' one.)"""
-    spec = importlib.util.spec_from_file_location("reproduce_row", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script(EXAMPLE)
     monkeypatch.setattr(oneshotfl, "run", example_runs)
     threads = torch.get_num_threads()
 

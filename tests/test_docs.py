@@ -4,7 +4,6 @@ method pages) and, when the ``docs`` extra is installed, the strict mkdocs build
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import inspect
 import logging
 import re
@@ -15,6 +14,7 @@ from urllib.parse import unquote
 import pytest
 from typer.testing import CliRunner
 
+from helpers import load_script
 from oneshotfl.cli.describe import (
     describe,
     describe_method,
@@ -114,11 +114,7 @@ def test_the_methods_table_lists_every_method() -> None:
 
 
 def _hooks() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("mkdocs_hooks", ROOT / "scripts/mkdocs_hooks.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "scripts/mkdocs_hooks.py")
 
 
 def test_links_to_repository_files_become_text_and_broken_links_stay() -> None:
@@ -294,12 +290,7 @@ def test_benchmark_pages_open_with_the_summary_their_results_give(
     the page."""
     import yaml
 
-    spec = importlib.util.spec_from_file_location(
-        "page_summaries", ROOT / "scripts/page_summaries.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(ROOT / "scripts/page_summaries.py")
     monkeypatch.chdir(ROOT)
     pages = yaml.safe_load((ROOT / "benchmarks/summaries.yaml").read_text())["pages"]
     assert len(pages) >= 7

@@ -3,16 +3,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from scipy import stats
 
+from helpers import load_script
 from oneshotfl.intervals import (
     claim_verdict,
     difference_words,
@@ -118,22 +117,11 @@ def test_the_report_pairs_each_method_with_the_baseline_on_the_same_seeds() -> N
 
 
 def _paired_module() -> Any:
-    spec = importlib.util.spec_from_file_location("paired_script", ROOT / "scripts/paired.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "scripts/paired.py", "paired_script")
 
 
 def _claims_module() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "claims_report", ROOT / "scripts/claims_report.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["claims_report"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "scripts/claims_report.py")
 
 
 def test_claims_rows_judge_the_paired_interval_and_a_missing_row_is_left_out(

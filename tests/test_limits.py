@@ -4,14 +4,13 @@ that covers it (and whose bound is below there too); an unexplained one fails ``
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from helpers import load_script
 from oneshotfl.cli.describe import describe_method
 from oneshotfl.methods import METHODS
 from oneshotfl.protocol.limits import KnownLimit
@@ -42,14 +41,7 @@ def test_describe_prints_a_methods_known_limits() -> None:
 
 
 def _report() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "robustness_report", ROOT / "scripts" / "robustness_report.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["robustness_report"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "scripts" / "robustness_report.py")
 
 
 def _run(root: Path, name: str, dataset: str, partition: str, acc: dict[str, float]) -> None:
