@@ -178,18 +178,25 @@ bench-fedcgs: setup data
 	$(VENV)/python scripts/paired.py times benchmarks/results/fedcgs-fmnist --step server \
 	  "fedcgs / fedcgs_authors" > benchmarks/results/fedcgs-fmnist/times.md
 
-## FAFI beside the ensemble, FedAvg and the authors' server step on the core federations (issue 52;
+## FAFI beside the ensemble, FedAvg and the authors' server step on the core federations and at 5
+## and 20 clients (fafi-clients; issue 52;
 ## docs/benchmarks/merging.md); FAFI_REPO names a checkout.
 bench-fafi: setup data
 	$(call need_checkouts,FAFI_REPO,benchmarks/fafi-fmnist.yaml)
-	VENV=$(VENV) bash scripts/sweep_shards.sh fafi-fmnist
+	VENV=$(VENV) bash scripts/sweep_shards.sh fafi-fmnist fafi-clients
 	$(VENV)/python scripts/paired.py methods benchmarks/results/fafi-fmnist \
 	  "fafi - ensemble" "fafi - fedavg" "fafi - fafi_authors" "fafi:draw=image - fafi" \
 	  > benchmarks/results/fafi-fmnist/paired-readings.md
 	$(VENV)/python scripts/paired.py times benchmarks/results/fafi-fmnist --step server \
 	  "fafi / fafi_authors" > benchmarks/results/fafi-fmnist/times.md
+	$(VENV)/python scripts/paired.py methods benchmarks/results/fafi-clients \
+	  "fafi - ensemble" "fafi - fedavg" "fafi - fafi_authors" \
+	  > benchmarks/results/fafi-clients/paired-readings.md
+	$(VENV)/python scripts/paired.py times benchmarks/results/fafi-clients --step server \
+	  "fafi / fafi_authors" > benchmarks/results/fafi-clients/times.md
 
-## FedSD2C beside the ensemble, FedAvg, FedD3 and the authors' client and server steps (issue 52;
+## FedSD2C beside the ensemble, FedAvg, FedD3 and the authors' client and server steps, then both
+## server steps timed without their per-epoch test evaluation (fedsd2c-server-times; issue 52;
 ## docs/benchmarks/merging.md); FEDSD2C_REPO names a checkout.
 bench-fedsd2c: setup data
 	$(call need_checkouts,FEDSD2C_REPO,benchmarks/fedsd2c-fmnist.yaml)
@@ -200,9 +207,13 @@ bench-fedsd2c: setup data
 	  "fedsd2c:ipc=10 - fedsd2c:ipc=10:small_classes=drop" \
 	  "fedsd2c:ipc=10 - fedsd2c:fourier=false:ipc=10" "fedsd2c:ipc=10 - fedsd2c:ipc=10:labels=hard" \
 	  > benchmarks/results/fedsd2c-fmnist/paired-readings.md
-	$(VENV)/python scripts/paired.py times benchmarks/results/fedsd2c-fmnist --step both \
+	$(VENV)/python scripts/paired.py times benchmarks/results/fedsd2c-fmnist --step client \
 	  "fedsd2c:ipc=10:small_classes=drop / fedsd2c_authors:ipc=10" \
 	  > benchmarks/results/fedsd2c-fmnist/times.md
+	REPORT=0 VENV=$(VENV) bash scripts/sweep_shards.sh fedsd2c-server-times
+	$(VENV)/python scripts/paired.py times benchmarks/results/fedsd2c-server-times --step server \
+	  "fedsd2c:ipc=10:small_classes=drop / fedsd2c_authors:ipc=10" \
+	  > benchmarks/results/fedsd2c-server-times/times.md
 
 ## What FedSD2C's decoded distillates reveal of each client's images, with its two controls
 ## (scripts/fedd3_privacy.py; docs/benchmarks/merging.md).

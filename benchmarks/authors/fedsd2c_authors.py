@@ -53,7 +53,9 @@ Adaptations, all outside their code:
   ``wandb`` a stub never reached.
 * Their ``train_distill`` tests after every epoch, so their server holds the test split
   (``load.test_split``, as in ``fedd3_authors``); it feeds their logged figures only: the
-  outcome is the **final epoch's model**, in eval mode.
+  outcome is the **final epoch's model**, in eval mode. Those evaluations' seconds, part of
+  ``server_wall_s``, are ``authors_evaluation_s`` (when the step ran, not read from the cache),
+  which ``scripts/paired.py times`` subtracts.
 
 Their quirks, kept: the ``ipc``-mode ``SynDataset`` interleaves the crops by class but not their
 labels, so (ipc > 1, two classes or more) the ``r_c`` term's targets and the labels sent are
@@ -80,6 +82,7 @@ import logging
 import math
 import random
 import sys
+import time
 import types
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
@@ -135,6 +138,9 @@ DATASET = "oneshotfl"
 IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 """The mean and std their ``denormalize`` uses on every dataset."""
 CACHE_VERSION = 1
+SERVER_CACHE_VERSION = 2
+"""2: the server step measures the seconds of their per-epoch evaluation (a step read from the
+cache has none to report)."""
 THEIR_LOG = logging.getLogger("fedsd2c_authors.theirs")
 THEIR_LOG.addHandler(logging.NullHandler())
 THEIR_LOG.propagate = False
@@ -320,10 +326,12 @@ def authors_server(
     model: nn.Module, teachers: Mapping[int, nn.Module],
     received: Mapping[int, tuple[torch.Tensor, torch.Tensor]], test: LabelledData,
     cfg: FedSd2cConfig, task: TaskInfo, seed: int, device: torch.device,
-) -> tuple[nn.Module, list[float], list[float]]:  # fmt: skip
+) -> tuple[nn.Module, list[float], list[float], float]:  # fmt: skip
     """Their ``rec_distill`` per client and ``train_distill`` on ``model``: (the final model,
-    their per-epoch test accuracies, their per-epoch last-batch losses)."""
+    their per-epoch test accuracies, their per-epoch last-batch losses, the seconds their
+    per-epoch ``test`` took)."""
     code = authors_code(task)
+    timed: list[float] = []
     with seeded_globals(derive_seed(seed, "fedsd2c_authors", "server"), device):
         server = code["FedSD2CServer"](
             their_args(cfg, seed), sorted(teachers), epoch=cfg.server_epochs,
@@ -332,13 +340,23 @@ def authors_server(
         )  # fmt: skip
         server.model, server._device = model, device  # ours, shared initialisation
         server.load_testset(TensorDataset(test.x, test.y))
+        their_test = server.test
+
+        def test_timed() -> Any:  # theirs, timed: their evaluation is not the method's cost
+            start = time.perf_counter()
+            try:
+                return their_test()
+            finally:
+                timed.append(time.perf_counter() - start)
+
+        server.test = test_timed
         for c in sorted(teachers):
             x, y = received[c]
             server.rec_distill(int(c), teachers[c], code["DistilledDataset"](list(x), list(y)), [])
         server.train_distill()
     record = server.recorder.res["server"]
     accuracies = [float(a) for a in record["iid_accuracy"]]
-    return server.model, accuracies, [float(v) for v in record["train_loss"]]
+    return server.model, accuracies, [float(v) for v in record["train_loss"]], sum(timed)
 
 
 @dataclass(frozen=True)
@@ -407,11 +425,14 @@ class FedSd2cAuthors(FedSd2c):
         }
         test = shared_test_split(ctx.task, "fedsd2c_authors")
 
+        evaluation: list[float] = []
+
         def make() -> Payload:
-            trained, accuracies, losses = authors_server(
+            trained, accuracies, losses, seconds = authors_server(
                 builders.shared_initial_model(ctx, arch), teachers, received, test, cfg, ctx.task,
                 ctx.seed, ctx.device,
             )  # fmt: skip
+            evaluation.append(seconds)
             curves = {
                 "authors.test_accuracy": np.asarray(accuracies, np.float64),
                 "authors.train_loss": np.asarray(losses, np.float64),
@@ -420,7 +441,7 @@ class FedSd2cAuthors(FedSd2c):
 
         sent = [payloads[c].arrays[k] for c in order for k in sorted(payloads[c].arrays)]
         parts = {
-            "version": CACHE_VERSION, "authors": authors_digest(), "clients": order,
+            "version": SERVER_CACHE_VERSION, "authors": authors_digest(), "clients": order,
             "archs": [str(payloads[c].scalars["model.arch"]) for c in order],
             "data": digest(*sent), "test": digest(test.x.numpy(), test.y.numpy()),
             "train": [cfg.server_epochs, cfg.server_batch, cfg.server_lr, cfg.server_momentum],
@@ -437,4 +458,6 @@ class FedSd2cAuthors(FedSd2c):
             "authors_max_test_accuracy_epoch": float(best + 1),
             "authors_final_train_loss": float(made.arrays["authors.train_loss"][-1]),
         }
+        if evaluation:  # run here, not read from the cache: part of server_wall_s
+            info["authors_evaluation_s"] = evaluation[0]
         return GlobalModel(model_from_fields(made, ctx.dims).eval(), info)
