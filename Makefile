@@ -179,7 +179,8 @@ bench-fedcgs: setup data
 	  "fedcgs / fedcgs_authors" > benchmarks/results/fedcgs-fmnist/times.md
 
 ## FAFI beside the ensemble, FedAvg and the authors' server step on the core federations and at 5
-## and 20 clients (fafi-clients; issue 52;
+## and 20 clients (fafi-clients), then the authors' client step on the same federations
+## (authors-fafi; issue 52;
 ## docs/benchmarks/merging.md); FAFI_REPO names a checkout.
 bench-fafi: setup data
 	$(call need_checkouts,FAFI_REPO,benchmarks/fafi-fmnist.yaml)
@@ -194,6 +195,10 @@ bench-fafi: setup data
 	  > benchmarks/results/fafi-clients/paired-readings.md
 	$(VENV)/python scripts/paired.py times benchmarks/results/fafi-clients --step server \
 	  "fafi / fafi_authors" > benchmarks/results/fafi-clients/times.md
+	VENV=$(VENV) bash scripts/sweep_shards.sh authors-fafi
+	$(VENV)/python scripts/paired.py methods benchmarks/results/authors-fafi \
+	  "fafi_authors_client - fafi" "fafi_authors_client - ensemble" \
+	  > benchmarks/results/authors-fafi/paired-readings.md
 
 ## FedSD2C beside the ensemble, FedAvg, FedD3 and the authors' client and server steps, then both
 ## server steps timed without their per-epoch test evaluation (fedsd2c-server-times; issue 52;
