@@ -33,7 +33,6 @@ from __future__ import annotations
 import copy
 import logging
 import sys
-import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -45,7 +44,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from load import authors_definitions, authors_lines, test_split
+from load import authors_definitions, authors_lines, test_split, timed
 
 from oneshotfl.methods.base import register_method
 from oneshotfl.methods.builders import client_models
@@ -131,18 +130,9 @@ class FafiAuthors(Fafi):
             torch.utils.data.TensorDataset(test.x, test.y), batch_size=256, shuffle=True,
             generator=torch_generator(ctx.seed, "fafi_authors", "test loader"),
         )  # fmt: skip
-        timed: list[float] = []
-        their_eval = scope["eval_with_proto"]
-
-        def eval_with_proto(*args: Any, **kwargs: Any) -> Any:  # theirs, timed
-            start = time.perf_counter()
-            try:
-                return their_eval(*args, **kwargs)
-            finally:
-                timed.append(time.perf_counter() - start)
-
+        spent: list[float] = []
         scope.update(
-            eval_with_proto=eval_with_proto,
+            eval_with_proto=timed(scope["eval_with_proto"], spent),
             local_models=theirs, local_protos=[m.get_proto().detach() for m in theirs],
             weights=weights, test_loader=loader, device=ctx.device, copy=copy,
             method_results=defaultdict(list),
@@ -153,7 +143,7 @@ class FafiAuthors(Fafi):
         fused = AuthorsFused(ensemble, outcome_members, ran["global_proto"]).eval()
         info = {
             "authors_printed_accuracy": float(ran["ens_proto_acc"]),
-            "authors_evaluation_s": sum(timed),
+            "authors_evaluation_s": sum(spent),
             "authors_weights": [float(w) for w in weights],
         }
         return GlobalModel(fused, info=info)

@@ -75,25 +75,20 @@ batches) and ``authors_train_accuracy``. It loads ``fafi_authors.py`` as a plugi
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
-import hashlib
 import logging
 import os
-import random
 import re
 import sys
 import tempfile
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from logging.handlers import BufferingHandler
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 import torchvision
@@ -102,7 +97,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from load import authors_definitions, authors_file, authors_lines
+from load import authors_definitions, authors_digest, authors_lines, seeded_globals
 
 from oneshotfl import plugins
 from oneshotfl.data.types import LabelledData, TaskInfo
@@ -189,11 +184,6 @@ class Trace:
         return facts
 
 
-def authors_digest() -> str:
-    """SHA-256 of the authors' files this plugin runs (part of the cache key)."""
-    return hashlib.sha256(b"".join(authors_file(ENV, f).read_bytes() for f in FILES)).hexdigest()
-
-
 def counting(init_optimizer: Any, trace: Trace) -> Any:
     """Their ``init_optimizer``, its optimisers' steps counted into ``trace``."""
 
@@ -239,26 +229,6 @@ def their_config(task: TaskInfo, train: TrainConfig, per_call: int) -> dict[str,
     }  # fmt: skip
 
 
-@contextlib.contextmanager
-def their_globals(seed: int, device: torch.device) -> Iterator[None]:
-    """``random``, NumPy and torch seeded with ``seed`` and cuDNN deterministic (their
-    ``setup_seed``) inside the block; all restored on exit."""
-    states = random.getstate(), np.random.get_state()
-    deterministic = torch.backends.cudnn.deterministic
-    with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
-        seed &= 0xFFFF_FFFF
-        random.seed(seed)
-        np.random.seed(seed)
-        torch.manual_seed(seed)
-        torch.backends.cudnn.deterministic = True
-        try:
-            yield
-        finally:
-            random.setstate(states[0])
-            np.random.set_state(states[1])
-            torch.backends.cudnn.deterministic = deterministic
-
-
 def authors_client_step(
     initial: ClassifierModel, data: LabelledData, task: TaskInfo, train: TrainConfig,
     per_call: int, seed: int, arch: str, client: int, device: torch.device,
@@ -287,7 +257,9 @@ def authors_client_step(
     THEIR_LOG.addHandler(trace.said)
     try:
         with (
-            their_globals(derive_seed(seed, "fafi_authors_client", "client", client), device),
+            seeded_globals(
+                derive_seed(seed, "fafi_authors_client", "client", client), device, True
+            ),
             tempfile.TemporaryDirectory() as folder,
             warnings.catch_warnings(),
         ):
@@ -375,7 +347,7 @@ class FafiAuthorsClient(FafiAuthors):
     def _artefact(self, ctx: ClientContext) -> Payload:
         cfg, train = self.config, ctx.train_config
         parts = {
-            "version": CACHE_VERSION, "authors": authors_digest(),
+            "version": CACHE_VERSION, "authors": authors_digest(ENV, FILES),
             "fafi_authors_client": dataclasses.asdict(cfg),
             "train": [train.epochs, train.batch_size, train.lr, train.optimizer, train.momentum],
             "device": ctx.device.type, **initial_model_parts(ctx),

@@ -107,7 +107,7 @@ from torch.utils.data import DataLoader, RandomSampler, TensorDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from load import authors_file, authors_functions
+from load import authors_digest, authors_file, authors_functions
 from load import test_split as shared_test_split
 
 from oneshotfl.encoders.base import EncodedClassifier
@@ -424,11 +424,6 @@ def test_split(task: TaskInfo) -> LabelledData:
     return split
 
 
-def authors_digest() -> str:
-    """SHA-256 of the authors' file this plugin runs (part of the client cache key)."""
-    return hashlib.sha256(authors_file(ENV, FILE).read_bytes()).hexdigest()
-
-
 @dataclass(frozen=True)
 class FedAGEAuthorsConfig(FedAGEConfig):
     """``fedage``'s, restricted to what their ``pipeline.py`` runs (module docs).
@@ -502,7 +497,7 @@ class FedAGEAuthors(FedAGE):
 
         parts = {
             "version": CACHE_VERSION,
-            "authors": authors_digest(),
+            "authors": authors_digest(ENV, (FILE,)),
             "encoder": encoder.fingerprint,
             "args": [cfg.epochs, cfg.batch_size, cfg.lr, cfg.tau],
             "device": ctx.device.type,

@@ -81,7 +81,7 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from load import authors_definitions, authors_file
+from load import authors_definitions, authors_digest
 from load import test_split as shared_test_split
 
 from oneshotfl.data.types import LabelledData, TaskInfo
@@ -119,12 +119,6 @@ def authors_code() -> dict[str, Any]:
     scope.update(tqdm=tqdm, deepcopy=copy.deepcopy, JSONEncoder=JSONEncoder, **lenet, **recorder)
     names = ("json_types", "PythonObjectEncoder", "FedServer")
     return authors_definitions(ENV, SERVER_FILE, names, scope)
-
-
-def authors_digest() -> str:
-    """A digest of the authors' files this plugin runs (part of the server's cache key)."""
-    text = b"".join(authors_file(ENV, f).read_bytes() for f in (SERVER_FILE, MODELS_FILE))
-    return hashlib.sha256(text).hexdigest()
 
 
 def test_split(task: TaskInfo) -> LabelledData:
@@ -226,7 +220,7 @@ class FedD3Authors(FedD3):
 
         parts = {
             "version": CACHE_VERSION,
-            "authors": authors_digest(),
+            "authors": authors_digest(ENV, (SERVER_FILE, MODELS_FILE)),
             "data": hashlib.sha256(x.numpy().tobytes() + y.numpy().tobytes()).hexdigest(),
             "test": hashlib.sha256(test.x.numpy().tobytes() + test.y.numpy().tobytes()).hexdigest(),
             "train": [cfg.server_epochs, cfg.server_batch, cfg.server_lr],

@@ -73,7 +73,6 @@ the test split) and its 1-based ``authors_max_test_accuracy_epoch``,
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import hashlib
@@ -82,10 +81,9 @@ import logging
 import math
 import random
 import sys
-import time
 import types
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -101,7 +99,7 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from load import authors_definitions, authors_file
+from load import authors_definitions, authors_digest, seeded_globals, timed
 from load import test_split as shared_test_split
 
 from oneshotfl.data.types import LabelledData, TaskInfo
@@ -258,11 +256,6 @@ def authors_code(task: TaskInfo, auto: Autoencoder | None = None) -> dict[str, A
     return scope
 
 
-def authors_digest() -> str:
-    """A digest of the authors' files this plugin runs (part of the cache keys)."""
-    return hashlib.sha256(b"".join(authors_file(ENV, f).read_bytes() for f in FILES)).hexdigest()
-
-
 def their_args(cfg: FedSd2cConfig, seed: int) -> types.SimpleNamespace:
     """Their ``args``: every field their client and server read, from ``cfg`` (their local
     training fields are unused: their ``train`` is not run)."""
@@ -277,22 +270,6 @@ def their_args(cfg: FedSd2cConfig, seed: int) -> types.SimpleNamespace:
         fedsd2c_loss="mse", fourier_lambda=cfg.fourier_lambda, gpu_id=-1, sys_i_seed=seed,
         using_wandb=False, server_optimizer="SGD", server_lr_scheduler="cos",
     )  # fmt: skip
-
-
-@contextlib.contextmanager
-def seeded_globals(seed: int, device: torch.device) -> Iterator[None]:
-    """The global ``random``, NumPy and torch generators seeded with ``seed`` (as their
-    ``setup_environment``) inside the block, and restored on exit."""
-    states = np.random.get_state(), random.getstate()
-    with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
-        seed &= 0xFFFF_FFFF
-        for generator in (random.seed, np.random.seed, torch.manual_seed):
-            generator(seed)
-        try:
-            yield
-        finally:
-            np.random.set_state(states[0])
-            random.setstate(states[1])
 
 
 def authors_distillates(
@@ -331,7 +308,7 @@ def authors_server(
     their per-epoch test accuracies, their per-epoch last-batch losses, the seconds their
     per-epoch ``test`` took)."""
     code = authors_code(task)
-    timed: list[float] = []
+    spent: list[float] = []
     with seeded_globals(derive_seed(seed, "fedsd2c_authors", "server"), device):
         server = code["FedSD2CServer"](
             their_args(cfg, seed), sorted(teachers), epoch=cfg.server_epochs,
@@ -340,23 +317,14 @@ def authors_server(
         )  # fmt: skip
         server.model, server._device = model, device  # ours, shared initialisation
         server.load_testset(TensorDataset(test.x, test.y))
-        their_test = server.test
-
-        def test_timed() -> Any:  # theirs, timed: their evaluation is not the method's cost
-            start = time.perf_counter()
-            try:
-                return their_test()
-            finally:
-                timed.append(time.perf_counter() - start)
-
-        server.test = test_timed
+        server.test = timed(server.test, spent)  # their evaluation: not the method's cost
         for c in sorted(teachers):
             x, y = received[c]
             server.rec_distill(int(c), teachers[c], code["DistilledDataset"](list(x), list(y)), [])
         server.train_distill()
     record = server.recorder.res["server"]
     accuracies = [float(a) for a in record["iid_accuracy"]]
-    return server.model, accuracies, [float(v) for v in record["train_loss"]], sum(timed)
+    return server.model, accuracies, [float(v) for v in record["train_loss"]], sum(spent)
 
 
 @dataclass(frozen=True)
@@ -400,7 +368,7 @@ class FedSd2cAuthors(FedSd2c):
         distiller = train_model(ctx, ctx.recipe())
         assert isinstance(distiller, ClassifierModel)
         key = {
-            "version": CACHE_VERSION, "authors": authors_digest(),
+            "version": CACHE_VERSION, "authors": authors_digest(ENV, FILES),
             "fedsd2c_authors": dataclasses.asdict(cfg), "autoencoder": auto.fingerprint,
             "distiller": ctx.recipe().key(), "device": ctx.device.type,
         }  # fmt: skip
@@ -441,7 +409,8 @@ class FedSd2cAuthors(FedSd2c):
 
         sent = [payloads[c].arrays[k] for c in order for k in sorted(payloads[c].arrays)]
         parts = {
-            "version": SERVER_CACHE_VERSION, "authors": authors_digest(), "clients": order,
+            "version": SERVER_CACHE_VERSION, "authors": authors_digest(ENV, FILES),
+            "clients": order,
             "archs": [str(payloads[c].scalars["model.arch"]) for c in order],
             "data": digest(*sent), "test": digest(test.x.numpy(), test.y.numpy()),
             "train": [cfg.server_epochs, cfg.server_batch, cfg.server_lr, cfg.server_momentum],

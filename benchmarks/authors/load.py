@@ -7,10 +7,18 @@ variable.
 from __future__ import annotations
 
 import ast
+import contextlib
+import functools
+import hashlib
 import os
-from collections.abc import Callable
+import random
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import torch
 
 
 def authors_file(env: str, file: str) -> Path:
@@ -22,6 +30,55 @@ def authors_file(env: str, file: str) -> Path:
     if not path.is_file():
         raise ValueError(f"expected the authors' file at {path}, got nothing")
     return path
+
+
+def authors_digest(env: str, files: Sequence[str]) -> str:
+    """SHA-256 over the bytes of ``files`` of ``$env``'s checkout, in order (part of a plugin's
+    cache keys: another checkout never reads a stale artefact). Read once a process for each
+    checkout folder: a plugin asks for it once a client."""
+    paths = tuple(authors_file(env, f) for f in files)
+    return _digest(paths)
+
+
+@functools.cache
+def _digest(paths: tuple[Path, ...]) -> str:
+    return hashlib.sha256(b"".join(path.read_bytes() for path in paths)).hexdigest()
+
+
+@contextlib.contextmanager
+def seeded_globals(
+    seed: int, device: torch.device, cudnn_deterministic: bool = False
+) -> Iterator[None]:
+    """The global ``random``, NumPy and torch (CPU and ``device``) generators seeded with
+    ``seed`` inside the block, as an authors' ``setup_seed`` seeds them once, and cuDNN
+    deterministic there when ``cudnn_deterministic``; all restored on exit."""
+    states = random.getstate(), np.random.get_state()
+    deterministic = torch.backends.cudnn.deterministic
+    with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
+        seed &= 0xFFFF_FFFF
+        for generator in (random.seed, np.random.seed, torch.manual_seed):
+            generator(seed)
+        torch.backends.cudnn.deterministic = deterministic or cudnn_deterministic
+        try:
+            yield
+        finally:
+            random.setstate(states[0])
+            np.random.set_state(states[1])
+            torch.backends.cudnn.deterministic = deterministic
+
+
+def timed(function: Callable[..., Any], seconds: list[float]) -> Callable[..., Any]:
+    """``function`` as it is, each call's wall seconds appended to ``seconds`` (an authors'
+    evaluation inside a timed step, to leave out of the step's time)."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            seconds.append(time.perf_counter() - start)
+
+    return call
 
 
 def _defined(node: ast.stmt) -> str | None:
